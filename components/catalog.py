@@ -1,0 +1,181 @@
+"""Hardware, model and platform facts, each with its source, in one place.
+
+Everything else reads these constants instead of repeating literals. Sources are the fact sheets
+gathered for this project (`shared/reference/*.md` beside the checkout) and the upstream pages they
+cite; a fact marked "assumption" is not published and is overridable in config where it matters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+GUIDE_NAME = "kimi-k3-1"
+"""llm-d guide name; also the router release name, so the EPP service is `kimi-k3-1-epp` (seed post)."""
+
+
+# --------------------------------------------------------------------------- GKE versions
+@dataclass(frozen=True)
+class VersionGate:
+    feature: str
+    minimum: str
+    source: str
+
+
+GKE_VERSION_GATES: tuple[VersionGate, ...] = (
+    VersionGate("A4X Max (GB300) node pools", "1.35.0-gke.2745000",
+                "gke.md §3 (AICR quoting the A4X Max GKE guide; 1.34 branch: 1.34.3-gke.1318000)"),
+    VersionGate("Ironwood tpu7x on Standard", "1.34.3-gke.1318000", "gke.md §3 (Cluster Toolkit gke-tpu-7x README)"),
+    VersionGate("GKE-managed DRANET", "1.34.1-gke.1829001", "gke.md §2.5 / §3"),
+    VersionGate("Volume Populator to Hyperdisk ML", "1.33.2-gke.4780000", "gke.md §3"),
+    VersionGate("Inference Extension CRDs installed by GKE", "1.34.0-gke.1626000", "gke.md §3 / §5"),
+)
+
+
+def parse_gke_version(version: str) -> tuple[int, ...]:
+    """`1.35.0-gke.2745000` -> (1, 35, 0, 2745000); a prefix such as `1.35.` -> (1, 35)."""
+    head, _, gke = version.partition("-gke.")
+    parts = [int(p) for p in head.split(".") if p]
+    if gke:
+        parts.append(int(gke))
+    return tuple(parts)
+
+
+GKE_MIN_VERSION = max((g.minimum for g in GKE_VERSION_GATES), key=parse_gke_version)
+"""The lowest GKE version that satisfies every gate of both tracks."""
+
+GKE_VERSION_PREFIX = "1.35."
+"""Minor line the cluster is pinned to (Cluster Toolkit A4X Max blueprint uses `version_prefix: "1.35."`)."""
+
+
+# --------------------------------------------------------------------------- accelerators
+@dataclass(frozen=True)
+class GpuMachine:
+    """One NVL72 GPU machine family (gke.md §1.1, §1.2)."""
+
+    key: str
+    machine_type: str
+    accelerator: str
+    gpus_per_node: int
+    hbm_gb_per_gpu: float
+    host_memory_gb: int
+    vcpus: int
+    reservation_only: bool
+    bare_metal: bool
+    zones: tuple[str, ...]
+    zones_source: str
+
+
+NVL72_MAX_NODES = 18
+"""An NVL72 sub-block is 18 nodes x 4 GPUs; a node pool in one `1x72` domain holds at most 18 nodes
+(Cluster Toolkit `examples/gke-a4x-max-bm/README.md`, gke.md §1.1)."""
+NVL72_TOPOLOGY = "1x72"
+"""Workload-policy accelerator topology for an NVL72 domain (gke.md §2.1)."""
+
+GPU_MACHINES: dict[str, GpuMachine] = {
+    "a4x-max": GpuMachine(
+        key="a4x-max", machine_type="a4x-maxgpu-4g-metal", accelerator="nvidia-gb300", gpus_per_node=4,
+        hbm_gb_per_gpu=279.0, host_memory_gb=960, vcpus=144, reservation_only=True, bare_metal=True,
+        # A4X Max zones are not published; gke.md §6 records third-party use of us-central1-b.
+        zones=("us-central1-b",),
+        zones_source="gke.md §6: A4X Max zone list unpublished; observed in us-central1-b",
+    ),
+    "a4x": GpuMachine(
+        key="a4x", machine_type="a4x-highgpu-4g", accelerator="nvidia-gb200", gpus_per_node=4,
+        hbm_gb_per_gpu=186.0, host_memory_gb=884, vcpus=140, reservation_only=True, bare_metal=False,
+        zones=("us-central1-b",),
+        zones_source="gke.md §1.2 / §6: Cluster Toolkit CI runs A4X in us-central1-b",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class TpuMachine:
+    """Ironwood host shape (gke.md §1.3)."""
+
+    generation: str
+    machine_type: str
+    accelerator_label: str
+    chips_per_host: int
+    tensorcores_per_chip: int
+    hbm_gib_per_chip: int
+    host_memory_gb: int
+    usable_host_memory_gib: int
+    vcpus: int
+    zones: tuple[str, ...]
+    zones_source: str
+
+
+IRONWOOD = TpuMachine(
+    generation="tpu7x", machine_type="tpu7x-standard-4t", accelerator_label="tpu7x", chips_per_host=4,
+    tensorcores_per_chip=2, hbm_gib_per_chip=192, host_memory_gb=960,
+    usable_host_memory_gib=800,  # seed post: "~800 GiB host RAM/node"
+    vcpus=224,
+    zones=("us-central1-c", "us-central1-ai1a"),
+    zones_source="gke.md §6: TPU regions-zones page (us-central1-c; us-central1-ai1a in one version)",
+)
+
+TPU_MULTIHOST_TOPOLOGIES = ("2x2x2", "2x2x4", "2x4x4", "4x4x4")
+"""Multi-host Ironwood topologies accepted here (a 2x2x1 slice is one host and takes no workload
+policy, xpk PR #825; 2x2x4 is the seed's slice, XPK `tpu7x-32`)."""
+
+WORKLOAD_POLICY_TYPE = "HIGH_THROUGHPUT"
+"""Only workload-policy type that carries an accelerator topology (gke.md §1.4)."""
+
+
+def topology_chips(topology: str) -> int:
+    chips = 1
+    for dim in topology.split("x"):
+        chips *= int(dim)
+    return chips
+
+
+# --------------------------------------------------------------------------- node labels and taints
+GPU_TAINT = ("nvidia.com/gpu", "present", "NO_SCHEDULE")  # Cluster Toolkit gpu_taint (gke.md §1.1)
+TPU_TAINT = ("google.com/tpu", "present", "NO_SCHEDULE")  # Cluster Toolkit tpu_taint (gke.md §1.3)
+DRANET_NODE_LABELS = {
+    # Turns on GKE-managed DRANET so `mrdma.google.com` devices are published (gke.md §2.3, AICR).
+    "cloud.google.com/gke-networking-dra-driver": "true",
+    "cloud.google.com/gke-dpv2-unified-cni": "cni-migration",
+}
+ACCELERATOR_NETWORK_PROFILE = "auto"  # the only value the API accepts (gke.md §2.3)
+HUGEPAGES_2M = 4096  # A4X Max node system config hugepage_size2m (gke.md §1.1)
+
+VOLUME_POPULATOR_COMPUTE_CLASS = "gcs-to-hdml-compute-class"
+"""Compute class the Volume Populator transfer Job selects; on Standard without NAP a node pool must
+carry it as label and NoSchedule taint under `cloud.google.com/compute-class` (gke.md §4)."""
+COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
+
+RESERVATION_AFFINITY_KEY = "compute.googleapis.com/reservation-name"  # gke.md §2.2
+
+
+# --------------------------------------------------------------------------- model
+@dataclass(frozen=True)
+class ModelFacts:
+    """Kimi K3.1 Pro, from the seed post (model.md)."""
+
+    hf_id: str = "moonshotai/Kimi-K3.1-Pro"
+    total_params: float = 2.8e12
+    active_params: float = 104e9
+    routed_experts: int = 896
+    layers: int = 93
+    kda_layers: int = 69
+    mla_layers: int = 24
+    max_positions: int = 1_048_576
+    checkpoint_bytes: int = 1_560_000_000_000  # "1.56 TB (MXFP4 experts)", decimal TB
+
+
+KIMI = ModelFacts()
+
+Track = Literal["gpu", "tpu"]
+
+
+# --------------------------------------------------------------------------- storage
+HYPERDISK_ML_MIN_GIB = 4
+HYPERDISK_ML_MAX_GIB = 64 * 1024
+HYPERDISK_ML_MIN_MIBPS = 400
+HYPERDISK_ML_MAX_MIBPS = 1_200_000
+"""Hyperdisk ML limits: 4 GiB-64 TiB, 400-1,200,000 MiB/s (gke.md §4, Hyperdisk ML page)."""
+
+WEIGHT_LOAD_TARGET_SECONDS = 600
+"""Design target: every replica's copy of the checkpoint loads within 10 minutes."""

@@ -1,0 +1,464 @@
+"""Typed stack configuration: every user setting, its type, default and the checks that need no cloud.
+
+Keys live under the project namespace as flat dotted names (`kimi-k3-1:tpu.topology`), because a
+Pulumi.yaml config schema only types scalars and arrays. `load_config()` turns the raw key/value map
+into `StackConfig`; any problem becomes one `ConfigError` naming the full key, the value and what
+would be valid. `Pulumi.yaml`'s `config:` block is generated from these models
+(`python -m tools.schema --write`) and a test keeps the two identical.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import re
+import typing
+from typing import Any, ClassVar, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from . import catalog
+
+PROJECT = "kimi-k3-1"
+"""Pulumi project name, and so the config namespace."""
+
+SECRET_KEYS = ("hfToken",)
+"""Keys that only ever arrive as secrets; read with `pulumi.Config.require_secret`, never validated into
+models, so their values cannot appear in an error message."""
+
+
+class ConfigError(Exception):
+    """A user error in stack config: reported on one or two lines, without a traceback."""
+
+    def __init__(self, key: str, value: Any, problem: str):
+        self.key, self.value, self.problem = key, value, problem
+        shown = "(unset)" if value is None else json.dumps(value) if not isinstance(value, str) else repr(value)
+        super().__init__(f"{PROJECT}:{key} = {shown}: {problem}")
+
+
+def _fail(key: str, value: Any, problem: str) -> None:
+    raise ConfigError(key, value, problem)
+
+
+class Section(BaseModel):
+    """A group of keys sharing a prefix (`tpu.`); unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+    prefix: ClassVar[str] = ""
+
+    def key(self, field: str) -> str:
+        return f"{self.prefix}.{to_camel(field)}"
+
+
+_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _check_name(key: str, value: str, max_len: int) -> None:
+    """GCP resource names: lowercase letters, digits, hyphens; start with a letter; bounded length."""
+    if len(value) > max_len or not _NAME.match(value):
+        _fail(key, value, f"must be 1-{max_len} characters of a-z, 0-9 and '-', start with a letter "
+                          "and not end with '-'")
+
+
+class GcpConfig(Section):
+    prefix: ClassVar[str] = "gcp"
+    project: str = Field(description="Google Cloud project ID that owns every resource.")
+    region: str = Field("us-central1", description="Region of the cluster control plane, bucket and workload policies.")
+    zone: str = Field(
+        description="Zone of the accelerator node pools and the Hyperdisk ML volume (must hold your reservation).")
+
+    @model_validator(mode="after")
+    def _check(self) -> GcpConfig:
+        if not re.fullmatch(r"[a-z][-a-z0-9]{4,28}[a-z0-9]", self.project):
+            _fail(self.key("project"), self.project,
+                  "a project ID is 6-30 characters of a-z, 0-9 and '-', starting with a letter")
+        if not re.fullmatch(r"[a-z]+-[a-z]+[0-9]+", self.region):
+            _fail(self.key("region"), self.region, "expected a region such as 'us-central1'")
+        zone_region = re.sub(r"-(ai)?[0-9]*[a-z]$", "", self.zone)
+        if zone_region != self.region:
+            _fail(self.key("zone"), self.zone, f"must be a zone of gcp.region {self.region!r}, "
+                                                f"e.g. '{self.region}-c'")
+        return self
+
+
+class NetworkConfig(Section):
+    prefix: ClassVar[str] = "network"
+    nodesCidr: str = Field("10.0.0.0/20", description="Primary range of the node subnet.")
+    podsCidr: str = Field("10.4.0.0/14", description="Secondary range for pods.")
+    servicesCidr: str = Field("10.8.0.0/20", description="Secondary range for services.")
+    proxyOnlyCidr: str = Field(
+        "10.9.0.0/23", description="Proxy-only subnet (REGIONAL_MANAGED_PROXY) for regional Gateways.")
+
+    @model_validator(mode="after")
+    def _check(self) -> NetworkConfig:
+        nets: dict[str, ipaddress.IPv4Network] = {}
+        for field in type(self).model_fields:
+            value = getattr(self, field)
+            try:
+                nets[field] = ipaddress.IPv4Network(value)
+            except ValueError:
+                _fail(self.key(field), value, "expected an IPv4 CIDR such as '10.0.0.0/20'")
+        if nets["proxyOnlyCidr"].prefixlen > 26:
+            _fail(self.key("proxyOnlyCidr"), self.proxyOnlyCidr,
+                  "a proxy-only subnet needs at least a /26 (/23 recommended)")
+        fields = list(nets)
+        for i, a in enumerate(fields):
+            for b in fields[i + 1:]:
+                if nets[a].overlaps(nets[b]):
+                    _fail(self.key(b), getattr(self, b), f"overlaps network.{a} {getattr(self, a)!r}; "
+                                                          "ranges must be disjoint")
+        return self
+
+
+class ClusterConfig(Section):
+    prefix: ClassVar[str] = "cluster"
+    name: Optional[str] = Field(None, description="GKE cluster name (default: kimi-k3-1-<track>).")
+    releaseChannel: Literal["RAPID", "REGULAR", "STABLE"] = Field(
+        "REGULAR", description="GKE release channel; a maintenance exclusion blocks minor and node upgrades.")
+    versionPrefix: str = Field(catalog.GKE_VERSION_PREFIX,
+                               description="GKE minor line to run, e.g. '1.35.'; must reach the pinned minimum.")
+    deletionProtection: bool = Field(False, description="Block cluster deletion (leave off for benchmark stacks).")
+    authorizedNetworks: list[str] = Field(
+        description="CIDRs allowed to reach the control plane (where you run pulumi and kubectl).")
+    maintenanceWindowStart: str = Field(
+        "03:00", description="Daily maintenance window start (UTC HH:MM); pulumi_gcp needs a window beside exclusions.")
+    maintenanceExclusionStart: str = Field(
+        "2026-11-01T00:00:00Z", description="RFC3339 start of the no-minor-or-node-upgrades exclusion.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterConfig:
+        if self.name is not None:
+            _check_name(self.key("name"), self.name, 40)
+        if not re.fullmatch(r"1\.[0-9]+\.", self.versionPrefix):
+            _fail(self.key("versionPrefix"), self.versionPrefix, "expected a minor line such as '1.35.'")
+        minimum = catalog.parse_gke_version(catalog.GKE_MIN_VERSION)[:2]
+        if catalog.parse_gke_version(self.versionPrefix) < minimum:
+            _fail(self.key("versionPrefix"), self.versionPrefix,
+                  f"both tracks need GKE >= {catalog.GKE_MIN_VERSION}; use '1.{minimum[1]}.' or newer")
+        if not self.authorizedNetworks:
+            _fail(self.key("authorizedNetworks"), self.authorizedNetworks,
+                  "list at least one CIDR you run pulumi from, e.g. [\"203.0.113.7/32\"]")
+        for cidr in self.authorizedNetworks:
+            try:
+                net = ipaddress.IPv4Network(cidr)
+            except ValueError:
+                _fail(self.key("authorizedNetworks"), cidr, "expected IPv4 CIDRs such as '203.0.113.7/32'")
+            if net.prefixlen == 0:
+                _fail(self.key("authorizedNetworks"), cidr, "0.0.0.0/0 opens the control plane to the internet")
+        if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", self.maintenanceWindowStart):
+            _fail(self.key("maintenanceWindowStart"), self.maintenanceWindowStart,
+                  "expected UTC 'HH:MM' such as '03:00'")
+        if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", self.maintenanceExclusionStart):
+            _fail(self.key("maintenanceExclusionStart"), self.maintenanceExclusionStart,
+                  "expected RFC3339 UTC such as '2026-11-01T00:00:00Z'")
+        return self
+
+
+class NodePoolConfig(Section):
+    machineType: str
+    nodeCount: int = Field(ge=1, le=16)
+
+
+class SystemPoolConfig(NodePoolConfig):
+    prefix: ClassVar[str] = "systemPool"
+    machineType: str = Field("n2-standard-8", description="CPU pool for controllers, the router and monitoring.")
+    nodeCount: int = Field(2, ge=1, le=16, description="Nodes in the CPU system pool (in the serving zone).")
+
+
+class TransferPoolConfig(NodePoolConfig):
+    prefix: ClassVar[str] = "transferPool"
+    machineType: str = Field(
+        "c3-standard-44", description="Pool for the Volume Populator transfer Job (24 vCPU request).")
+    nodeCount: int = Field(1, ge=1, le=16, description="Nodes in the transfer pool.")
+
+
+class GpuConfig(Section):
+    prefix: ClassVar[str] = "gpu"
+    machine: Literal["a4x-max", "a4x"] = Field(
+        "a4x-max", description="a4x-max (GB300, default) or a4x (GB200 fallback).")
+    reservation: Optional[str] = Field(
+        None, description="Specific reservation name (A4X machines are reservation-only).")
+    reservationProject: Optional[str] = Field(
+        None, description="Project owning a shared reservation (default: gcp.project).")
+    reservationBlock: Optional[str] = Field(None, description="Optional reservation block name.")
+    reservationSubBlock: Optional[str] = Field(
+        None, description="Optional reservation sub-block (needs reservationBlock).")
+    prefillGroups: int = Field(3, ge=1, le=16, description="Prefill LeaderWorkerSet groups (seed: 3P).")
+    decodeGroups: int = Field(1, ge=1, le=16, description="Decode LeaderWorkerSet groups (seed: 1D).")
+    prefillNodesPerGroup: int = Field(4, ge=1, le=18, description="Nodes per prefill group (4 GPUs each).")
+    decodeNodesPerGroup: int = Field(4, ge=1, le=18, description="Nodes per decode group (4 GPUs each).")
+
+    @property
+    def spec(self) -> catalog.GpuMachine:
+        return catalog.GPU_MACHINES[self.machine]
+
+    @property
+    def node_count(self) -> int:
+        return self.prefillGroups * self.prefillNodesPerGroup + self.decodeGroups * self.decodeNodesPerGroup
+
+    @model_validator(mode="after")
+    def _check(self) -> GpuConfig:
+        if self.node_count > catalog.NVL72_MAX_NODES:
+            _fail(self.key("prefillNodesPerGroup"), self.prefillNodesPerGroup,
+                  f"{self.prefillGroups}x{self.prefillNodesPerGroup} prefill + {self.decodeGroups}x"
+                  f"{self.decodeNodesPerGroup} decode = {self.node_count} nodes; one NVL72 domain holds "
+                  f"at most {catalog.NVL72_MAX_NODES}")
+        if self.reservationSubBlock and not self.reservationBlock:
+            _fail(self.key("reservationSubBlock"), self.reservationSubBlock, "needs gpu.reservationBlock too")
+        return self
+
+
+class TpuConfig(Section):
+    prefix: ClassVar[str] = "tpu"
+    topology: str = Field(
+        "2x2x4", description="Ironwood slice topology per node pool (seed: 2x2x4 = 16 chips on 4 hosts).")
+    slices: int = Field(2, ge=1, le=8, description="Slices = node pools = SGLang replicas (seed: 2).")
+    reservation: Optional[str] = Field(None, description="Specific reservation name for the slices.")
+    reservationProject: Optional[str] = Field(
+        None, description="Project owning a shared reservation (default: gcp.project).")
+    spot: bool = Field(False, description="Use Spot capacity instead of a reservation.")
+    tensorParallel: int = Field(
+        32, ge=1, description="SGLang TP size per replica (seed: 32 = TensorCores per 2x2x4 slice).")
+    expertParallel: int = Field(
+        8, ge=1, description="SGLang EP size per replica (seed: 8); must divide tensorParallel.")
+
+    @property
+    def chips_per_slice(self) -> int:
+        return catalog.topology_chips(self.topology)
+
+    @property
+    def hosts_per_slice(self) -> int:
+        return self.chips_per_slice // catalog.IRONWOOD.chips_per_host
+
+    @model_validator(mode="after")
+    def _check(self) -> TpuConfig:
+        if self.topology not in catalog.TPU_MULTIHOST_TOPOLOGIES:
+            _fail(self.key("topology"), self.topology,
+                  f"expected a multi-host Ironwood topology: {', '.join(catalog.TPU_MULTIHOST_TOPOLOGIES)}")
+        devices = self.chips_per_slice * catalog.IRONWOOD.tensorcores_per_chip
+        if self.tensorParallel != devices:
+            _fail(self.key("tensorParallel"), self.tensorParallel,
+                  f"a {self.topology} slice has {self.chips_per_slice} chips x "
+                  f"{catalog.IRONWOOD.tensorcores_per_chip} TensorCores = {devices} devices; TP must be {devices}")
+        if self.tensorParallel % self.expertParallel:
+            _fail(self.key("expertParallel"), self.expertParallel,
+                  f"must divide tpu.tensorParallel ({self.tensorParallel})")
+        if self.spot and self.reservation:
+            _fail(self.key("spot"), self.spot, "choose either tpu.reservation or tpu.spot, not both")
+        if not self.spot and not self.reservation:
+            _fail(self.key("reservation"), None, "Ironwood capacity comes from a reservation: set "
+                                                  "tpu.reservation, or tpu.spot=true for Spot capacity")
+        return self
+
+
+class KubernetesConfig(Section):
+    prefix: ClassVar[str] = "kubernetes"
+    namespace: str = Field(
+        catalog.GUIDE_NAME, description="Namespace of the guide's workloads (router, model servers, weights).")
+
+    @model_validator(mode="after")
+    def _check(self) -> KubernetesConfig:
+        if len(self.namespace) > 63 or not _NAME.match(self.namespace):
+            _fail(self.key("namespace"), self.namespace, "a namespace is 1-63 characters of a-z, 0-9 and '-'")
+        return self
+
+
+class StorageConfig(Section):
+    prefix: ClassVar[str] = "storage"
+    bucketName: Optional[str] = Field(None, description="Checkpoint bucket (default: <project>-kimi-k3-1-weights).")
+    checkpointPrefix: str = Field(
+        "moonshotai/Kimi-K3.1-Pro/", description="Folder in the bucket holding the checkpoint.")
+    softDeleteDays: int = Field(7, description="Bucket soft-delete retention in days: 0 (off) or 7-90.")
+    deleteCheckpointOnDestroy: bool = Field(
+        False, description="Let `pulumi destroy` delete the bucket and its 1.56 TB checkpoint copy.")
+    volumeSizeGi: int = Field(
+        1800, description="Hyperdisk ML volume size in GiB (>= checkpoint + 10% headroom).")
+    throughputMiBps: Optional[int] = Field(
+        None,
+        description="Hyperdisk ML provisioned throughput in MiB/s (default: enough to load every replica in 10 min).")
+
+    @model_validator(mode="after")
+    def _check(self) -> StorageConfig:
+        if self.bucketName is not None and not re.fullmatch(r"[a-z0-9][-_a-z0-9]{1,61}[a-z0-9]", self.bucketName):
+            _fail(self.key("bucketName"), self.bucketName,
+                  "a bucket name is 3-63 characters of a-z, 0-9, '-' and '_', starting and ending alphanumeric")
+        if not self.checkpointPrefix.endswith("/") or self.checkpointPrefix.startswith("/"):
+            _fail(self.key("checkpointPrefix"), self.checkpointPrefix, "a folder path such as 'models/kimi/' "
+                                                                      "(trailing '/', no leading '/')")
+        if self.softDeleteDays and not 7 <= self.softDeleteDays <= 90:
+            # Cloud Storage accepts 0 or 7-90 days (pulumi_gcp BucketSoftDeletePolicyArgs docstring).
+            _fail(self.key("softDeleteDays"), self.softDeleteDays, "must be 0 (off) or 7-90 days")
+        min_gib = -(-catalog.KIMI.checkpoint_bytes * 11 // 10 // 2**30)
+        if not min_gib <= self.volumeSizeGi <= catalog.HYPERDISK_ML_MAX_GIB:
+            _fail(self.key("volumeSizeGi"), self.volumeSizeGi,
+                  f"must be {min_gib}-{catalog.HYPERDISK_ML_MAX_GIB} GiB (checkpoint 1.56 TB + 10% headroom)")
+        if self.throughputMiBps is not None and not (
+                catalog.HYPERDISK_ML_MIN_MIBPS <= self.throughputMiBps <= catalog.HYPERDISK_ML_MAX_MIBPS):
+            _fail(self.key("throughputMiBps"), self.throughputMiBps,
+                  f"Hyperdisk ML takes {catalog.HYPERDISK_ML_MIN_MIBPS}-{catalog.HYPERDISK_ML_MAX_MIBPS} MiB/s")
+        return self
+
+
+class ModelConfig(Section):
+    prefix: ClassVar[str] = "model"
+    contextLength: Optional[int] = Field(
+        None, description="Served context length (default: 1048576 on gpu, 491520 = 480K on tpu as the seed says).")
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelConfig:
+        limit = catalog.KIMI.max_positions
+        if self.contextLength is not None and not 1024 <= self.contextLength <= limit:
+            _fail(self.key("contextLength"), self.contextLength,
+                  f"must be 1024-{limit} (the model's max_position_embeddings)")
+        return self
+
+
+SECTIONS: dict[str, type[Section]] = {
+    cls.prefix: cls for cls in (GcpConfig, NetworkConfig, ClusterConfig, SystemPoolConfig, TransferPoolConfig,
+                                GpuConfig, TpuConfig, KubernetesConfig, StorageConfig, ModelConfig)
+}
+
+
+class StackConfig(BaseModel):
+    """The whole stack's settings. `track` picks the composition; the stack's name plays no part."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    track: Literal["gpu", "tpu"] = Field(
+        description="Accelerator track: gpu (A4X Max + vLLM) or tpu (Ironwood + SGLang).")
+    gcp: GcpConfig
+    network: NetworkConfig = NetworkConfig()
+    cluster: ClusterConfig
+    systemPool: SystemPoolConfig = SystemPoolConfig()
+    transferPool: TransferPoolConfig = TransferPoolConfig()
+    gpu: GpuConfig = GpuConfig()
+    tpu: TpuConfig = TpuConfig(spot=True)
+    kubernetes: KubernetesConfig = KubernetesConfig()
+    storage: StorageConfig = StorageConfig()
+    model: ModelConfig = ModelConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _track_defaults(cls, data: Any) -> Any:
+        # The section of the other track is not validated for requirements it only has when used.
+        if isinstance(data, dict) and data.get("track") == "gpu":
+            data.setdefault("tpu", {"spot": True})
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> StackConfig:
+        if self.track == "gpu":
+            machine = self.gpu.spec
+            if machine.reservation_only and not self.gpu.reservation:
+                _fail("gpu.reservation", None, f"{machine.machine_type} is reservation-only: set the name of "
+                                               "your specific reservation")
+            zones = machine.zones
+        else:
+            zones = catalog.IRONWOOD.zones
+        if self.gcp.zone not in zones:
+            machine = self.gpu.spec if self.track == "gpu" else catalog.IRONWOOD
+            _fail("gcp.zone", self.gcp.zone, f"{machine.machine_type} is offered in {', '.join(zones)} "
+                                             f"(source: {machine.zones_source})")
+        _check_name("cluster.name", self.cluster_name, 40)
+        _check_name("cluster.name", f"{self.cluster_name}-nodes", 30)
+        return self
+
+    @property
+    def cluster_name(self) -> str:
+        return self.cluster.name or f"{catalog.GUIDE_NAME}-{self.track}"
+
+    @property
+    def bucket_name(self) -> str:
+        return self.storage.bucketName or f"{self.gcp.project}-{catalog.GUIDE_NAME}-weights"
+
+    @property
+    def context_length(self) -> int:
+        return self.model.contextLength or (catalog.KIMI.max_positions if self.track == "gpu" else 480 * 1024)
+
+
+# --------------------------------------------------------------------------- loading
+def declared_keys() -> dict[str, tuple[str, Any, type]]:
+    """Every user key -> (description, default or None, Python type); the source of Pulumi.yaml's schema."""
+    keys: dict[str, tuple[str, Any, type]] = {
+        "track": (StackConfig.model_fields["track"].description, None, str),
+    }
+    for prefix, section in SECTIONS.items():
+        for field, info in section.model_fields.items():
+            default = None if info.is_required() else info.default
+            keys[f"{prefix}.{field}"] = (info.description, default, info.annotation)
+    return keys
+
+
+def _nest(raw: dict[str, Any]) -> dict[str, Any]:
+    """Flat `section.key` strings (as Pulumi hands them over) -> nested dict for the models."""
+    nested: dict[str, Any] = {}
+    known = declared_keys()
+    for key, value in raw.items():
+        if key in SECRET_KEYS:
+            continue
+        if key not in known:
+            close = difflib.get_close_matches(key, list(known) + list(SECRET_KEYS), n=1)
+            hint = f"did you mean {PROJECT}:{close[0]}?" if close else "see the config table in README.md"
+            raise ConfigError(key, value, f"unknown key; {hint}")
+        annotation = known[key][2]
+        if isinstance(value, str) and "list" in str(annotation):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                raise ConfigError(key, value, "expected a list, e.g. [\"203.0.113.7/32\"]") from None
+        if value in ("", "0", 0) and type(None) in typing.get_args(annotation):
+            value = None  # Pulumi.yaml's stand-in default for "unset" (see tools/schema.py)
+        section, _, field = key.partition(".")
+        if field:
+            nested.setdefault(section, {})[field] = value
+        else:
+            nested[key] = value
+    return nested
+
+
+def _describe_pydantic(err: ValidationError, raw: dict[str, Any]) -> ConfigError:
+    first = err.errors()[0]
+    loc = [str(p) for p in first["loc"]]
+    key = ".".join(loc) if loc else "track"
+    value = raw.get(key)
+    kind = first["type"]
+    if kind == "missing":
+        info = declared_keys().get(key)
+        return ConfigError(key, None, f"required: {info[0] if info else 'set this key'}")
+    if kind == "extra_forbidden":
+        return ConfigError(key, value, "unknown key; see the config table in README.md")
+    ctx = first.get("ctx") or {}
+    if "expected" in ctx:
+        return ConfigError(key, value, f"expected one of {ctx['expected']}")
+    return ConfigError(key, value, first["msg"].lower())
+
+
+def parse_config(raw: dict[str, Any]) -> StackConfig:
+    """Validate a flat map of project keys (namespace stripped) into a StackConfig or raise ConfigError."""
+    try:
+        return StackConfig.model_validate(_nest(raw))
+    except ValidationError as err:
+        raise _describe_pydantic(err, raw) from None
+
+
+def raw_project_config() -> dict[str, Any]:
+    """All `kimi-k3-1:*` keys given to this program run, with the namespace stripped.
+
+    Pulumi hands config to the language host as a map (set via `set_all_config` or the
+    PULUMI_CONFIG environment variable); `pulumi.Config` can only look keys up, not list them,
+    and listing is what lets unknown keys be rejected.
+    """
+    from pulumi.runtime import config as runtime_config
+
+    merged = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    prefix = f"{PROJECT}:"
+    return {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
+
+
+def load_config() -> StackConfig:
+    raw = raw_project_config()
+    for key in SECRET_KEYS:
+        if not raw.get(key):
+            raise ConfigError(key, None, f"required secret: pulumi config set --secret {key} <value>")
+    return parse_config(raw)

@@ -1,0 +1,23 @@
+"""Names and labels shared by every Google Cloud resource of a stack."""
+
+from __future__ import annotations
+
+import re
+
+from . import catalog
+from .config import StackConfig
+
+
+def label_value(text: str) -> str:
+    """GCP label values: lowercase letters, digits, '-' and '_', at most 63 characters."""
+    return re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
+
+
+def resource_labels(cfg: StackConfig, stack: str) -> dict[str, str]:
+    """Labels on every billable resource, so a stack's spend and leftovers can be found by label."""
+    return {
+        "llm-d-guide": catalog.GUIDE_NAME,
+        "accelerator-track": cfg.track,
+        "pulumi-stack": label_value(stack),
+        "managed-by": "pulumi",
+    }

@@ -1,0 +1,1 @@
+"""Developer tools: the offline plan (`plan`, `render`, `mocks`), the config schema writer and benchmarks."""
