@@ -1,0 +1,17 @@
+"""Pulumi entry point: validate the stack's config, then compose the track it names.
+
+`pulumi up` and the offline plan (`make plan`) both run exactly this file.
+"""
+
+import pulumi
+
+from components.config import ConfigError, load_config
+from stacks import compose
+
+try:
+    config = load_config()
+except ConfigError as err:
+    # RunError ends the program with this one line and no traceback; nothing has been registered.
+    raise pulumi.RunError(str(err)) from None
+
+compose(config)

@@ -1,0 +1,272 @@
+"""Node pools: a CPU system pool, the Volume Populator transfer pool, and the accelerator pools.
+
+Accelerator pools sit in one zone, reference a regional HIGH_THROUGHPUT workload policy that fixes
+their interconnect topology, and consume a specific reservation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional
+
+import pulumi
+import pulumi_gcp as gcp
+
+from . import catalog
+from .base import Args, Component, StrInput
+
+POOL_TIMEOUTS = pulumi.CustomTimeouts(create="120m", update="120m", delete="60m")
+"""Accelerator pools take long to create and drain; TF default is 2 h since 7.42 (pulumi.md §3)."""
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+
+class PoolCommon(Args):
+    """What every pool of the cluster shares."""
+
+    cluster: StrInput
+    """Cluster id the pool joins."""
+    project: str
+    region: str
+    zone: str
+    service_account: StrInput
+    labels: dict[str, str]
+    name_prefix: str
+    """Prefix of project-level names (workload policies), unique per stack: the cluster name."""
+
+
+def _taint(spec: tuple[str, str, str]) -> gcp.container.NodePoolNodeConfigTaintArgs:
+    key, value, effect = spec
+    return gcp.container.NodePoolNodeConfigTaintArgs(key=key, value=value, effect=effect)
+
+
+def _node_config(common: PoolCommon, **fields) -> gcp.container.NodePoolNodeConfigArgs:
+    """Node config every pool shares: own service account, Workload Identity metadata server, COS."""
+    return gcp.container.NodePoolNodeConfigArgs(
+        service_account=common.service_account,
+        oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+        workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
+        image_type="COS_CONTAINERD",
+        resource_labels=common.labels,
+        **fields,
+    )
+
+
+def _reservation(project: str, name: str, block: Optional[str] = None,
+                 sub_block: Optional[str] = None) -> gcp.container.NodePoolNodeConfigReservationAffinityArgs:
+    """SPECIFIC_RESERVATION affinity; without it a specific-only reservation is not used (gke.md §2.2)."""
+    path = name if name.startswith("projects/") else f"projects/{project}/reservations/{name}"
+    if block:
+        path += f"/reservationBlocks/{block}"
+    if sub_block:
+        path += f"/reservationSubBlocks/{sub_block}"
+    return gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+        consume_reservation_type="SPECIFIC_RESERVATION", key=catalog.RESERVATION_AFFINITY_KEY, values=[path])
+
+
+def _management() -> gcp.container.NodePoolManagementArgs:
+    # Node upgrades are blocked by the cluster's maintenance exclusion; repair stays on.
+    return gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True)
+
+
+class CpuPoolArgs(Args):
+    pool_name: str
+    machine_type: str
+    node_count: int
+    labels: dict[str, str] = {}
+    """Kubernetes node labels."""
+    taints: tuple[tuple[str, str, str], ...] = ()
+
+
+class CpuPools(Component):
+    """The system pool (controllers, router, monitoring) and the Volume Populator transfer pool.
+
+    On Standard without node auto-provisioning the transfer Job only schedules on a pool labelled
+    and tainted with its compute class (gke.md §4).
+    """
+
+    def __init__(self, name: str, common: PoolCommon, pools: Sequence[CpuPoolArgs],
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gke", "CpuPools", name, opts)
+        self.pools = {
+            pool.pool_name: gcp.container.NodePool(
+                f"{name}-{pool.pool_name}",
+                name=pool.pool_name,
+                cluster=common.cluster,
+                project=common.project,
+                location=common.region,
+                node_locations=[common.zone],
+                node_count=pool.node_count,
+                management=_management(),
+                node_config=_node_config(
+                    common,
+                    machine_type=pool.machine_type,
+                    disk_type="pd-balanced",
+                    disk_size_gb=100,
+                    labels=pool.labels or None,
+                    taints=[_taint(t) for t in pool.taints] or None,
+                    shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+                        enable_secure_boot=True, enable_integrity_monitoring=True),
+                ),
+                opts=self.child(custom_timeouts=POOL_TIMEOUTS),
+            )
+            for pool in pools
+        }
+        self.finish(pools=[p.name for p in self.pools.values()])
+
+
+def transfer_pool(machine_type: str, node_count: int) -> CpuPoolArgs:
+    label = catalog.COMPUTE_CLASS_LABEL
+    value = catalog.VOLUME_POPULATOR_COMPUTE_CLASS
+    return CpuPoolArgs(pool_name="weights-transfer", machine_type=machine_type, node_count=node_count,
+                       labels={label: value}, taints=((label, value, "NO_SCHEDULE"),))
+
+
+class WorkloadPolicyArgs(Args):
+    name: str
+    project: str
+    region: str
+    accelerator_topology: str
+
+
+def workload_policy(name: str, args: WorkloadPolicyArgs, opts: pulumi.ResourceOptions) -> gcp.compute.ResourcePolicy:
+    """Regional HIGH_THROUGHPUT workload policy; its accelerator topology defines the interconnect domain."""
+    return gcp.compute.ResourcePolicy(
+        name,
+        name=args.name,
+        project=args.project,
+        region=args.region,
+        workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
+            type=catalog.WORKLOAD_POLICY_TYPE, accelerator_topology=args.accelerator_topology),
+        opts=opts,
+    )
+
+
+class GpuNodePoolArgs(Args):
+    pool_name: str
+    machine: catalog.GpuMachine
+    node_count: int
+    """Sum of all prefill and decode group nodes; at most one NVL72 domain (18)."""
+    reservation_project: str
+    reservation: str
+    reservation_block: Optional[str] = None
+    reservation_sub_block: Optional[str] = None
+
+
+class GpuNodePool(Component):
+    """A4X Max (or A4X) pool inside one NVL72 `1x72` domain, with GKE-managed DRANET for RDMA."""
+
+    def __init__(self, name: str, common: PoolCommon, args: GpuNodePoolArgs,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gke", "GpuNodePool", name, opts)
+        if args.node_count > catalog.NVL72_MAX_NODES:
+            raise ValueError(f"{args.node_count} nodes exceed one NVL72 domain ({catalog.NVL72_MAX_NODES})")
+        machine = args.machine
+        self.policy = workload_policy(
+            f"{name}-policy",
+            WorkloadPolicyArgs(name=f"{common.name_prefix}-{catalog.NVL72_TOPOLOGY}", project=common.project,
+                               region=common.region, accelerator_topology=catalog.NVL72_TOPOLOGY),
+            self.child(),
+        )
+        self.pool = gcp.container.NodePool(
+            f"{name}-pool",
+            name=args.pool_name,
+            cluster=common.cluster,
+            project=common.project,
+            location=common.region,
+            node_locations=[common.zone],
+            node_count=args.node_count,
+            management=_management(),
+            # Cluster Toolkit's A4X Max blueprint: COMPACT type naming the workload policy, no tpu_topology.
+            placement_policy=gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", policy_name=self.policy.name),
+            network_config=gcp.container.NodePoolNetworkConfigArgs(
+                accelerator_network_profile=catalog.ACCELERATOR_NETWORK_PROFILE),
+            node_config=_node_config(
+                common,
+                machine_type=machine.machine_type,
+                # A4X machines attach no Persistent Disk; boot from Hyperdisk Balanced (gke.md §1.1).
+                disk_type="hyperdisk-balanced",
+                disk_size_gb=500,
+                guest_accelerators=[gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
+                    type=machine.accelerator,
+                    count=machine.gpus_per_node,
+                    # GB300 needs driver >= R580.95.05; AICR installs `latest` (gke.md §1.1, §8.3).
+                    gpu_driver_installation_config=gcp.container
+                    .NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(gpu_driver_version="LATEST"),
+                )],
+                labels=dict(catalog.DRANET_NODE_LABELS),
+                taints=[_taint(catalog.GPU_TAINT)],
+                linux_node_config=gcp.container.NodePoolNodeConfigLinuxNodeConfigArgs(
+                    hugepages_config=gcp.container.NodePoolNodeConfigLinuxNodeConfigHugepagesConfigArgs(
+                        hugepage_size2m=catalog.HUGEPAGES_2M)),
+                reservation_affinity=_reservation(args.reservation_project, args.reservation,
+                                                  args.reservation_block, args.reservation_sub_block),
+            ),
+            opts=self.child(
+                custom_timeouts=POOL_TIMEOUTS,
+                # A fully consumed reservation cannot hold the old and the new pool at once.
+                delete_before_replace=True,
+            ),
+        )
+        self.finish(pool=self.pool.name, policy=self.policy.name)
+
+
+class TpuSlicesArgs(Args):
+    pool_prefix: str
+    topology: str
+    slices: int
+    hosts_per_slice: int
+    reservation_project: str
+    reservation: Optional[str] = None
+    spot: bool = False
+
+
+class TpuSlices(Component):
+    """Ironwood slices: one node pool per slice, sharing one HIGH_THROUGHPUT workload policy.
+
+    tpu7x rejects COMPACT group placement; the pool names the workload policy and its topology, and
+    GKE reads the placement policy back without a type, so the field is guarded against a diff that
+    would otherwise replace the pools on every apply (gke.md §1.4, §8.1).
+    """
+
+    def __init__(self, name: str, common: PoolCommon, args: TpuSlicesArgs,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gke", "TpuSlices", name, opts)
+        self.policy = workload_policy(
+            f"{name}-policy",
+            WorkloadPolicyArgs(name=f"{common.name_prefix}-{args.topology}", project=common.project,
+                               region=common.region, accelerator_topology=args.topology),
+            self.child(),
+        )
+        self.pools = [
+            gcp.container.NodePool(
+                f"{name}-{i}",
+                name=f"{args.pool_prefix}-{i}",
+                cluster=common.cluster,
+                project=common.project,
+                location=common.region,
+                node_locations=[common.zone],
+                # A multi-host slice is all of its hosts or nothing: node count equals the slice's host count.
+                node_count=args.hosts_per_slice,
+                management=_management(),
+                placement_policy=gcp.container.NodePoolPlacementPolicyArgs(
+                    type="", policy_name=self.policy.name, tpu_topology=args.topology),
+                node_config=_node_config(
+                    common,
+                    machine_type=catalog.IRONWOOD.machine_type,
+                    disk_type="hyperdisk-balanced",
+                    disk_size_gb=500,
+                    gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+                    taints=[_taint(catalog.TPU_TAINT)],
+                    spot=args.spot or None,
+                    reservation_affinity=(_reservation(args.reservation_project, args.reservation)
+                                          if args.reservation else None),
+                ),
+                opts=self.child(
+                    custom_timeouts=POOL_TIMEOUTS,
+                    delete_before_replace=True,
+                    ignore_changes=["placementPolicy"],
+                ),
+            )
+            for i in range(args.slices)
+        ]
+        self.finish(pools=[p.name for p in self.pools], policy=self.policy.name)

@@ -1,0 +1,60 @@
+"""Regional checkpoint bucket, readable only by the weight-transfer identity."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import pulumi_gcp as gcp
+
+from .base import Args, Component, StrInput
+
+CHECKPOINT_READER_ROLE = "roles/storage.objectViewer"
+"""Role the Volume Populator guide grants on the bucket (gke.md §4)."""
+
+
+class CheckpointBucketArgs(Args):
+    name: str
+    project: str
+    location: str
+    """Region of the cluster: the transfer into Hyperdisk ML stays in-region."""
+    soft_delete_days: int
+    """0 turns soft delete off; otherwise 7-90 days."""
+    delete_on_destroy: bool
+    """False keeps the bucket (and its 1.56 TB copy) when the stack is destroyed."""
+    readers: tuple[StrInput, ...] = ()
+    """IAM members granted object read."""
+    labels: dict[str, str]
+
+
+class CheckpointBucket(Component):
+    """The checkpoint copy is expensive to re-stage, so destroy keeps it unless asked otherwise."""
+
+    def __init__(self, name: str, args: CheckpointBucketArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("storage", "CheckpointBucket", name, opts)
+        self.bucket = gcp.storage.Bucket(
+            f"{name}-bucket",
+            name=args.name,
+            project=args.project,
+            location=args.location.upper(),
+            storage_class="STANDARD",
+            uniform_bucket_level_access=True,
+            public_access_prevention="enforced",
+            soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(
+                retention_duration_seconds=args.soft_delete_days * 86400),
+            force_destroy=args.delete_on_destroy,
+            labels=args.labels,
+            opts=self.child(retain_on_delete=not args.delete_on_destroy),
+        )
+        self.grants = [
+            gcp.storage.BucketIAMMember(
+                f"{name}-reader-{i}",
+                bucket=self.bucket.name,
+                role=CHECKPOINT_READER_ROLE,
+                member=member,
+                opts=self.child(),
+            )
+            for i, member in enumerate(args.readers)
+        ]
+        self.uri = pulumi.Output.concat("gs://", self.bucket.name)
+        self.finish(uri=self.uri)
