@@ -1,0 +1,151 @@
+"""Pulumi mock engine for the offline plan: realistic provider outputs and a recording monitor.
+
+The monitor keeps each RegisterResource request as the engine would receive it (parent, explicit
+and implicit dependencies, options, serialized inputs with secrets still marked), so the plan shows
+what `pulumi up` would send, not what the mocks make of it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from pulumi.runtime import mocks
+
+PROJECT_NUMBER = "123456789012"
+"""Stand-in project number; realistic shape so Workload Identity principals resolve."""
+GKE_MASTER_VERSION = "1.35.1-gke.1396000"
+"""What the mocked `getEngineVersions` reports as the newest master version on the pinned line."""
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()
+
+
+@dataclass
+class Registration:
+    urn: str
+    type: str
+    name: str
+    parent_urn: str
+    custom: bool
+    remote: bool
+    provider_ref: str
+    dependencies: list[str]
+    inputs: dict[str, Any]
+    options: dict[str, Any]
+
+
+@dataclass
+class Recording:
+    registrations: list[Registration] = field(default_factory=list)
+
+
+def _options(request: Any) -> dict[str, Any]:
+    """Resource options that change what the engine does, keeping only those set."""
+    options: dict[str, Any] = {}
+    if request.protect:
+        options["protect"] = True
+    if request.retainOnDelete:
+        options["retainOnDelete"] = True
+    if request.deleteBeforeReplace:
+        options["deleteBeforeReplace"] = True
+    if list(request.ignoreChanges):
+        options["ignoreChanges"] = sorted(request.ignoreChanges)
+    if list(request.additionalSecretOutputs):
+        options["additionalSecretOutputs"] = sorted(request.additionalSecretOutputs)
+    timeouts = request.customTimeouts
+    if timeouts.create or timeouts.update or timeouts.delete:
+        options["customTimeouts"] = {k: v for k, v in
+                                     (("create", timeouts.create), ("update", timeouts.update),
+                                      ("delete", timeouts.delete)) if v}
+    return options
+
+
+class RecordingMonitor(mocks.MockMonitor):
+    def __init__(self, mock: mocks.Mocks, recording: Recording):
+        super().__init__(mock)
+        self.recording = recording
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self.recording.registrations.append(Registration(
+                urn=response.urn,
+                type=request.type,
+                name=request.name,
+                parent_urn=request.parent,
+                custom=bool(request.custom),
+                remote=bool(request.remote),
+                provider_ref=request.provider,
+                dependencies=list(request.dependencies),
+                inputs=json_format.MessageToDict(request.object),
+                options=_options(request),
+            ))
+        return response
+
+
+class PlanMocks(mocks.Mocks):
+    """Provider stand-ins: ids, self links, emails and endpoints shaped like the real ones."""
+
+    def __init__(self, project: str):
+        self.project = project
+
+    def call(self, args: mocks.MockCallArgs):
+        if args.token == "gcp:organizations/getProject:getProject":
+            project = args.args.get("projectId") or self.project
+            return {"projectId": project, "number": PROJECT_NUMBER, "name": project,
+                    "id": f"projects/{project}"}
+        if args.token == "gcp:container/getEngineVersions:getEngineVersions":
+            return {"latestMasterVersion": GKE_MASTER_VERSION, "latestNodeVersion": GKE_MASTER_VERSION,
+                    "defaultClusterVersion": GKE_MASTER_VERSION,
+                    "validMasterVersions": [GKE_MASTER_VERSION], "validNodeVersions": [GKE_MASTER_VERSION],
+                    "releaseChannelDefaultVersion": {}, "releaseChannelLatestVersion": {},
+                    "releaseChannelUpgradeTargetVersion": {}}
+        raise NotImplementedError(f"offline plan has no mock for invoke {args.token}; add one in tools/mocks.py")
+
+    def new_resource(self, args: mocks.MockResourceArgs):
+        state = dict(args.inputs)
+        name = state.get("name") or args.name
+        project = state.get("project", self.project)
+        kind = args.typ
+        compute = f"https://www.googleapis.com/compute/v1/projects/{project}"
+        if kind.startswith("kubernetes:") and not kind.startswith("pulumi:"):
+            return f"{args.name}", state
+        if kind == "gcp:compute/network:Network":
+            rid = f"projects/{project}/global/networks/{name}"
+            state.update(selfLink=f"{compute}/global/networks/{name}")
+        elif kind in ("gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router",
+                      "gcp:compute/resourcePolicy:ResourcePolicy"):
+            collection = {"Subnetwork": "subnetworks", "Router": "routers", "ResourcePolicy": "resourcePolicies"}
+            plural = collection[kind.rsplit(":", 1)[1]]
+            rid = f"projects/{project}/regions/{state.get('region')}/{plural}/{name}"
+            state.update(selfLink=f"{compute}/regions/{state.get('region')}/{plural}/{name}")
+        elif kind == "gcp:container/cluster:Cluster":
+            rid = f"projects/{project}/locations/{state.get('location')}/clusters/{name}"
+            octet = int(_digest(name)[:2], 16) % 200 + 20
+            state.update(
+                endpoint=f"34.118.{octet}.2",
+                masterVersion=state.get("minMasterVersion", GKE_MASTER_VERSION),
+                selfLink=f"https://container.googleapis.com/v1/{rid}",
+                masterAuth={"clusterCaCertificate": base64.b64encode(
+                    f"mock CA of {name}".encode()).decode()},
+            )
+        elif kind == "gcp:container/nodePool:NodePool":
+            rid = f"{state.get('location')}/{state.get('cluster', '').rsplit('/', 1)[-1]}/{name}"
+        elif kind == "gcp:serviceaccount/account:Account":
+            email = f"{state['accountId']}@{project}.iam.gserviceaccount.com"
+            rid = f"projects/{project}/serviceAccounts/{email}"
+            state.update(email=email, member=f"serviceAccount:{email}",
+                         uniqueId=str(int(_digest(email)[:15], 16)))
+        elif kind == "gcp:storage/bucket:Bucket":
+            rid = name
+            state.update(url=f"gs://{name}", selfLink=f"https://www.googleapis.com/storage/v1/b/{name}")
+        elif kind == "gcp:projects/service:Service":
+            rid = f"{project}/{state.get('service')}"
+        else:
+            rid = f"{name}-{_digest(kind, args.name)[:8]}" if args.custom else ""
+        return rid, state

@@ -1,0 +1,114 @@
+"""Offline plan: render stacks with the real program under Pulumi's mock engine, no cloud needed.
+
+    python -m tools.plan                 # every Pulumi.<stack>.yaml beside Pulumi.yaml
+    python -m tools.plan --stack gpu     # one stack
+    python -m tools.plan --stack-file path/to/Pulumi.x.yaml   # a stack file kept elsewhere
+
+Writes build/plan/<stack>/{resources.json, manifests.yaml, outputs.json, summary.txt} (format:
+docs/plan-format.md) and prints a short summary. All stacks render first; files are written only
+if every one succeeded, and each stack folder is swapped in whole, so a failed run leaves the
+previous plan untouched and no partial output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "build" / "plan"
+
+
+def discover_stacks() -> list[Path]:
+    return sorted(ROOT.glob("Pulumi.*.yaml"))
+
+
+def stack_name(path: Path) -> str:
+    return path.name[len("Pulumi."):-len(".yaml")]
+
+
+def render_stack(stack_file: Path) -> tuple[str, dict[str, Any] | None, str]:
+    """Each stack renders in its own interpreter: the Pulumi runtime keeps one program per process."""
+    stack = stack_name(stack_file)
+    proc = subprocess.run([sys.executable, "-m", "tools.render", str(stack_file)], cwd=ROOT,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return stack, None, proc.stderr.strip() or f"render exited {proc.returncode}"
+    return stack, json.loads(proc.stdout), proc.stderr.strip()
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_stack(folder: Path, document: dict[str, Any]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "resources.json").write_text(_json(document["resources"]))
+    (folder / "manifests.yaml").write_text(
+        yaml.safe_dump_all(document["manifests"], sort_keys=True, default_flow_style=False, width=120)
+        if document["manifests"] else "")
+    (folder / "outputs.json").write_text(_json(document["outputs"]))
+    (folder / "summary.txt").write_text("\n".join(document["summary"]) + "\n")
+
+
+def summarize(stack: str, document: dict[str, Any]) -> list[str]:
+    resources = document["resources"]
+    custom = sum(1 for r in resources if not r["type"].startswith("kimi:"))
+    lines = [f"{stack}: {len(resources)} resources ({custom} cloud/provider objects, "
+             f"{len(resources) - custom} components), {len(document['manifests'])} Kubernetes manifests"]
+    return lines + [f"  {line}" for line in document["summary"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stack", action="append", default=[], help="stack to render (repeatable; default: all)")
+    parser.add_argument("--stack-file", action="append", default=[], type=Path, help="stack file to render")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: build/plan)")
+    parser.add_argument("--quiet", action="store_true", help="print errors only")
+    args = parser.parse_args(argv)
+    stacks = [ROOT / f"Pulumi.{name}.yaml" for name in args.stack] + [p.resolve() for p in args.stack_file]
+    stacks = stacks or discover_stacks()
+    missing = [p for p in stacks if not p.is_file()]
+    if missing or not stacks:
+        print(f"error: no stack file {missing[0] if missing else 'Pulumi.<stack>.yaml'}", file=sys.stderr)
+        return 2
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(render_stack, stacks))
+    failed = [(stack, message) for stack, document, message in results if document is None]
+    for stack, message in failed:
+        print(f"plan {stack}: {message}", file=sys.stderr)
+    if failed:
+        return 1
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=args.out))
+    try:
+        for stack, document, _ in results:
+            write_stack(staging / stack, document)
+        for stack, _, _ in results:
+            target = args.out / stack
+            if target.exists():
+                shutil.rmtree(target)
+            (staging / stack).rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+    if not args.quiet:
+        for stack, document, _ in results:
+            print("\n".join(summarize(stack, document)))
+        print(f"plan written to {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

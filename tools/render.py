@@ -1,0 +1,198 @@
+"""Render one stack under Pulumi's mock engine; the child process behind `tools.plan`.
+
+Runs `__main__.py` (the same code path as `pulumi up`) with a stack file's config and prints one
+JSON document on stdout: {"resources": [...], "manifests": [...], "outputs": {...}, "summary": [...]}.
+A user error in config prints one `error:` line on stderr and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "[secret]"
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+SIG_KEY = "4dabf18193072939515e22adb298388d"
+COMPONENT_KUBERNETES_TYPES = ("kubernetes:helm.sh/", "kubernetes:yaml/", "kubernetes:kustomize/")
+
+
+class PlanError(Exception):
+    """The program registered something the plan cannot render faithfully."""
+
+
+def project_file() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+
+
+def stack_config(path: Path, project: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """Config as Pulumi hands it to a program: string values, objects and arrays as JSON.
+
+    `secure:` values are never decrypted; they, and every key the project declares `secret: true`,
+    become the placeholder "[secret]" and are marked secret.
+    """
+    if not path.is_file():
+        raise SystemExit(f"error: no stack file {path.name}")
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise SystemExit(f"error: {path.name} is not valid YAML: {str(err).splitlines()[0]}") from None
+    raw = document.get("config") or {}
+    if not isinstance(raw, dict):
+        raise SystemExit(f"error: {path.name}: 'config' must be a mapping of keys to values")
+    name = project["name"]
+    declared_secret = {f"{name}:{k}" for k, v in (project.get("config") or {}).items()
+                       if isinstance(v, dict) and v.get("secret")}
+    config: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in raw.items():
+        if ":" not in key:
+            key = f"{name}:{key}"
+        if (isinstance(value, dict) and set(value) == {"secure"}) or key in declared_secret:
+            config[key] = SECRET
+            secret_keys.append(key)
+        elif isinstance(value, bool):
+            config[key] = "true" if value else "false"
+        elif isinstance(value, (dict, list)):
+            config[key] = json.dumps(value)
+        else:
+            config[key] = str(value)
+    return config, sorted(secret_keys)
+
+
+def _clean(value: Any, path: str) -> Any:
+    """Engine wire format -> plain JSON: secrets masked, resource refs by URN, integral floats as ints."""
+    if isinstance(value, dict):
+        sig = value.get(SIG_KEY)
+        if sig == SECRET_SIG:
+            return SECRET
+        if sig == RESOURCE_SIG:
+            return value.get("id") or value.get("urn")
+        return {k: _clean(v, f"{path}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if value == UNKNOWN:
+        raise PlanError(f"input {path} is unknown under the mocks; return it from tools/mocks.py")
+    return value
+
+
+def _manifest(resource: dict[str, Any]) -> dict[str, Any] | None:
+    """A Kubernetes object the program creates directly, as `kubectl apply` would take it."""
+    kind_type = resource["type"]
+    if not kind_type.startswith("kubernetes:") or kind_type.startswith(COMPONENT_KUBERNETES_TYPES):
+        return None
+    inputs = resource["inputs"]
+    manifest = {k: inputs[k] for k in ("apiVersion", "kind", "metadata") if k in inputs}
+    manifest.update({k: v for k, v in inputs.items() if k not in manifest})
+    return manifest
+
+
+def stack_name(path: Path) -> str:
+    return path.name[len("Pulumi."):-len(".yaml")]
+
+
+def render(stack_file: Path) -> dict[str, Any]:
+    stack = stack_name(stack_file)
+    os.chdir(ROOT)
+    sys.path.insert(0, str(ROOT))
+    import pulumi
+    import pulumi.resource as pulumi_resource
+    from google.protobuf import json_format
+    from pulumi.runtime import config as runtime_config
+    from pulumi.runtime import mocks, rpc
+    from pulumi.runtime import settings as runtime_settings
+    from pulumi.runtime import stack as runtime_stack
+
+    from tools.mocks import PlanMocks, Recording, RecordingMonitor
+
+    # Registration order is the order the program constructs resources in; the RPCs themselves run
+    # on worker threads and reach the monitor in varying order.
+    construction_order: dict[tuple[str, str], int] = {}
+    register = pulumi_resource.register_resource
+
+    def register_in_order(res, ty, name, *args, **kwargs):
+        construction_order.setdefault((ty, name), len(construction_order))
+        return register(res, ty, name, *args, **kwargs)
+
+    pulumi_resource.register_resource = register_in_order
+
+    project = project_file()
+    config, secret_keys = stack_config(stack_file, project)
+    runtime_config.set_all_config(config, secret_keys)
+    os.environ.pop("PULUMI_CONFIG", None)
+    gcp_project = config.get(f"{project['name']}:gcp.project", "project")
+    recording = Recording()
+    monitor = RecordingMonitor(PlanMocks(gcp_project), recording)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    mocks.set_mocks(PlanMocks(gcp_project), project=project["name"], stack=stack, preview=False, monitor=monitor)
+    try:
+        runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+        loop.run_until_complete(runtime_stack.wait_for_rpcs())
+        outputs = loop.run_until_complete(
+            rpc.serialize_properties(runtime_settings.get_root_resource().outputs, {}))
+    except pulumi.RunError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+    names = {r.urn: r.name for r in recording.registrations}
+    by_type_name: set[tuple[str, str]] = set()
+    resources = []
+    registrations = sorted(recording.registrations, key=lambda r: construction_order[(r.type, r.name)])
+    for reg in registrations:
+        if (reg.type, reg.name) in by_type_name:
+            raise PlanError(f"{reg.type} {reg.name} registered twice")
+        by_type_name.add((reg.type, reg.name))
+        entry: dict[str, Any] = {
+            "type": reg.type,
+            "name": reg.name,
+            "parent": names.get(reg.parent_urn),
+            "dependsOn": sorted({names[u] for u in reg.dependencies if u in names}),
+            "inputs": _clean(reg.inputs, reg.name),
+        }
+        options = dict(reg.options)
+        if reg.provider_ref:
+            # A provider reference is "<provider urn>::<provider id>".
+            options["provider"] = names.get(reg.provider_ref.rsplit("::", 1)[0], reg.provider_ref)
+        if options:
+            entry["options"] = options
+        resources.append(entry)
+
+    sys.path.insert(0, str(ROOT))
+    from components.config import load_config
+    from stacks import summary_lines
+
+    return {
+        "resources": resources,
+        "manifests": [m for m in map(_manifest, resources) if m is not None],
+        "outputs": _clean(json_format.MessageToDict(outputs), "outputs"),
+        "summary": summary_lines(load_config()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("stack_file", type=Path, help="a Pulumi.<stack>.yaml file")
+    args = parser.parse_args()
+    try:
+        document = render(args.stack_file.resolve())
+    except PlanError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(3) from None
+    json.dump(document, sys.stdout, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main()
