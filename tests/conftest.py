@@ -1,0 +1,85 @@
+"""Fixtures: the offline plan of the committed stacks, rendered once per session, and shared/ facts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("KIMI_SHARED_DIR", ROOT.parent / "shared"))
+STACKS = ("gpu", "tpu")
+
+
+def run_plan(out: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tools.plan", "--quiet", "--out", str(out), *args],
+                          cwd=ROOT, capture_output=True, text=True)
+
+
+class Plan:
+    """One rendered stack: resources.json, manifests.yaml and outputs.json, with lookups."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.resources: list[dict[str, Any]] = json.loads((folder / "resources.json").read_text())
+        self.manifests: list[dict[str, Any]] = [
+            m for m in yaml.safe_load_all((folder / "manifests.yaml").read_text()) if m]
+        self.outputs: dict[str, Any] = json.loads((folder / "outputs.json").read_text())
+        self.summary = (folder / "summary.txt").read_text()
+
+    def of_type(self, type_token: str) -> list[dict[str, Any]]:
+        return [r for r in self.resources if r["type"] == type_token]
+
+    def one(self, type_token: str, name: str | None = None) -> dict[str, Any]:
+        found = [r for r in self.of_type(type_token) if name is None or r["name"] == name]
+        assert len(found) == 1, f"expected one {type_token} {name or ''}, found {[r['name'] for r in found]}"
+        return found[0]
+
+    def named(self, name: str) -> dict[str, Any]:
+        return next(r for r in self.resources if r["name"] == name)
+
+
+@pytest.fixture(scope="session")
+def plan_root(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("plan")
+    proc = run_plan(out)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def plans(plan_root) -> dict[str, Plan]:
+    return {stack: Plan(plan_root / stack) for stack in STACKS}
+
+
+@pytest.fixture(scope="session")
+def gpu(plans) -> Plan:
+    return plans["gpu"]
+
+
+@pytest.fixture(scope="session")
+def tpu(plans) -> Plan:
+    return plans["tpu"]
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    if not (SHARED / "crds").is_dir():
+        pytest.skip(f"shared facts folder not found at {SHARED} (set KIMI_SHARED_DIR)")
+    return SHARED
+
+
+def stack_document(stack: str) -> dict[str, Any]:
+    return yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+
+
+def write_stack(folder: Path, name: str, config: dict[str, Any]) -> Path:
+    path = folder / f"Pulumi.{name}.yaml"
+    path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    return path

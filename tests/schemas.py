@@ -1,0 +1,91 @@
+"""Strict schema validation of rendered Kubernetes objects.
+
+Core kinds: kubernetes-validate's strict schemas for the Kubernetes minor the cluster pins.
+Custom resources: the real CRD openAPIV3Schema from shared/crds, made strict (unknown fields are
+errors unless the CRD itself preserves them). The project ships no schema of its own.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+from components import catalog
+
+KUBERNETES_VERSION = catalog.GKE_VERSION_PREFIX + "0"
+"""Kubernetes version the cluster runs (GKE's minor line), the version core objects validate against."""
+
+CORE_GROUPS = {"", "apps", "batch", "rbac.authorization.k8s.io", "storage.k8s.io", "policy", "networking.k8s.io",
+               "resource.k8s.io", "scheduling.k8s.io", "autoscaling", "admissionregistration.k8s.io"}
+
+NO_SCHEMA_ALLOWED: dict[tuple[str, str], str] = {
+    # (apiVersion, kind): reason. A kind rendered without a schema fails unless it is listed here.
+}
+
+OBJECT_META_FIELDS = {"name", "namespace", "labels", "annotations", "finalizers", "ownerReferences",
+                      "generateName"}
+
+
+class MissingSchemaError(Exception):
+    pass
+
+
+def _strict(schema: dict[str, Any]) -> dict[str, Any]:
+    """Forbid properties the schema does not declare, as the API server's pruning would drop them."""
+    if isinstance(schema, dict):
+        for key in ("properties", "patternProperties"):
+            for sub in (schema.get(key) or {}).values():
+                _strict(sub)
+        for key in ("items", "additionalProperties", "not"):
+            if isinstance(schema.get(key), dict):
+                _strict(schema[key])
+        for key in ("allOf", "anyOf", "oneOf"):
+            for sub in schema.get(key) or []:
+                _strict(sub)
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            schema["additionalProperties"] = False
+    return schema
+
+
+@cache
+def crd_schemas(crd_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    schemas = {}
+    for path in sorted(crd_dir.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") != "CustomResourceDefinition":
+                continue
+            group, kind = doc["spec"]["group"], doc["spec"]["names"]["kind"]
+            for version in doc["spec"]["versions"]:
+                schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
+                schema.setdefault("properties", {})["metadata"] = {"type": "object"}
+                schemas[(f"{group}/{version['name']}", kind)] = _strict(schema)
+    return schemas
+
+
+def is_core(api_version: str) -> bool:
+    group = api_version.rpartition("/")[0]
+    return group in CORE_GROUPS
+
+
+def validate(manifest: dict[str, Any], crd_dir: Path) -> None:
+    """Raise on any schema violation; MissingSchemaError if the kind has no schema and is not allow-listed."""
+    api_version, kind = manifest["apiVersion"], manifest["kind"]
+    if is_core(api_version):
+        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+        return
+    unknown_meta = set(manifest.get("metadata", {})) - OBJECT_META_FIELDS
+    if unknown_meta:
+        raise jsonschema.ValidationError(f"unknown metadata fields {sorted(unknown_meta)}")
+    schema = crd_schemas(crd_dir).get((api_version, kind))
+    if schema is None:
+        if (api_version, kind) in NO_SCHEMA_ALLOWED:
+            return
+        raise MissingSchemaError(f"no CRD schema for {api_version} {kind} in {crd_dir} and not allow-listed")
+    jsonschema.validate(manifest, schema, cls=jsonschema.Draft7Validator)

@@ -1,0 +1,76 @@
+"""Every rendered Kubernetes object validates strictly; the validator itself rejects broken objects."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from tests import schemas
+from tests.conftest import STACKS
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_manifest_validates(plans, shared, stack):
+    failures = []
+    for manifest in plans[stack].manifests:
+        try:
+            schemas.validate(manifest, shared / "crds")
+        except (jsonschema.ValidationError, kubernetes_validate.ValidationError, schemas.MissingSchemaError) as err:
+            failures.append(f"{manifest['kind']}/{manifest['metadata'].get('name')}: {getattr(err, 'message', err)}")
+    assert not failures, "\n".join(failures)
+
+
+def test_allow_list_entries_have_reasons():
+    assert all(reason.strip() for reason in schemas.NO_SCHEMA_ALLOWED.values())
+
+
+CORE_OBJECT = {
+    "apiVersion": "v1", "kind": "ConfigMap",
+    "metadata": {"name": "probe", "namespace": "default"}, "data": {"a": "b"},
+}
+CUSTOM_OBJECT = {
+    "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+    "metadata": {"name": "probe", "namespace": "default"},
+    "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {
+        "spec": {"containers": [{"name": "c", "image": "registry.example/probe:1"}]}}}},
+}
+
+
+def test_validator_accepts_well_formed_objects(shared):
+    schemas.validate(copy.deepcopy(CORE_OBJECT), shared / "crds")
+    schemas.validate(copy.deepcopy(CUSTOM_OBJECT), shared / "crds")
+
+
+def test_validator_rejects_unknown_core_field(shared):
+    broken = copy.deepcopy(CORE_OBJECT)
+    broken["dta"] = {"a": "b"}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        schemas.validate(broken, shared / "crds")
+
+
+def test_validator_rejects_unknown_nested_custom_field(shared):
+    broken = copy.deepcopy(CUSTOM_OBJECT)
+    broken["spec"]["leaderWorkerTemplate"]["sise"] = 2
+    with pytest.raises(jsonschema.ValidationError):
+        schemas.validate(broken, shared / "crds")
+
+
+def test_validator_rejects_unknown_metadata_field(shared):
+    broken = copy.deepcopy(CUSTOM_OBJECT)
+    broken["metadata"]["lables"] = {}
+    with pytest.raises(jsonschema.ValidationError):
+        schemas.validate(broken, shared / "crds")
+
+
+def test_validator_rejects_kind_without_schema(shared):
+    unknown = {"apiVersion": "example.com/v1", "kind": "Gizmo", "metadata": {"name": "x"}}
+    with pytest.raises(schemas.MissingSchemaError):
+        schemas.validate(unknown, shared / "crds")
+
+
+def test_cluster_version_is_supported_by_validator():
+    utils = kubernetes_validate.utils
+    assert utils.major_minor(schemas.KUBERNETES_VERSION) <= utils.latest_version()

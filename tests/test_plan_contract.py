@@ -1,0 +1,152 @@
+"""The offline plan's format is an interface: shape, determinism, atomic writes, secrets, errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, STACKS, Plan, run_plan, stack_document, write_stack
+
+PLAN_FILES = ("resources.json", "manifests.yaml", "outputs.json", "summary.txt")
+
+
+def _walk_numbers(value, path=""):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _walk_numbers(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _walk_numbers(v, f"{path}[{i}]")
+    elif isinstance(value, float):
+        yield path, value
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_resources_json_shape(plans, stack):
+    plan: Plan = plans[stack]
+    names = [r["name"] for r in plan.resources]
+    assert len(names) == len(set(names)), "logical names must be unique so parent/dependsOn are unambiguous"
+    for index, resource in enumerate(plan.resources):
+        assert {"type", "name", "parent", "dependsOn", "inputs"} <= set(resource), resource
+        assert set(resource) <= {"type", "name", "parent", "dependsOn", "inputs", "options"}
+        if resource["parent"] is not None:
+            assert resource["parent"] in names[:index], f"{resource['name']}: parent registered later or missing"
+        assert all(dep in names for dep in resource["dependsOn"])
+        assert resource["dependsOn"] == sorted(set(resource["dependsOn"]))
+        assert not list(_walk_numbers(resource["inputs"])) or all(
+            not v.is_integer() for _, v in _walk_numbers(resource["inputs"])), "integral numbers must be ints"
+    types = {r["type"] for r in plan.resources}
+    assert "pulumi:providers:gcp" in types and "pulumi:providers:kubernetes" in types
+    assert any(t.startswith("kimi:") for t in types), "components are part of the plan"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_kubernetes_object_is_a_complete_manifest(plans, stack):
+    plan: Plan = plans[stack]
+    direct = [r for r in plan.resources if r["type"].startswith("kubernetes:")
+              and not r["type"].startswith(("kubernetes:helm.sh/", "kubernetes:yaml/", "kubernetes:kustomize/"))]
+    assert len(plan.manifests) == len(direct)
+    for manifest in plan.manifests:
+        assert manifest["apiVersion"] and manifest["kind"] and manifest["metadata"]["name"], manifest
+
+
+def test_implicit_and_explicit_dependencies_are_recorded(gpu):
+    cluster = gpu.one("gcp:container/cluster:Cluster")
+    # Implicit: the cluster reads the subnet's id and the node service account's email.
+    assert {"net-nodes", "nodes-sa"} <= set(cluster["dependsOn"])
+    # Explicit: the cluster component waits for the APIs and the node account's role grant.
+    component = gpu.one("kimi:gke:Cluster")
+    assert {"apis-container", "apis-compute", "nodes-container.defaultNodeServiceAccount"} <= set(
+        component["dependsOn"])
+
+
+def test_plan_is_deterministic(plan_root, tmp_path):
+    proc = run_plan(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for stack in STACKS:
+        for name in PLAN_FILES:
+            assert (tmp_path / stack / name).read_bytes() == (plan_root / stack / name).read_bytes(), name
+
+
+def test_stack_name_plays_no_part(tmp_path, gpu):
+    """`gpu-staging` and `bad` with the gpu stack's settings render the gpu stack (labels aside)."""
+    config = stack_document("gpu")["config"]
+    files = [write_stack(tmp_path, name, config) for name in ("gpu-staging", "bad")]
+    out = tmp_path / "out"
+    proc = run_plan(out, *[arg for f in files for arg in ("--stack-file", str(f))])
+    assert proc.returncode == 0, proc.stderr
+    def without_stack_label(text: str) -> str:
+        return re.sub(r'pulumi-stack(\\?)": (\\?)"[-a-z0-9]+', "pulumi-stack", text)
+
+    reference = without_stack_label((gpu.folder / "resources.json").read_text())
+    for name in ("gpu-staging", "bad"):
+        assert without_stack_label((out / name / "resources.json").read_text()) == reference
+
+
+def test_failed_run_writes_nothing_and_keeps_previous_plan(plan_root, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(plan_root, out)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    config = dict(stack_document("tpu")["config"])
+    config["kimi-k3-1:tpu.topology"] = "2x2x8"
+    bad = write_stack(tmp_path, "tpu", config)
+    proc = run_plan(out, "--stack-file", str(ROOT / "Pulumi.gpu.yaml"), "--stack-file", str(bad))
+    assert proc.returncode != 0
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before, "a failed run must not touch any stack's files"
+    assert not [p for p in out.iterdir() if p.name.startswith(".staging")]
+
+
+@pytest.mark.parametrize("change,key", [
+    ({"kimi-k3-1:tpu.slices": "many"}, "kimi-k3-1:tpu.slices"),                 # wrong type
+    ({"kimi-k3-1:tpu.slicez": 2}, "kimi-k3-1:tpu.slicez"),                      # unknown key
+    ({"kimi-k3-1:gcp.project": None}, "kimi-k3-1:gcp.project"),                # missing required key
+    ({"kimi-k3-1:tpu.slices": 64}, "kimi-k3-1:tpu.slices"),                     # out of range
+    ({"kimi-k3-1:hfToken": None}, "kimi-k3-1:hfToken"),                        # missing secret
+])
+def test_malformed_stack_fails_cleanly(tmp_path, change, key):
+    config = dict(stack_document("tpu")["config"])
+    for k, v in change.items():
+        if v is None:
+            config.pop(k)
+        else:
+            config[k] = v
+    stack_file = write_stack(tmp_path, "broken", config)
+    out = tmp_path / "out"
+    proc = run_plan(out, "--stack-file", str(stack_file))
+    assert proc.returncode != 0
+    assert key in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert len(proc.stderr.strip().splitlines()) <= 2, proc.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_hugging_face_token_never_written(tmp_path):
+    token = "hf_plaintextTokenThatMustNotLeak0123456789"
+    config = dict(stack_document("gpu")["config"])
+    config["kimi-k3-1:hfToken"] = token  # plain text, even though the key is declared secret
+    stack_file = write_stack(tmp_path, "leaky", config)
+    out = tmp_path / "out"
+    proc = run_plan(out, "--stack-file", str(stack_file))
+    assert proc.returncode == 0, proc.stderr
+    assert token not in proc.stdout + proc.stderr
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert token not in path.read_text(), path
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_secret_outputs_are_masked(plans, stack):
+    assert plans[stack].outputs["kubeconfig"] == "[secret]"
+    assert "certificate-authority-data" not in json.dumps(plans[stack].outputs)
+
+
+def test_unknown_stack_is_a_clear_error(tmp_path):
+    proc = run_plan(tmp_path, "--stack", "does-not-exist")
+    assert proc.returncode == 2
+    assert "Pulumi.does-not-exist.yaml" in proc.stderr
+    assert not Path(tmp_path / "does-not-exist").exists()
