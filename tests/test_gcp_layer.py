@@ -1,0 +1,276 @@
+"""The Google Cloud layer in the plan: each fact that, if wrong, makes GKE reject the apply or build
+the wrong hardware, checked against the fact sheets and across resources."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from components import catalog
+from components.nodepools import _reservation
+from tests.conftest import STACKS, Plan, run_plan, stack_document, write_stack
+from tools.mocks import PROJECT_NUMBER
+
+NODE_POOL = "gcp:container/nodePool:NodePool"
+POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"
+CLUSTER = "gcp:container/cluster:Cluster"
+PROJECT = "my-gcp-project"
+
+
+@pytest.fixture(scope="module")
+def gke_md(shared) -> str:
+    return (shared / "reference" / "gke.md").read_text()
+
+
+def closure(plan: Plan, name: str) -> set[str]:
+    """Every resource `name` waits for, directly or through parents' and dependencies' chains."""
+    seen: set[str] = set()
+    stack = [name]
+    while stack:
+        current = plan.named(stack.pop())
+        for dep in current["dependsOn"] + ([current["parent"]] if current["parent"] else []):
+            if dep not in seen:
+                seen.add(dep)
+                stack.append(dep)
+    return seen
+
+
+# ----------------------------------------------------------------------------------------- GPU
+def test_gpu_pool_hardware_matches_fact_sheet(gpu, gke_md):
+    pool = gpu.one(NODE_POOL, "gpu-pool")["inputs"]
+    node = pool["nodeConfig"]
+    assert f"| Machine type | `{node['machineType']}`" in gke_md
+    [accel] = node["guestAccelerators"]
+    assert f"`{accel['type']}`, count `{accel['count']}`" in gke_md
+    assert accel["gpuDriverInstallationConfig"]["gpuDriverVersion"] == "LATEST"
+    assert node["diskType"] == "hyperdisk-balanced"  # no Persistent Disk on A4X Max (gke.md §1.1)
+    assert node["imageType"] == "COS_CONTAINERD"
+    assert node["linuxNodeConfig"]["hugepagesConfig"]["hugepageSize2m"] == 4096
+    assert "hugepage_size2m: 4096" in gke_md
+    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"} in node["taints"]
+
+
+def test_gpu_pool_dranet_and_network_profile(gpu, gke_md):
+    pool = gpu.one(NODE_POOL, "gpu-pool")["inputs"]
+    assert pool["networkConfig"] == {"acceleratorNetworkProfile": "auto"}
+    labels = pool["nodeConfig"]["labels"]
+    expected = re.search(r"--node-labels=([^` ]+)`", gke_md).group(1)
+    assert labels == dict(item.split("=") for item in expected.split(","))
+
+
+def test_gpu_pool_sits_in_one_nvl72_domain(gpu, gke_md):
+    pool_resource = gpu.one(NODE_POOL, "gpu-pool")
+    pool = pool_resource["inputs"]
+    policy = gpu.one(POLICY)["inputs"]
+    assert policy["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "1x72"}
+    assert 'accelerator_topology: "1x72"' in gke_md
+    assert policy["region"] == pool["location"] == "us-central1"
+    assert pool["placementPolicy"] == {"type": "COMPACT", "policyName": policy["name"]}
+    assert "gpu-policy" in pool_resource["dependsOn"]
+    assert pool["nodeCount"] == 3 * 4 + 1 * 4 <= catalog.NVL72_MAX_NODES
+    assert pool["nodeLocations"] == ["us-central1-b"]
+
+
+def test_gpu_pool_consumes_the_specific_reservation(gpu):
+    pool = gpu.one(NODE_POOL, "gpu-pool")
+    assert pool["inputs"]["nodeConfig"]["reservationAffinity"] == {
+        "consumeReservationType": "SPECIFIC_RESERVATION",
+        "key": "compute.googleapis.com/reservation-name",
+        "values": [f"projects/{PROJECT}/reservations/my-a4x-max-reservation"],
+    }
+    # A fully used reservation cannot hold a replacement beside the old pool.
+    assert pool["options"]["deleteBeforeReplace"] is True
+    assert pool["options"]["customTimeouts"]["create"] == "120m"
+
+
+def test_reservation_paths_for_blocks_and_shared_reservations(gke_md):
+    path = _reservation("owner-project", "res", "blk", "sub").values[0]
+    assert path == "projects/owner-project/reservations/res/reservationBlocks/blk/reservationSubBlocks/sub"
+    assert "RESERVATION_NAME/reservationBlocks/BLOCK_NAME/reservationSubBlocks/SUB_BLOCK_NAME" in gke_md
+    assert _reservation("p", "projects/q/reservations/r").values == ["projects/q/reservations/r"]
+
+
+def test_gpu_node_count_follows_the_pd_topology(tmp_path):
+    config = dict(stack_document("gpu")["config"])
+    config.update({"kimi-k3-1:gpu.prefillGroups": 2, "kimi-k3-1:gpu.decodeNodesPerGroup": 8,
+                   "kimi-k3-1:gpu.machine": "a4x"})
+    out = tmp_path / "out"
+    proc = run_plan(out, "--stack-file", str(write_stack(tmp_path, "gpu2", config)))
+    assert proc.returncode == 0, proc.stderr
+    pool = Plan(out / "gpu2").one(NODE_POOL, "gpu-pool")["inputs"]
+    assert pool["nodeCount"] == 2 * 4 + 1 * 8
+    assert pool["nodeConfig"]["machineType"] == "a4x-highgpu-4g"
+    assert pool["nodeConfig"]["guestAccelerators"][0]["type"] == "nvidia-gb200"
+
+
+# ----------------------------------------------------------------------------------------- TPU
+def test_tpu_slices_are_two_pools_of_four_hosts(tpu, gke_md):
+    pools = [r for r in tpu.of_type(NODE_POOL) if r["parent"] == "tpu"]
+    assert len(pools) == 2
+    policy = tpu.one(POLICY)["inputs"]
+    assert policy["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x2x4"}
+    chips = 0
+    for pool_resource in pools:
+        pool = pool_resource["inputs"]
+        node = pool["nodeConfig"]
+        assert node["machineType"] == "tpu7x-standard-4t"
+        assert "`tpu7x-standard-4t` (4 chips/VM)" in gke_md
+        assert pool["nodeCount"] == 4, "a 2x2x4 slice is 16 chips on 4 hosts (gke.md §1.3)"
+        chips += pool["nodeCount"] * catalog.IRONWOOD.chips_per_host
+        assert pool["placementPolicy"] == {"type": "", "policyName": policy["name"], "tpuTopology": "2x2x4"}
+        assert pool_resource["options"]["ignoreChanges"] == ["placementPolicy"]
+        assert "guestAccelerators" not in node
+        assert {"key": "google.com/tpu", "value": "present", "effect": "NO_SCHEDULE"} in node["taints"]
+        assert node["reservationAffinity"]["values"] == [f"projects/{PROJECT}/reservations/my-tpu7x-reservation"]
+        assert pool["nodeLocations"] == ["us-central1-c"]
+    assert chips == 32 == 2 * catalog.topology_chips("2x2x4")
+    assert len({p["inputs"]["name"] for p in pools}) == 2
+
+
+# ----------------------------------------------------------------------------------------- cluster
+@pytest.mark.parametrize("stack", STACKS)
+def test_cluster_settings(plans, stack):
+    plan = plans[stack]
+    cluster = plan.one(CLUSTER)
+    c = cluster["inputs"]
+    assert c["location"] == "us-central1" and c["nodeLocations"] == [plan.one(NODE_POOL, "cpu-system")["inputs"]
+                                                                        ["nodeLocations"][0]]
+    assert c["workloadIdentityConfig"] == {"workloadPool": f"{PROJECT}.svc.id.goog"}
+    assert c["gatewayApiConfig"] == {"channel": "CHANNEL_STANDARD"}
+    assert c["datapathProvider"] == "ADVANCED_DATAPATH"
+    assert c["addonsConfig"] == {
+        "httpLoadBalancing": {"disabled": False},
+        "gcsFuseCsiDriverConfig": {"enabled": True},
+        "gcePersistentDiskCsiDriverConfig": {"enabled": True},
+    }
+    assert c["privateClusterConfig"]["enablePrivateNodes"] is True
+    assert [b["cidrBlock"] for b in c["masterAuthorizedNetworksConfig"]["cidrBlocks"]] == ["203.0.113.0/24"]
+    assert c["enableShieldedNodes"] is True
+    assert c["removeDefaultNodePool"] is True
+    assert c["deletionProtection"] is False
+    assert c["releaseChannel"] == {"channel": "REGULAR"}
+    [exclusion] = c["maintenancePolicy"]["maintenanceExclusions"]
+    assert exclusion["exclusionOptions"] == {"scope": "NO_MINOR_OR_NODE_UPGRADES",
+                                             "endTimeBehavior": "UNTIL_END_OF_SUPPORT"}
+    assert "endTime" not in exclusion  # exactly one of end_time / end_time_behavior
+    assert "dailyMaintenanceWindow" in c["maintenancePolicy"]
+    assert catalog.parse_gke_version(c["minMasterVersion"]) >= catalog.parse_gke_version(catalog.GKE_MIN_VERSION)
+    assert set(cluster["options"]["ignoreChanges"]) == {"minMasterVersion", "nodeConfig"}
+    monitoring = c["monitoringConfig"]
+    assert monitoring["managedPrometheus"] == {"enabled": True}
+    assert ("DCGM" in monitoring["enableComponents"]) == (stack == "gpu")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_cluster_is_wired_to_its_network(plans, stack):
+    plan = plans[stack]
+    c = plan.one(CLUSTER)["inputs"]
+    subnet = plan.one("gcp:compute/subnetwork:Subnetwork", "net-nodes")["inputs"]
+    vpc = plan.one("gcp:compute/network:Network")["inputs"]
+    assert c["network"] == f"projects/{PROJECT}/global/networks/{vpc['name']}"
+    assert c["subnetwork"].endswith(f"/subnetworks/{subnet['name']}")
+    ranges = {r["rangeName"] for r in subnet["secondaryIpRanges"]}
+    policy = c["ipAllocationPolicy"]
+    assert {policy["clusterSecondaryRangeName"], policy["servicesSecondaryRangeName"]} == ranges
+    proxy = plan.one("gcp:compute/subnetwork:Subnetwork", "net-proxy-only")["inputs"]
+    assert (proxy["purpose"], proxy["role"], proxy["region"]) == ("REGIONAL_MANAGED_PROXY", "ACTIVE", "us-central1")
+    assert proxy["network"] == c["network"]
+    nat = plan.one("gcp:compute/routerNat:RouterNat")["inputs"]
+    assert nat["sourceSubnetworkIpRangesToNat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
+
+
+# ----------------------------------------------------------------------------------------- identity
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_node_runs_as_the_least_privilege_account(plans, stack):
+    plan = plans[stack]
+    account = plan.one("gcp:serviceaccount/account:Account")["inputs"]
+    email = f"{account['accountId']}@{PROJECT}.iam.gserviceaccount.com"
+    grants = plan.of_type("gcp:projects/iAMMember:IAMMember")
+    assert [(g["inputs"]["role"], g["inputs"]["member"]) for g in grants] == [
+        ("roles/container.defaultNodeServiceAccount", f"serviceAccount:{email}")]
+    cluster = plan.one(CLUSTER)["inputs"]
+    assert cluster["nodeConfig"]["serviceAccount"] == email  # even the transient default pool
+    for pool in plan.of_type(NODE_POOL):
+        node = pool["inputs"]["nodeConfig"]
+        assert node["serviceAccount"] == email, pool["name"]
+        assert node["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}, pool["name"]
+        assert node["oauthScopes"] == ["https://www.googleapis.com/auth/cloud-platform"]
+    assert "roles/editor" not in (plan.folder / "resources.json").read_text()
+
+
+def test_transfer_pool_carries_the_populator_compute_class(gpu, gke_md):
+    node = gpu.one(NODE_POOL, "cpu-weights-transfer")["inputs"]["nodeConfig"]
+    assert node["labels"] == {"cloud.google.com/compute-class": "gcs-to-hdml-compute-class"}
+    assert node["taints"] == [{"key": "cloud.google.com/compute-class", "value": "gcs-to-hdml-compute-class",
+                               "effect": "NO_SCHEDULE"}]
+    assert "`cloud.google.com/compute-class=gcs-to-hdml-compute-class:NoSchedule`" in gke_md
+
+
+# ----------------------------------------------------------------------------------------- bucket
+@pytest.mark.parametrize("stack", STACKS)
+def test_checkpoint_bucket_is_private_regional_and_kept(plans, stack, gke_md):
+    plan = plans[stack]
+    bucket = plan.one("gcp:storage/bucket:Bucket")
+    b = bucket["inputs"]
+    assert b["location"] == "US-CENTRAL1"
+    assert b["uniformBucketLevelAccess"] is True
+    assert b["publicAccessPrevention"] == "enforced"
+    assert b["softDeletePolicy"] == {"retentionDurationSeconds": 7 * 86400}
+    assert b["forceDestroy"] is False
+    assert bucket["options"]["retainOnDelete"] is True
+    [grant] = plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    assert grant["inputs"]["role"] == "roles/storage.objectViewer"
+    assert grant["inputs"]["member"] == (
+        f"principal://iam.googleapis.com/projects/{PROJECT_NUMBER}/locations/global/workloadIdentityPools/"
+        f"{PROJECT}.svc.id.goog/subject/ns/kimi-k3-1/sa/kimi-k3-1-weights-transfer")
+    assert "principal://iam.googleapis.com/projects/PROJECT_NUMBER/locations/global/workloadIdentityPools/" \
+           "PROJECT_ID.svc.id.goog/subject/ns/NAMESPACE/sa/KSA_NAME" in gke_md
+
+
+def test_bucket_deletion_is_an_explicit_choice(tmp_path):
+    config = dict(stack_document("tpu")["config"])
+    config["kimi-k3-1:storage.deleteCheckpointOnDestroy"] = True
+    out = tmp_path / "out"
+    proc = run_plan(out, "--stack-file", str(write_stack(tmp_path, "throwaway", config)))
+    assert proc.returncode == 0, proc.stderr
+    bucket = Plan(out / "throwaway").one("gcp:storage/bucket:Bucket")
+    assert bucket["inputs"]["forceDestroy"] is True
+    assert "retainOnDelete" not in bucket.get("options", {})
+
+
+# ----------------------------------------------------------------------------------------- graph
+@pytest.mark.parametrize("stack", STACKS)
+def test_apis_come_first_and_nothing_waits_for_what_it_does_not_need(plans, stack):
+    plan = plans[stack]
+    apis = {r["inputs"]["service"] for r in plan.of_type("gcp:projects/service:Service")}
+    assert {"container.googleapis.com", "compute.googleapis.com", "storage.googleapis.com", "iam.googleapis.com",
+            "networkservices.googleapis.com", "monitoring.googleapis.com"} <= apis
+    for name in ("cluster-gke", "net-vpc", "weights-bucket", "nodes-sa"):
+        assert "apis-container" in closure(plan, name) or "apis-storage" in closure(plan, name), name
+    # The bucket (and the checkpoint upload into it) must not wait for the cluster or any node pool.
+    bucket_deps = closure(plan, "weights-bucket")
+    assert not {r["name"] for r in plan.of_type(NODE_POOL)} & bucket_deps
+    assert "cluster-gke" not in bucket_deps
+    # Accelerator pools wait for the cluster, not for the bucket or the transfer pool.
+    for pool in plan.of_type(NODE_POOL):
+        deps = closure(plan, pool["name"])
+        assert "cluster-gke" in deps and "weights-bucket" not in deps, pool["name"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_outputs(plans, stack):
+    outputs = plans[stack].outputs
+    assert {"clusterName", "clusterEndpoint", "kubeconfig", "bucketUri", "servingZone", "nodePools"} <= set(outputs)
+    assert outputs["bucketUri"] == f"gs://{PROJECT}-kimi-k3-1-weights"
+    pools = {p["inputs"]["name"] for p in plans[stack].of_type(NODE_POOL)}
+    assert set(outputs["nodePools"]) == pools
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_billable_resources_carry_stack_labels(plans, stack):
+    plan = plans[stack]
+    for resource in plan.of_type(NODE_POOL):
+        assert resource["inputs"]["nodeConfig"]["resourceLabels"]["pulumi-stack"] == stack
+    assert plan.one(CLUSTER)["inputs"]["resourceLabels"]["llm-d-guide"] == "kimi-k3-1"
+    assert plan.one("gcp:storage/bucket:Bucket")["inputs"]["labels"]["accelerator-track"] == stack
