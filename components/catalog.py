@@ -64,6 +64,8 @@ class GpuMachine:
     bare_metal: bool
     zones: tuple[str, ...]
     zones_source: str
+    rdma_nics: int | None = None
+    """MRDMA devices a whole-node pod claims; None claims all the node publishes."""
 
 
 NVL72_MAX_NODES = 18
@@ -79,6 +81,7 @@ GPU_MACHINES: dict[str, GpuMachine] = {
         # A4X Max zones are not published; gke.md §6 records third-party use of us-central1-b.
         zones=("us-central1-b",),
         zones_source="gke.md §6: A4X Max zone list unpublished; observed in us-central1-b",
+        rdma_nics=8,  # a pod must request all 8 mrdma.google.com devices (gke.md §2.3, §2.6)
     ),
     "a4x": GpuMachine(
         key="a4x", machine_type="a4x-highgpu-4g", accelerator="nvidia-gb200", gpus_per_node=4,
@@ -176,6 +179,11 @@ HYPERDISK_ML_MAX_GIB = 64 * 1024
 HYPERDISK_ML_MIN_MIBPS = 400
 HYPERDISK_ML_MAX_MIBPS = 1_200_000
 """Hyperdisk ML limits: 4 GiB-64 TiB, 400-1,200,000 MiB/s (gke.md §4, Hyperdisk ML page)."""
+
+HYPERDISK_PER_VM_READ_MIBPS = 2400
+"""Assumption (unverified secondary source, no Google page found): per-VM Hyperdisk read throughput on
+accelerator-optimized machines. Caps how fast one node can read, so a replica on N nodes reads at most
+N x this. Override the throughput in config if your measurements differ."""
 
 WEIGHT_LOAD_TARGET_SECONDS = 600
 """Design target: every replica's copy of the checkpoint loads within 10 minutes."""

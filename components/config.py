@@ -265,6 +265,12 @@ class KubernetesConfig(Section):
         return self
 
 
+class MonitoringConfig(Section):
+    prefix: ClassVar[str] = "monitoring"
+    enabled: bool = Field(True, description="Create PodMonitoring objects so Managed Prometheus scrapes the "
+                                            "model servers and the router.")
+
+
 class StorageConfig(Section):
     prefix: ClassVar[str] = "storage"
     bucketName: Optional[str] = Field(None, description="Checkpoint bucket (default: <project>-kimi-k3-1-weights).")
@@ -317,7 +323,8 @@ class ModelConfig(Section):
 
 SECTIONS: dict[str, type[Section]] = {
     cls.prefix: cls for cls in (GcpConfig, NetworkConfig, ClusterConfig, SystemPoolConfig, TransferPoolConfig,
-                                GpuConfig, TpuConfig, KubernetesConfig, StorageConfig, ModelConfig)
+                                GpuConfig, TpuConfig, KubernetesConfig, MonitoringConfig, StorageConfig,
+                                ModelConfig)
 }
 
 
@@ -335,6 +342,7 @@ class StackConfig(BaseModel):
     gpu: GpuConfig = GpuConfig()
     tpu: TpuConfig = TpuConfig(spot=True)
     kubernetes: KubernetesConfig = KubernetesConfig()
+    monitoring: MonitoringConfig = MonitoringConfig()
     storage: StorageConfig = StorageConfig()
     model: ModelConfig = ModelConfig()
 

@@ -7,15 +7,18 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from components import catalog, contract
+from components import capacity, catalog, contract, prices
 from components.cluster import GkeCluster, GkeClusterArgs
 from components.config import StackConfig
 from components.identity import NodeIdentity, NodeIdentityArgs, workload_principal
+from components.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
 from components.naming import resource_labels
 from components.network import Network, NetworkArgs
 from components.nodepools import CpuPoolArgs, CpuPools, PoolCommon, transfer_pool
+from components.platform import Platform, PlatformArgs
 from components.services import ProjectServices, ProjectServicesArgs
 from components.storage import CheckpointBucket, CheckpointBucketArgs
+from components.weights import WeightStaging, WeightStagingArgs
 
 
 @dataclass
@@ -27,6 +30,10 @@ class Foundation:
     pool_common: PoolCommon
     cpu_pools: CpuPools
     bucket: CheckpointBucket
+    platform: Platform
+    weights: WeightStaging
+    in_cluster: pulumi.ResourceOptions
+    """Options for every Kubernetes object: the cluster's provider."""
 
 
 def build_foundation(cfg: StackConfig) -> Foundation:
@@ -71,13 +78,32 @@ def build_foundation(cfg: StackConfig) -> Foundation:
                                     contract.TRANSFER_SERVICE_ACCOUNT),),
         labels=labels), after_apis)
 
+    in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
+    platform = Platform("platform", PlatformArgs(
+        namespace=cfg.kubernetes.namespace, disaggregated_set=cfg.track == "gpu",
+        hf_token=pulumi.Config().require_secret("hfToken")), in_cluster)
+    staging = capacity.weight_staging(cfg)
+    checkpoint_uri = pulumi.Output.concat(bucket.uri, "/", cfg.storage.checkpointPrefix)
+    weights = WeightStaging("weights-volume", WeightStagingArgs(
+        namespace=platform.namespace.metadata.name, zone=cfg.gcp.zone, checkpoint_uri=checkpoint_uri,
+        volume_gib=staging.volume_gib, throughput_mibps=staging.throughput_mibps),
+        # The transfer Job needs its node pool and read access on the bucket before it can copy anything.
+        pulumi.ResourceOptions(provider=cluster.provider,
+                               depends_on=[cpu_pools.pools["weights-transfer"], *bucket.grants]))
+    if cfg.monitoring.enabled:
+        Monitoring("monitoring", MonitoringArgs(
+            namespace=platform.namespace.metadata.name, prefix=catalog.GUIDE_NAME,
+            targets=(*serving_targets(cfg.track), router_target())), in_cluster)
+
     pulumi.export("clusterName", cluster.cluster.name)
     pulumi.export("clusterEndpoint", cluster.cluster.endpoint)
     pulumi.export("kubeconfig", cluster.kubeconfig)
     pulumi.export("bucketUri", bucket.uri)
-    pulumi.export("checkpointUri", pulumi.Output.concat(bucket.uri, "/", cfg.storage.checkpointPrefix))
+    pulumi.export("checkpointUri", checkpoint_uri)
     pulumi.export("servingZone", cfg.gcp.zone)
-    return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket)
+    pulumi.export("namespace", platform.namespace.metadata.name)
+    pulumi.export("modelsClaim", weights.claim.metadata.name)
+    return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket, platform, weights, in_cluster)
 
 
 def export_node_pools(foundation: Foundation, accelerator_pools: list) -> None:
@@ -96,9 +122,16 @@ def summary(cfg: StackConfig) -> list[str]:
         hw = (f"{t.slices} x {t.topology} {catalog.IRONWOOD.generation} slices = {t.slices * t.hosts_per_slice} x "
               f"{catalog.IRONWOOD.machine_type} ({t.slices * t.chips_per_slice} chips), TP={t.tensorParallel} "
               f"EP={t.expertParallel} per replica")
+    staging = capacity.weight_staging(cfg)
+    capacity_cost, throughput_cost = prices.hyperdisk_ml_monthly(staging.volume_gib, staging.throughput_mibps)
     return [
         f"track {cfg.track}: cluster {cfg.cluster_name} in {cfg.gcp.region}, serving zone {cfg.gcp.zone}",
         f"accelerators: {hw}",
         f"checkpoint: gs://{cfg.bucket_name}/{cfg.storage.checkpointPrefix} "
         f"({'deleted' if cfg.storage.deleteCheckpointOnDestroy else 'kept'} on destroy)",
+        f"weights: Hyperdisk ML {staging.volume_gib} GiB at {staging.throughput_mibps} MiB/s; hydration >= "
+        f"{staging.hydration_s / 60:.1f} min; {staging.copies} replicas on {staging.reader_nodes} nodes load their "
+        f"copies in {staging.load_s / 60:.1f} min (target {catalog.WEIGHT_LOAD_TARGET_SECONDS // 60} min)",
+        f"weights cost (estimate): throughput ${throughput_cost:,.0f}/month "
+        f"(${throughput_cost / prices.HOURS_PER_MONTH:.2f}/h), capacity ${capacity_cost:,.0f}/month",
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pulumi
 
 from components.config import StackConfig
+from components.dra import GpuDevices, GpuDevicesArgs
 from components.nodepools import GpuNodePool, GpuNodePoolArgs
 
 from .base import build_foundation, export_node_pools
@@ -21,4 +22,6 @@ def build(cfg: StackConfig) -> None:
         reservation_block=cfg.gpu.reservationBlock,
         reservation_sub_block=cfg.gpu.reservationSubBlock,
     ), pulumi.ResourceOptions(provider=foundation.gcp_provider))
+    GpuDevices("gpu-devices", GpuDevicesArgs(namespace=foundation.platform.namespace.metadata.name,
+                                             machine=cfg.gpu.spec), foundation.in_cluster)
     export_node_pools(foundation, [gpu.pool])

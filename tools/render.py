@@ -70,12 +70,21 @@ def stack_config(path: Path, project: dict[str, Any]) -> tuple[dict[str, str], l
     return config, sorted(secret_keys)
 
 
+def _mask(value: Any) -> Any:
+    """Hide every value of a secret but keep its shape (a Secret's stringData stays a map of keys)."""
+    if isinstance(value, dict) and value.get(SIG_KEY) is None:
+        return {k: _mask(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v) for v in value]
+    return SECRET
+
+
 def _clean(value: Any, path: str) -> Any:
     """Engine wire format -> plain JSON: secrets masked, resource refs by URN, integral floats as ints."""
     if isinstance(value, dict):
         sig = value.get(SIG_KEY)
         if sig == SECRET_SIG:
-            return SECRET
+            return _mask(value.get("value"))
         if sig == RESOURCE_SIG:
             return value.get("id") or value.get("urn")
         return {k: _clean(v, f"{path}.{k}") for k, v in value.items()}

@@ -1,0 +1,85 @@
+"""Weight staging: GKE Volume Populator copies the checkpoint from the bucket into a ReadOnlyMany
+Hyperdisk ML volume that every model server mounts at /models (gke.md §4)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from . import contract
+from .base import Args, Component, StrInput
+
+DATA_SOURCE_API = "datalayer.gke.io/v1"
+HYDRATION_TIMEOUT_S = 2 * 3600
+"""How long `pulumi up` waits for the claim to bind (population finishes). Generous: the transfer
+Job's own speed is not published, and the 1.56 TB copy runs once per volume."""
+
+
+class WeightStagingArgs(Args):
+    namespace: StrInput
+    zone: str
+    """Hyperdisk ML is zonal: the volume must be in the serving zone."""
+    checkpoint_uri: StrInput
+    """gs://bucket/prefix/ (trailing slash: a folder)."""
+    volume_gib: int
+    throughput_mibps: int
+
+
+class WeightStaging(Component):
+    """Populated at creation (Immediate binding), so hydration overlaps accelerator node-pool creation."""
+
+    def __init__(self, name: str, args: WeightStagingArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("weights", "WeightStaging", name, opts)
+        # A service account of its own: the guide warns against reusing the transfer identity.
+        self.transfer_account = k8s.core.v1.ServiceAccount(
+            f"{name}-transfer-sa",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=contract.TRANSFER_SERVICE_ACCOUNT, namespace=args.namespace),
+            opts=self.child(),
+        )
+        source_name = f"{contract.MODELS_PVC}-source"
+        self.data_source = k8s.apiextensions.CustomResource(
+            f"{name}-source",
+            api_version=DATA_SOURCE_API,
+            kind="GCPDataSource",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=source_name, namespace=args.namespace),
+            spec={"cloudStorage": {"serviceAccountName": self.transfer_account.metadata.name,
+                                   "uri": args.checkpoint_uri}},
+            opts=self.child(),
+        )
+        self.storage_class = k8s.storage.v1.StorageClass(
+            f"{name}-hdml",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{contract.MODELS_PVC}-hyperdisk-ml"),
+            provisioner="pd.csi.storage.gke.io",
+            parameters={"type": "hyperdisk-ml", "provisioned-throughput-on-create": f"{args.throughput_mibps}Mi"},
+            allow_volume_expansion=False,
+            reclaim_policy="Delete",
+            volume_binding_mode="Immediate",
+            allowed_topologies=[k8s.core.v1.TopologySelectorTermArgs(match_label_expressions=[
+                k8s.core.v1.TopologySelectorLabelRequirementArgs(key="topology.gke.io/zone", values=[args.zone])])],
+            opts=self.child(),
+        )
+        self.claim = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-pvc",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=contract.MODELS_PVC,
+                namespace=args.namespace,
+                annotations={
+                    # The claim binds when population completes; that is what model servers need.
+                    "pulumi.com/waitFor": "jsonpath={.status.phase}=Bound",
+                    "pulumi.com/timeoutSeconds": str(HYDRATION_TIMEOUT_S),
+                },
+            ),
+            spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
+                access_modes=["ReadOnlyMany"],
+                storage_class_name=self.storage_class.metadata.name,
+                resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{args.volume_gib}Gi"}),
+                data_source_ref=k8s.core.v1.TypedObjectReferenceArgs(
+                    api_group=DATA_SOURCE_API.split("/")[0], kind="GCPDataSource", name=source_name),
+            ),
+            # Depending on the data source makes Pulumi delete the claim first: a claim deleted after its
+            # source hangs on the populator's temporary claim (gke.md §4).
+            opts=self.child(depends_on=[self.data_source]),
+        )
+        self.finish(claim=self.claim.metadata.name)

@@ -1,0 +1,254 @@
+"""Cluster platform and weight staging: wiring between the objects, checked on the plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from components import catalog
+from components.versions import LWS_MIN_VERSION
+from tests.conftest import STACKS, Plan, run_plan, stack_document, write_stack
+from tools.mocks import PROJECT_NUMBER
+
+CHART = "kubernetes:helm.sh/v4:Chart"
+CUSTOM_RESOURCE_INSTALLERS = {
+    # API group -> logical name of the chart that installs its CRD and controller.
+    "leaderworkerset.x-k8s.io": "platform-lws",
+    "disaggregatedset.x-k8s.io": "platform-lws",
+    "resource.nvidia.com": "gpu-devices-dra-driver",
+}
+
+
+def manifest(plan: Plan, kind: str, name: str | None = None) -> dict:
+    found = [m for m in plan.manifests if m["kind"] == kind and (name is None or m["metadata"]["name"] == name)]
+    assert len(found) == 1, f"{kind} {name}: {len(found)} found"
+    return found[0]
+
+
+def resource_of(plan: Plan, kind: str, name: str) -> dict:
+    return next(r for r in plan.resources
+                if r["inputs"].get("kind") == kind and r["inputs"].get("metadata", {}).get("name") == name)
+
+
+def closure(plan: Plan, name: str) -> set[str]:
+    seen, todo = set(), [name]
+    while todo:
+        current = plan.named(todo.pop())
+        for dep in current["dependsOn"] + ([current["parent"]] if current["parent"] else []):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def gke_md(shared) -> str:
+    return (shared / "reference" / "gke.md").read_text()
+
+
+# ----------------------------------------------------------------------------------------- weights
+@pytest.mark.parametrize("stack", STACKS)
+def test_models_claim_resolves_to_the_objects_created(plans, stack):
+    plan = plans[stack]
+    pvc = manifest(plan, "PersistentVolumeClaim", "kimi-k3-1-models")
+    storage_class = manifest(plan, "StorageClass")
+    source = manifest(plan, "GCPDataSource")
+    namespace = manifest(plan, "Namespace", "kimi-k3-1")["metadata"]["name"]
+    assert pvc["metadata"]["namespace"] == source["metadata"]["namespace"] == namespace
+    spec = pvc["spec"]
+    assert spec["accessModes"] == ["ReadOnlyMany"]
+    assert spec["storageClassName"] == storage_class["metadata"]["name"]
+    ref = spec["dataSourceRef"]
+    assert (ref["apiGroup"], ref["kind"], ref["name"]) == (
+        source["apiVersion"].split("/")[0], source["kind"], source["metadata"]["name"])
+    requested_gib = int(spec["resources"]["requests"]["storage"].removesuffix("Gi"))
+    assert requested_gib * 2**30 >= catalog.KIMI.checkpoint_bytes * 1.1
+    # Zonal disk in the serving zone, where the accelerator pools are.
+    [term] = storage_class["allowedTopologies"]
+    [requirement] = term["matchLabelExpressions"]
+    zones = {z for p in plan.of_type("gcp:container/nodePool:NodePool") for z in p["inputs"]["nodeLocations"]}
+    assert requirement["key"] == "topology.gke.io/zone" and set(requirement["values"]) == zones
+    assert storage_class["provisioner"] == "pd.csi.storage.gke.io"
+    assert storage_class["parameters"]["type"] == "hyperdisk-ml"
+    assert storage_class["volumeBindingMode"] == "Immediate", "hydration starts at creation, not at first pod"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_claim_is_deleted_before_its_data_source(plans, stack):
+    plan = plans[stack]
+    pvc = resource_of(plan, "PersistentVolumeClaim", "kimi-k3-1-models")
+    source = resource_of(plan, "GCPDataSource", "kimi-k3-1-models-source")
+    assert source["name"] in pvc["dependsOn"], "Pulumi deletes dependents first"
+
+
+def test_data_source_shape_matches_gke_docs(plans, gke_md):
+    assert "`apiVersion: datalayer.gke.io/v1`, `kind: GCPDataSource`, namespaced" in gke_md
+    for plan in plans.values():
+        source = manifest(plan, "GCPDataSource")
+        assert set(source) == {"apiVersion", "kind", "metadata", "spec"}
+        assert set(source["spec"]) == {"cloudStorage"}
+        assert set(source["spec"]["cloudStorage"]) == {"serviceAccountName", "uri"}
+        assert source["spec"]["cloudStorage"]["uri"] == plan.outputs["checkpointUri"]
+        assert source["spec"]["cloudStorage"]["uri"].endswith("/"), "trailing slash = folder (gke.md §4)"
+        account = manifest(plan, "ServiceAccount", source["spec"]["cloudStorage"]["serviceAccountName"])
+        assert account["metadata"]["namespace"] == source["metadata"]["namespace"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_transfer_identity_is_exactly_the_bucket_reader(plans, stack):
+    plan = plans[stack]
+    source = manifest(plan, "GCPDataSource")
+    account = source["spec"]["cloudStorage"]["serviceAccountName"]
+    namespace = source["metadata"]["namespace"]
+    project = plan.one("gcp:container/cluster:Cluster")["inputs"]["project"]
+    [grant] = plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    assert grant["inputs"]["member"] == (
+        f"principal://iam.googleapis.com/projects/{PROJECT_NUMBER}/locations/global/workloadIdentityPools/"
+        f"{project}.svc.id.goog/subject/ns/{namespace}/sa/{account}")
+
+
+@pytest.mark.parametrize("stack,copies,throughput", [("gpu", 4, 10240), ("tpu", 2, 5120)])
+def test_default_throughput_loads_every_copy_within_ten_minutes(plans, stack, copies, throughput):
+    """Hand-worked: GPU 4 x 1.56e12 B / (10240 x 2^20 B/s) = 581 s; TPU 2 x 1.56e12 / (5120 x 2^20) = 581 s."""
+    storage_class = manifest(plans[stack], "StorageClass")
+    assert storage_class["parameters"]["provisioned-throughput-on-create"] == f"{throughput}Mi"
+    load_s = copies * 1.56e12 / (throughput * 2**20)
+    assert load_s == pytest.approx(581.0, abs=1)
+    assert load_s <= 600
+    assert f"{copies} replicas" in plans[stack].summary and "9.7 min" in plans[stack].summary
+    assert "hydration >=" in plans[stack].summary and "$" in plans[stack].summary
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_weights_wait_only_for_what_hydration_needs(plans, stack):
+    plan = plans[stack]
+    pvc = resource_of(plan, "PersistentVolumeClaim", "kimi-k3-1-models")
+    deps = closure(plan, pvc["name"])
+    assert {"cpu-weights-transfer", "weights-reader-0"} <= deps
+    accelerator_pools = {p["name"] for p in plan.of_type("gcp:container/nodePool:NodePool") if p["parent"] != "cpu"}
+    assert not accelerator_pools & deps, "hydration must overlap accelerator pool creation"
+    annotations = pvc["inputs"]["metadata"]["annotations"]
+    assert annotations["pulumi.com/waitFor"] == "jsonpath={.status.phase}=Bound"
+    assert int(annotations["pulumi.com/timeoutSeconds"]) >= 3600
+
+
+# ----------------------------------------------------------------------------------------- platform
+@pytest.mark.parametrize("stack", STACKS)
+def test_hf_token_secret(plans, stack):
+    secret = manifest(plans[stack], "Secret", "llm-d-hf-token")
+    assert secret["metadata"]["namespace"] == "kimi-k3-1"
+    assert secret["stringData"] == {"HF_TOKEN": "[secret]"}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.lstrip("v").split("."))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_lws_controller(plans, stack):
+    chart = plans[stack].one(CHART, "platform-lws")["inputs"]
+    assert chart["chart"] == "oci://registry.k8s.io/lws/charts/lws"
+    assert _version(chart["version"]) >= _version(LWS_MIN_VERSION) >= (0, 11, 1)
+    assert chart["namespace"] == "lws-system"
+    if stack == "gpu":
+        assert chart["values"] == {"enableDisaggregatedSet": True}
+    else:
+        assert "enableDisaggregatedSet" not in chart.get("values", {})
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_custom_resources_wait_for_their_crd_installers(plans, stack):
+    plan = plans[stack]
+    for resource in plan.resources:
+        api_version = resource["inputs"].get("apiVersion", "") if resource["type"].startswith("kubernetes:") else ""
+        group = api_version.split("/")[0]
+        if group in CUSTOM_RESOURCE_INSTALLERS:
+            assert CUSTOM_RESOURCE_INSTALLERS[group] in closure(plan, resource["name"]), resource["name"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_kubernetes_object_uses_the_cluster_provider(plans, stack):
+    for resource in plans[stack].resources:
+        if resource["type"].startswith("kubernetes:"):
+            assert resource.get("options", {}).get("provider") == "cluster-k8s", resource["name"]
+
+
+# ----------------------------------------------------------------------------------------- GPU devices
+def test_dra_driver_serves_compute_domains_on_the_gpu_nodes(gpu):
+    chart = gpu.one(CHART, "gpu-devices-dra-driver")["inputs"]
+    assert (chart["chart"], chart["repositoryOpts"]["repo"]) == (
+        "nvidia-dra-driver-gpu", "https://helm.ngc.nvidia.com/nvidia")
+    values = chart["values"]
+    assert values["resources"] == {"gpus": {"enabled": False}}
+    assert values["nvidiaDriverRoot"] == "/home/kubernetes/bin/nvidia"
+    node = gpu.one("gcp:container/nodePool:NodePool", "gpu-pool")["inputs"]["nodeConfig"]
+    plugin = values["kubeletPlugin"]
+    expressions = plugin["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"]
+    assert {"key": "cloud.google.com/gke-accelerator", "operator": "In",
+            "values": [node["guestAccelerators"][0]["type"]]} in expressions
+    for taint in node["taints"]:
+        assert {"key": taint["key"], "operator": "Equal", "value": taint["value"], "effect": "NoSchedule"} \
+            in plugin["tolerations"]
+    quota = manifest(gpu, "ResourceQuota")
+    assert quota["metadata"]["namespace"] == chart["namespace"]
+    assert quota["spec"]["scopeSelector"]["matchExpressions"][0]["values"] == [
+        "system-node-critical", "system-cluster-critical"]
+    assert gpu.named("gpu-devices-dra-quota")["name"] in closure(gpu, "gpu-devices-dra-driver")
+
+
+def test_claims_the_serving_pods_will_use(gpu):
+    domain = manifest(gpu, "ComputeDomain")
+    assert domain["spec"]["channel"]["resourceClaimTemplate"]["name"] == "kimi-k3-1-nvl72-channel"
+    template = manifest(gpu, "ResourceClaimTemplate")
+    [request] = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {"deviceClassName": "mrdma.google.com", "allocationMode": "ExactCount", "count": 8}
+    assert domain["metadata"]["namespace"] == template["metadata"]["namespace"] == "kimi-k3-1"
+
+
+def test_asapd_lite_takes_the_nodes_hugepages(gpu):
+    daemonset = manifest(gpu, "DaemonSet", "asapd-lite")
+    pod = daemonset["spec"]["template"]["spec"]
+    node = gpu.one("gcp:container/nodePool:NodePool", "gpu-pool")["inputs"]["nodeConfig"]
+    pages = node["linuxNodeConfig"]["hugepagesConfig"]["hugepageSize2m"]
+    [container] = pod["containers"]
+    assert container["resources"]["limits"]["hugepages-2Mi"] == f"{pages * 2}Mi"
+    assert container["resources"]["requests"] == container["resources"]["limits"]
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [node["machineType"]]} \
+        in term["matchExpressions"]
+    assert container["image"].rsplit(":", 1)[1] not in ("", "latest")
+
+
+def test_tpu_track_has_no_gpu_plumbing(tpu):
+    kinds = {m["kind"] for m in tpu.manifests}
+    assert not kinds & {"ComputeDomain", "ResourceClaimTemplate", "DaemonSet", "ResourceQuota"}
+    assert not [r for r in tpu.of_type(CHART) if r["name"] != "platform-lws"]
+
+
+# ----------------------------------------------------------------------------------------- monitoring
+def test_pod_monitorings_select_the_serving_contract(plans):
+    from components import contract
+
+    gpu_targets = {m["metadata"]["name"]: m["spec"] for m in plans["gpu"].manifests if m["kind"] == "PodMonitoring"}
+    assert gpu_targets["kimi-k3-1-prefill"]["endpoints"][0]["port"] == contract.MODEL_SERVER_PORT
+    assert gpu_targets["kimi-k3-1-decode"]["endpoints"][0]["port"] == contract.DECODE_ENGINE_PORT
+    for spec in gpu_targets.values():
+        labels = spec["selector"].get("matchLabels")
+        if labels:
+            assert contract.SERVING_LABELS.items() <= labels.items()
+    router = gpu_targets["kimi-k3-1-router"]
+    assert router["endpoints"][0]["port"] == "metrics"
+
+
+def test_monitoring_switch(tmp_path):
+    config = dict(stack_document("tpu")["config"])
+    config["kimi-k3-1:monitoring.enabled"] = False
+    config["kimi-k3-1:kubernetes.namespace"] = "llm-d-kimi"
+    out = tmp_path / "out"
+    proc = run_plan(out, "--stack-file", str(write_stack(tmp_path, "quiet", config)))
+    assert proc.returncode == 0, proc.stderr
+    plan = Plan(out / "quiet")
+    assert not [m for m in plan.manifests if m["kind"] == "PodMonitoring"]
+    # The namespace from config reaches every namespaced object and the bucket reader principal.
+    assert manifest(plan, "PersistentVolumeClaim")["metadata"]["namespace"] == "llm-d-kimi"
+    assert "/subject/ns/llm-d-kimi/sa/" in plan.one("gcp:storage/bucketIAMMember:BucketIAMMember")["inputs"]["member"]
