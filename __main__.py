@@ -5,11 +5,13 @@
 
 import pulumi
 
+from components.capacity import serving_capacity
 from components.config import ConfigError, load_config
 from stacks import compose
 
 try:
     config = load_config()
+    serving_capacity(config)  # rejects replicas whose weights or one full-length sequence do not fit
 except ConfigError as err:
     # RunError ends the program with this one line and no traceback; nothing has been registered.
     raise pulumi.RunError(str(err)) from None

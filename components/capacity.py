@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import catalog
-from .config import StackConfig
+from . import catalog, contract
+from .config import ConfigError, StackConfig
 
 MIB = 2**20
 THROUGHPUT_STEP_MIBPS = 512
@@ -77,3 +77,117 @@ def weight_staging(cfg: StackConfig) -> WeightStaging:
         volume_gib=cfg.storage.volumeSizeGi,
         checkpoint_bytes=catalog.KIMI.checkpoint_bytes,
     )
+
+
+# --------------------------------------------------------------------------- KV capacity
+FP32_BYTES = 4
+BF16_BYTES = 2
+KDA_CONV_KERNEL = 4
+"""Short-convolution kernel of KDA layers (Kimi Linear `short_conv_kernel_size`, model.md)."""
+KV_DTYPE_BYTES = {"fp8": 1, "bf16": 2}
+TPU_HOST_RAM_SHARE = 0.9
+"""Share of the usable host RAM (seed: ~800 GiB per node) the HiCache host pool may take."""
+
+
+@dataclass(frozen=True)
+class ServingCapacity:
+    """KV capacity of one serving replica (a GPU prefill group, or a TPU slice) and what the router needs."""
+
+    devices_per_replica: int
+    hbm_bytes_per_device: int
+    weight_bytes_per_device: float
+    kv_pool_bytes_per_device: float
+    kv_groups: int
+    """Independent KV pools per replica: data-parallel engines (GPU) or attention-DP groups (TPU); MLA's
+    latent cache is replicated across the TP ranks of one group."""
+    mla_bytes_per_token: int
+    kda_state_bytes_per_sequence: int
+    context_length: int
+    hbm_tokens: int
+    host_tokens: int
+    host_bytes_per_node: float
+    endpoints_per_replica: int
+    block_tokens: int = contract.KV_BLOCK_TOKENS
+
+    @property
+    def bytes_per_token(self) -> float:
+        """MLA cache per token plus the fixed KDA state of a full-length sequence spread over its tokens."""
+        return self.mla_bytes_per_token + self.kda_state_bytes_per_sequence / self.context_length
+
+    @property
+    def lru_capacity_per_server(self) -> int:
+        """`approx-prefix-cache-producer` capacity: KV blocks per endpoint across HBM and host DRAM (llm-d.md §2.3)."""
+        return (self.hbm_tokens + self.host_tokens) // self.endpoints_per_replica // self.block_tokens
+
+
+def mla_bytes_per_token(cfg: StackConfig) -> int:
+    return catalog.KIMI.mla_layers * cfg.model.mlaLatentDim * KV_DTYPE_BYTES[cfg.model.kvCacheDtype]
+
+
+def kda_state_bytes_per_sequence(cfg: StackConfig) -> int:
+    """Recurrent state (fp32 heads x dk x dv) plus the short-conv cache of q, k, v (bf16), over all KDA layers."""
+    heads, dim = cfg.model.kdaHeads, cfg.model.kdaHeadDim
+    recurrent = heads * dim * dim * FP32_BYTES
+    conv = 3 * heads * dim * (KDA_CONV_KERNEL - 1) * BF16_BYTES
+    return catalog.KIMI.kda_layers * (recurrent + conv)
+
+
+def serving_capacity(cfg: StackConfig) -> ServingCapacity:
+    """Raises ConfigError naming the keys to change when the weights or one full-length sequence do not fit."""
+    checkpoint = catalog.KIMI.checkpoint_bytes
+    if cfg.track == "gpu":
+        gpu = cfg.gpu
+        nodes = gpu.prefillNodesPerGroup
+        devices = nodes * gpu.spec.gpus_per_node
+        hbm = int(gpu.spec.hbm_gb_per_gpu * 1e9)
+        usable = hbm * gpu.gpuMemoryPercent / 100
+        kv_groups = devices // gpu.tensorParallel
+        host_per_node = gpu.spec.host_memory_gb * 1e9 * gpu.hostOffloadPercent / 100
+        endpoints = nodes
+        size_keys = "gpu.prefillNodesPerGroup / gpu.decodeNodesPerGroup or gpu.gpuMemoryPercent"
+    else:
+        tpu = cfg.tpu
+        devices = tpu.chips_per_slice * catalog.IRONWOOD.tensorcores_per_chip
+        hbm = catalog.IRONWOOD.hbm_gib_per_chip * 2**30 // catalog.IRONWOOD.tensorcores_per_chip
+        usable = hbm * tpu.memFractionPercent / 100
+        kv_groups = 1  # attention TP spans the whole slice (no attention DP in the seed's TP=32 x EP=8)
+        endpoints = 1  # the router targets only the rank-0 leader of each replica
+        size_keys = "tpu.topology or tpu.memFractionPercent"
+    weights = checkpoint / devices
+    pool = usable - weights
+    mla, kda = mla_bytes_per_token(cfg), kda_state_bytes_per_sequence(cfg)
+    context = cfg.context_length
+    if pool <= 0:
+        key = size_keys.split(" ")[0]
+        raise ConfigError(key, getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1]),
+                          f"weights need {weights / 1e9:.0f} GB per device of {usable / 1e9:.0f} GB usable HBM; "
+                          f"more devices per replica are needed ({size_keys})")
+    per_token = mla + kda / context
+    hbm_tokens = int(kv_groups * pool / per_token)
+    if hbm_tokens < context:
+        raise ConfigError("model.contextLength", context,
+                          f"one sequence needs {context * per_token / 1e9:.1f} GB of KV but a replica's pool holds "
+                          f"{hbm_tokens} tokens; lower it or change {size_keys}")
+    if cfg.track == "gpu":
+        host_tokens = int(nodes * host_per_node / (per_token * cfg.gpu.tensorParallel))
+    else:
+        host_tokens = hbm_tokens * cfg.tpu.hicacheRatio
+        devices_per_host = catalog.IRONWOOD.chips_per_host * catalog.IRONWOOD.tensorcores_per_chip
+        host_per_node = cfg.tpu.hicacheRatio * pool * devices_per_host
+        limit = catalog.IRONWOOD.usable_host_memory_gib * 2**30 * TPU_HOST_RAM_SHARE
+        if host_per_node > limit:
+            raise ConfigError("tpu.hicacheRatio", cfg.tpu.hicacheRatio,
+                              f"the host pool would take {host_per_node / 2**30:.0f} GiB per node, over "
+                              f"{limit / 2**30:.0f} GiB of the ~{catalog.IRONWOOD.usable_host_memory_gib} GiB usable")
+    return ServingCapacity(
+        devices_per_replica=devices, hbm_bytes_per_device=hbm, weight_bytes_per_device=weights,
+        kv_pool_bytes_per_device=pool, kv_groups=kv_groups, mla_bytes_per_token=mla,
+        kda_state_bytes_per_sequence=kda, context_length=context, hbm_tokens=hbm_tokens,
+        host_tokens=host_tokens, host_bytes_per_node=host_per_node, endpoints_per_replica=endpoints,
+    )
+
+
+def cpu_offload_bytes_per_engine(cfg: StackConfig) -> int:
+    """vLLM OffloadingConnector `cpu_bytes_to_use`: one instance per local DP engine (engines.md §1.3)."""
+    host = cfg.gpu.spec.host_memory_gb * 1e9 * cfg.gpu.hostOffloadPercent / 100
+    return int(host // cfg.gpu.data_parallel_local)

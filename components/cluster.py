@@ -31,6 +31,8 @@ class GkeClusterArgs(Args):
     version_prefix: str
     """Minor line; the newest master version on it is requested and must reach GKE_MIN_VERSION."""
     authorized_networks: tuple[str, ...]
+    dns_endpoint: bool
+    """Reach the API server through its DNS endpoint (IAM-authorized, reachable from anywhere) instead of its IP."""
     maintenance_window_start: str
     maintenance_exclusion_start: str
     deletion_protection: bool
@@ -119,6 +121,11 @@ class GkeCluster(Component):
                     for i, cidr in enumerate(args.authorized_networks)
                 ],
             ),
+            # DNS endpoint: requests pass Google Cloud IAM (container.clusters.connect) before RBAC, so
+            # laptops and CI runners need no IP allow-list (CIS GKE 2.0 5.6.4).
+            control_plane_endpoints_config=gcp.container.ClusterControlPlaneEndpointsConfigArgs(
+                dns_endpoint_config=gcp.container.ClusterControlPlaneEndpointsConfigDnsEndpointConfigArgs(
+                    allow_external_traffic=args.dns_endpoint)),
             enable_shielded_nodes=True,
             deletion_protection=args.deletion_protection,
             resource_labels=args.labels,
@@ -129,9 +136,15 @@ class GkeCluster(Component):
                 ignore_changes=["minMasterVersion", "nodeConfig"],
             ),
         )
-        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
-            self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate, self.cluster.name,
-        ).apply(lambda a: _kubeconfig(*a)))
+        if args.dns_endpoint:
+            # The DNS endpoint is served by a Google front end with a publicly trusted certificate.
+            server = self.cluster.control_plane_endpoints_config.apply(
+                lambda c: c.dns_endpoint_config.endpoint)
+            ca = pulumi.Output.from_input(None)
+        else:
+            server, ca = self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(server, ca, self.cluster.name).apply(lambda a: _kubeconfig(*a)))
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
@@ -142,14 +155,16 @@ class GkeCluster(Component):
         self.finish(name=self.cluster.name, endpoint=self.cluster.endpoint, kubeconfig=self.kubeconfig)
 
 
-def _kubeconfig(endpoint: str, ca_certificate: str, cluster_name: str) -> str:
+def _kubeconfig(endpoint: str, ca_certificate: Optional[str], cluster_name: str) -> str:
     """Exec-auth kubeconfig: no credential is stored, `gke-gcloud-auth-plugin` fetches one (pulumi.md §2.3)."""
     context = f"gke-{cluster_name}"
+    cluster: dict[str, str] = {"server": f"https://{endpoint}"}
+    if ca_certificate:
+        cluster["certificate-authority-data"] = ca_certificate
     return json.dumps({
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": context, "cluster": {
-            "server": f"https://{endpoint}", "certificate-authority-data": ca_certificate}}],
+        "clusters": [{"name": context, "cluster": cluster}],
         "users": [{"name": context, "user": {"exec": {
             "apiVersion": "client.authentication.k8s.io/v1beta1",
             "command": "gke-gcloud-auth-plugin",

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from . import catalog
+from . import catalog, contract
 
 PROJECT = "kimi-k3-1"
 """Pulumi project name, and so the config namespace."""
@@ -120,8 +120,11 @@ class ClusterConfig(Section):
     versionPrefix: str = Field(catalog.GKE_VERSION_PREFIX,
                                description="GKE minor line to run, e.g. '1.35.'; must reach the pinned minimum.")
     deletionProtection: bool = Field(False, description="Block cluster deletion (leave off for benchmark stacks).")
+    controlPlaneAccess: Literal["dns", "ip"] = Field(
+        "dns", description="dns: reach the API server by its DNS endpoint, authorized by IAM (works from CI runners); "
+                           "ip: by its IP, only from authorizedNetworks.")
     authorizedNetworks: list[str] = Field(
-        description="CIDRs allowed to reach the control plane (where you run pulumi and kubectl).")
+        [], description="CIDRs allowed on the IP endpoint (required for controlPlaneAccess=ip).")
     maintenanceWindowStart: str = Field(
         "03:00", description="Daily maintenance window start (UTC HH:MM); pulumi_gcp needs a window beside exclusions.")
     maintenanceExclusionStart: str = Field(
@@ -137,9 +140,9 @@ class ClusterConfig(Section):
         if catalog.parse_gke_version(self.versionPrefix) < minimum:
             _fail(self.key("versionPrefix"), self.versionPrefix,
                   f"both tracks need GKE >= {catalog.GKE_MIN_VERSION}; use '1.{minimum[1]}.' or newer")
-        if not self.authorizedNetworks:
+        if self.controlPlaneAccess == "ip" and not self.authorizedNetworks:
             _fail(self.key("authorizedNetworks"), self.authorizedNetworks,
-                  "list at least one CIDR you run pulumi from, e.g. [\"203.0.113.7/32\"]")
+                  "controlPlaneAccess=ip needs at least one CIDR you run pulumi from, e.g. [\"203.0.113.7/32\"]")
         for cidr in self.authorizedNetworks:
             try:
                 net = ipaddress.IPv4Network(cidr)
@@ -189,10 +192,19 @@ class GpuConfig(Section):
     decodeGroups: int = Field(1, ge=1, le=16, description="Decode LeaderWorkerSet groups (seed: 1D).")
     prefillNodesPerGroup: int = Field(4, ge=1, le=18, description="Nodes per prefill group (4 GPUs each).")
     decodeNodesPerGroup: int = Field(4, ge=1, le=18, description="Nodes per decode group (4 GPUs each).")
+    tensorParallel: int = Field(
+        1, ge=1, description="vLLM TP per engine; each pod runs GPUs/TP data-parallel engines (llm-d DP+EP form).")
+    gpuMemoryPercent: int = Field(90, ge=50, le=98, description="vLLM --gpu-memory-utilization, in percent.")
+    hostOffloadPercent: int = Field(
+        50, ge=0, le=80, description="Share of each node's Grace DRAM given to the KV offload tier, in percent.")
 
     @property
     def spec(self) -> catalog.GpuMachine:
         return catalog.GPU_MACHINES[self.machine]
+
+    @property
+    def data_parallel_local(self) -> int:
+        return self.spec.gpus_per_node // self.tensorParallel
 
     @property
     def node_count(self) -> int:
@@ -205,6 +217,9 @@ class GpuConfig(Section):
                   f"{self.prefillGroups}x{self.prefillNodesPerGroup} prefill + {self.decodeGroups}x"
                   f"{self.decodeNodesPerGroup} decode = {self.node_count} nodes; one NVL72 domain holds "
                   f"at most {catalog.NVL72_MAX_NODES}")
+        if self.spec.gpus_per_node % self.tensorParallel:
+            _fail(self.key("tensorParallel"), self.tensorParallel,
+                  f"must divide the {self.spec.gpus_per_node} GPUs of a node (one pod runs GPUs/TP engines)")
         if self.reservationSubBlock and not self.reservationBlock:
             _fail(self.key("reservationSubBlock"), self.reservationSubBlock, "needs gpu.reservationBlock too")
         return self
@@ -223,6 +238,13 @@ class TpuConfig(Section):
         32, ge=1, description="SGLang TP size per replica (seed: 32 = TensorCores per 2x2x4 slice).")
     expertParallel: int = Field(
         8, ge=1, description="SGLang EP size per replica (seed: 8); must divide tensorParallel.")
+    memFractionPercent: int = Field(85, ge=50, le=95, description="SGLang --mem-fraction-static, in percent.")
+    hicacheRatio: int = Field(
+        2, ge=1, le=8, description="HiCache host pool size as a multiple of the HBM KV pool (seed: 2).")
+    engineProfile: Literal["release", "day0"] = Field(
+        "release", description="release: pinned sglang-jax flags only; day0: the seed's day-0 SGLang-on-TPU flags.")
+    day0Image: Optional[str] = Field(
+        None, description="Image of the day-0 SGLang TPU build (required for engineProfile=day0).")
 
     @property
     def chips_per_slice(self) -> int:
@@ -245,6 +267,8 @@ class TpuConfig(Section):
         if self.tensorParallel % self.expertParallel:
             _fail(self.key("expertParallel"), self.expertParallel,
                   f"must divide tpu.tensorParallel ({self.tensorParallel})")
+        if self.engineProfile == "day0" and not self.day0Image:
+            _fail(self.key("day0Image"), None, "engineProfile=day0 needs the image that carries the day-0 flags")
         if self.spot and self.reservation:
             _fail(self.key("spot"), self.spot, "choose either tpu.reservation or tpu.spot, not both")
         if not self.spot and not self.reservation:
@@ -311,6 +335,16 @@ class ModelConfig(Section):
     prefix: ClassVar[str] = "model"
     contextLength: Optional[int] = Field(
         None, description="Served context length (default: 1048576 on gpu, 491520 = 480K on tpu as the seed says).")
+    path: str = Field(contract.MODELS_MOUNT_PATH, description="Checkpoint folder inside the pods (the volume's mount).")
+    kvCacheDtype: Literal["fp8", "bf16"] = Field("fp8", description="KV cache element type (seed: FP8).")
+    speculative: Literal["off", "mtp", "nextn", "dflash"] = Field(
+        "off", description="Speculative decoding: the model's MTP head, a NEXTN or DFlash drafter, or off.")
+    speculativeTokens: int = Field(3, ge=1, le=8, description="Draft tokens per step.")
+    draftModelPath: Optional[str] = Field(None, description="Drafter checkpoint under /models (nextn, dflash).")
+    mlaLatentDim: int = Field(
+        576, ge=1, description="Assumption: MLA cache elements per token per layer (Kimi K2: 512 latent + 64 rope).")
+    kdaHeads: int = Field(32, ge=1, description="Assumption: KDA heads (Kimi Linear 48B-A3B analog).")
+    kdaHeadDim: int = Field(128, ge=1, description="Assumption: KDA head dimension (Kimi Linear 48B-A3B analog).")
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
@@ -318,13 +352,31 @@ class ModelConfig(Section):
         if self.contextLength is not None and not 1024 <= self.contextLength <= limit:
             _fail(self.key("contextLength"), self.contextLength,
                   f"must be 1024-{limit} (the model's max_position_embeddings)")
+        if self.speculative in ("nextn", "dflash"):
+            if not self.draftModelPath:
+                _fail(self.key("draftModelPath"), None, f"model.speculative={self.speculative} needs the drafter's "
+                                                        f"folder under {self.path}/")
+            if not self.draftModelPath.startswith(self.path.rstrip("/") + "/"):
+                _fail(self.key("draftModelPath"), self.draftModelPath,
+                      f"must be inside the read-only weights volume, e.g. {self.path}/drafter")
         return self
+
+
+class RouterConfig(Section):
+    prefix: ClassVar[str] = "router"
+    mode: Literal["standalone", "gateway"] = Field(
+        "standalone", description="standalone: EPP with its Envoy proxy; gateway: GKE Gateway + InferencePool.")
+    gatewayClass: Literal["gke-l7-rilb", "gke-l7-regional-external-managed"] = Field(
+        "gke-l7-rilb", description="GatewayClass in gateway mode (regional internal by default).")
+    peakPrefillThroughput: int = Field(
+        15928, ge=1, description="Tokens/s one replica prefills at peak (prefix-cache-affinity-filter); calibrate it.")
+    calibrate: bool = Field(False, description="Create the peakPrefillThroughput calibration Job.")
 
 
 SECTIONS: dict[str, type[Section]] = {
     cls.prefix: cls for cls in (GcpConfig, NetworkConfig, ClusterConfig, SystemPoolConfig, TransferPoolConfig,
                                 GpuConfig, TpuConfig, KubernetesConfig, MonitoringConfig, StorageConfig,
-                                ModelConfig)
+                                ModelConfig, RouterConfig)
 }
 
 
@@ -336,7 +388,7 @@ class StackConfig(BaseModel):
         description="Accelerator track: gpu (A4X Max + vLLM) or tpu (Ironwood + SGLang).")
     gcp: GcpConfig
     network: NetworkConfig = NetworkConfig()
-    cluster: ClusterConfig
+    cluster: ClusterConfig = ClusterConfig()
     systemPool: SystemPoolConfig = SystemPoolConfig()
     transferPool: TransferPoolConfig = TransferPoolConfig()
     gpu: GpuConfig = GpuConfig()
@@ -345,6 +397,7 @@ class StackConfig(BaseModel):
     monitoring: MonitoringConfig = MonitoringConfig()
     storage: StorageConfig = StorageConfig()
     model: ModelConfig = ModelConfig()
+    router: RouterConfig = RouterConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -368,6 +421,8 @@ class StackConfig(BaseModel):
             machine = self.gpu.spec if self.track == "gpu" else catalog.IRONWOOD
             _fail("gcp.zone", self.gcp.zone, f"{machine.machine_type} is offered in {', '.join(zones)} "
                                              f"(source: {machine.zones_source})")
+        if self.track == "gpu" and self.model.speculative == "nextn":
+            _fail("model.speculative", "nextn", "vLLM has no NEXTN drafter; use mtp or dflash on the gpu track")
         _check_name("cluster.name", self.cluster_name, 40)
         _check_name("cluster.name", f"{self.cluster_name}-nodes", 30)
         return self

@@ -38,3 +38,23 @@ ROUTER_MODE_LABEL = "llm-d.ai/igw-mode"
 """Label every llm-d router EPP pod carries (router chart `routerlib/templates/_helpers.tpl`)."""
 ROUTER_METRICS_PORT = "metrics"
 """Named EPP container port 9090 (router chart `_deployment.yaml`)."""
+
+KV_BLOCK_TOKENS = 128
+"""KV block (vLLM --block-size) / page (SGLang --page-size) in tokens. The router's prefix model hashes
+blocks of the same size, so both sides import this one value (seed: blockSizeTokens 128; sglang-jax
+needs page size 128 for MLA, engines.md §2.7)."""
+
+KV_EVENTS_PORT = 5557
+"""ZMQ port engines publish KV-cache events on (vLLM/SGLang default `tcp://*:5557`; the router's pod
+discovery default socketPort, llm-d.md §4.2)."""
+KV_EVENTS_TOPIC_PREFIX = "kv@"
+"""Topic `kv@<pod ip>:<port>@<model>`; the router splits on '@' and filters on `kv@` (llm-d.md §4.1)."""
+
+NIXL_SIDE_CHANNEL_PORT = 5600
+"""vLLM NIXL side channel base port; the effective port is base + local DP index (engines.md §1.3)."""
+DATA_PARALLEL_RPC_PORT = 5555
+SGLANG_DIST_INIT_PORT = 20000
+
+ROUTER_PROXY_PORT = 8081
+"""Envoy listener of the standalone router; the chart's Service maps port 80 to it (llm-d.md §1.3)."""
+ROUTER_SERVICE_PORT = 80

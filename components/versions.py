@@ -31,3 +31,64 @@ NVIDIA_DRA_DRIVER_CHART = ChartRef(
 
 ASAPD_LITE_IMAGE = "us-docker.pkg.dev/gce-ai-infra/asapd-lite/asapd-lite:v0.0.8"
 """Initializes the MRDMA NICs on A4X Max nodes; the tag Cluster Toolkit ships (gke.md §2.3)."""
+
+
+@dataclass(frozen=True)
+class VllmRelease:
+    version: str
+    image: str
+    hybrid_kv_flag: str
+    """Spelling of "keep the hybrid KV-cache manager on": `--no-disable-hybrid-kv-cache-manager` up to 0.23,
+    `--enable-hybrid-kv-cache-manager` in 0.33 (engines.md §1.1)."""
+    why: str
+
+
+VLLM = VllmRelease(
+    version="0.33.0",
+    image="docker.io/vllm/vllm-openai:v0.33.0",
+    hybrid_kv_flag="--enable-hybrid-kv-cache-manager",
+    why="newest release with a parser dump (engine-flags/vllm-0.33.0.tsv); first with the kimi_k3 reasoning parser "
+        "and kimi_k3_mtp (engines.md §1.5, §1.7). Upstream vllm-openai images run on GB200 Arm nodes in llm-d's "
+        "DeepSeek-V4 guide (engines.md §4)",
+)
+
+
+@dataclass(frozen=True)
+class SglangJaxBuild:
+    commit: str
+    image: str
+    why: str
+
+    @property
+    def install_command(self) -> str:
+        """sglang-jax has no release carrying these flags on the package index, so the pinned commit is
+        installed into the JAX TPU image at start (the sglang-jax GKE guide installs it the same way)."""
+        return (f"pip install --no-cache-dir 'sglang-jax @ git+https://github.com/sgl-project/sglang-jax.git"
+                f"@{self.commit}#subdirectory=python'")
+
+
+SGLANG_JAX = SglangJaxBuild(
+    commit="cddbf6f",
+    image="us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:jax0.8.1-rev1",
+    why="SGLang's TPU engine; the flag list in engine-flags/sglang-jax-main-cddbf6f.txt is from this commit, and "
+        "the image is the one its GKE guide uses (engines.md §2.7, §4)",
+)
+
+SGLANG_DAY0_FLAGS_VERSION = "0.5.23"
+"""The day-0 SGLang TPU build's flags other than DAY0_FLAG_VALUES are checked against this release's parser."""
+
+ROUTER_VERSION = "v0.10.0"
+"""llm-d-router release (tag 2026-08-17): chart, EPP image and disaggregation sidecar move together
+(llm-d.md §1.2 recommends pinning a real tag over the floating `v0` channel)."""
+ROUTER_STANDALONE_CHART = ChartRef(chart="oci://ghcr.io/llm-d/charts/llm-d-router-standalone", version=ROUTER_VERSION,
+                                   why="EPP + Envoy proxy; default router mode (llm-d.md §1.2-§1.3)")
+ROUTER_GATEWAY_CHART = ChartRef(chart="oci://ghcr.io/llm-d/charts/llm-d-router-gateway", version=ROUTER_VERSION,
+                                why="EPP + InferencePool for a GKE Gateway (llm-d.md §1.2-§1.3)")
+EPP_IMAGE = ("ghcr.io/llm-d", "llm-d-router-endpoint-picker", ROUTER_VERSION)
+"""(registry, repository, tag): the chart's default tag is the moving `main`, so the tag is pinned in values."""
+ROUTING_SIDECAR_IMAGE = f"ghcr.io/llm-d/llm-d-router-disagg-sidecar:{ROUTER_VERSION}"
+"""P/D routing sidecar on decode pods (renamed from llm-d-routing-sidecar; llm-d.md §3.6)."""
+EPP_CONFIG_API_VERSION = "llm-d.ai/v1alpha1"
+"""The only EndpointPickerConfig apiVersion the router registers at v0.10.0 (llm-d.md §2.1 caveat)."""
+CALIBRATION_IMAGE = "docker.io/library/python:3.11-slim"
+"""The router calibration Job runs a plain Python image (llm-d.md §2.3)."""

@@ -16,9 +16,13 @@ from components.naming import resource_labels
 from components.network import Network, NetworkArgs
 from components.nodepools import CpuPoolArgs, CpuPools, PoolCommon, transfer_pool
 from components.platform import Platform, PlatformArgs
+from components.router import EPP_SERVICE, CalibrationArgs, PrefillCalibration, Router, RouterArgs
 from components.services import ProjectServices, ProjectServicesArgs
 from components.storage import CheckpointBucket, CheckpointBucketArgs
 from components.weights import WeightStaging, WeightStagingArgs
+
+CALIBRATION_CHUNK_TOKENS = 8192
+"""Prompt tokens per calibration sample (one prefill chunk)."""
 
 
 @dataclass
@@ -32,6 +36,8 @@ class Foundation:
     bucket: CheckpointBucket
     platform: Platform
     weights: WeightStaging
+    router: Router
+    capacity: capacity.ServingCapacity
     in_cluster: pulumi.ResourceOptions
     """Options for every Kubernetes object: the cluster's provider."""
 
@@ -53,6 +59,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
         name=cfg.cluster_name, project=cfg.gcp.project, region=cfg.gcp.region, zone=cfg.gcp.zone,
         network=network.vpc.id, subnetwork=network.subnet.id, release_channel=cfg.cluster.releaseChannel,
         version_prefix=cfg.cluster.versionPrefix, authorized_networks=tuple(cfg.cluster.authorizedNetworks),
+        dns_endpoint=cfg.cluster.controlPlaneAccess == "dns",
         maintenance_window_start=cfg.cluster.maintenanceWindowStart,
         maintenance_exclusion_start=cfg.cluster.maintenanceExclusionStart,
         deletion_protection=cfg.cluster.deletionProtection, dcgm_metrics=cfg.track == "gpu",
@@ -95,6 +102,11 @@ def build_foundation(cfg: StackConfig) -> Foundation:
             namespace=platform.namespace.metadata.name, prefix=catalog.GUIDE_NAME,
             targets=(*serving_targets(cfg.track), router_target())), in_cluster)
 
+    serving = capacity.serving_capacity(cfg)
+    router = Router("router", RouterArgs(
+        namespace=platform.namespace.metadata.name, config=cfg, capacity=serving,
+        proxy_only_subnet=network.proxy_only_subnet), in_cluster)
+
     pulumi.export("clusterName", cluster.cluster.name)
     pulumi.export("clusterEndpoint", cluster.cluster.endpoint)
     pulumi.export("kubeconfig", cluster.kubeconfig)
@@ -103,7 +115,9 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("servingZone", cfg.gcp.zone)
     pulumi.export("namespace", platform.namespace.metadata.name)
     pulumi.export("modelsClaim", weights.claim.metadata.name)
-    return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket, platform, weights, in_cluster)
+    pulumi.export("routerService", EPP_SERVICE)
+    return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket, platform, weights, router,
+                      serving, in_cluster)
 
 
 def export_node_pools(foundation: Foundation, accelerator_pools: list) -> None:
@@ -134,4 +148,27 @@ def summary(cfg: StackConfig) -> list[str]:
         f"copies in {staging.load_s / 60:.1f} min (target {catalog.WEIGHT_LOAD_TARGET_SECONDS // 60} min)",
         f"weights cost (estimate): throughput ${throughput_cost:,.0f}/month "
         f"(${throughput_cost / prices.HOURS_PER_MONTH:.2f}/h), capacity ${capacity_cost:,.0f}/month",
+        *capacity_lines(capacity.serving_capacity(cfg)),
     ]
+
+
+def capacity_lines(c: capacity.ServingCapacity) -> list[str]:
+    gb = 1e9
+    return [
+        f"per device: weights {c.weight_bytes_per_device / gb:.1f} GB, HBM left for KV "
+        f"{c.kv_pool_bytes_per_device / gb:.1f} GB of {c.hbm_bytes_per_device / gb:.1f} GB",
+        f"KV per replica ({c.bytes_per_token:,.0f} B/token at {c.context_length:,} context): "
+        f"{c.hbm_tokens:,} tokens in HBM + {c.host_tokens:,} in host DRAM",
+        f"router cache: lruCapacityPerServer {c.lru_capacity_per_server:,} blocks of {c.block_tokens} tokens "
+        f"per endpoint ({c.endpoints_per_replica} per replica)",
+    ]
+
+
+def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:
+    """Optional peakPrefillThroughput measurement, once the model servers answer."""
+    if not foundation.cfg.router.calibrate:
+        return
+    PrefillCalibration("calibration", CalibrationArgs(
+        namespace=foundation.platform.namespace.metadata.name, chunk_tokens=CALIBRATION_CHUNK_TOKENS),
+        pulumi.ResourceOptions(provider=foundation.cluster.provider,
+                               depends_on=[servers, foundation.router.chart]))

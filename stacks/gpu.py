@@ -1,4 +1,4 @@
-"""GPU track: A4X Max (GB300 NVL72) node pool on the shared foundation."""
+"""GPU track: A4X Max (GB300 NVL72) pool, DRA/RDMA devices, vLLM prefill/decode DisaggregatedSet."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import pulumi
 
 from components.config import StackConfig
 from components.dra import GpuDevices, GpuDevicesArgs
+from components.modelservers import VllmDisaggregatedSet, VllmDisaggregatedSetArgs
 from components.nodepools import GpuNodePool, GpuNodePoolArgs
 
-from .base import build_foundation, export_node_pools
+from .base import add_calibration, build_foundation, export_node_pools
 
 
 def build(cfg: StackConfig) -> None:
@@ -22,6 +23,15 @@ def build(cfg: StackConfig) -> None:
         reservation_block=cfg.gpu.reservationBlock,
         reservation_sub_block=cfg.gpu.reservationSubBlock,
     ), pulumi.ResourceOptions(provider=foundation.gcp_provider))
-    GpuDevices("gpu-devices", GpuDevicesArgs(namespace=foundation.platform.namespace.metadata.name,
-                                             machine=cfg.gpu.spec), foundation.in_cluster)
+    namespace = foundation.platform.namespace.metadata.name
+    devices = GpuDevices("gpu-devices", GpuDevicesArgs(namespace=namespace, machine=cfg.gpu.spec),
+                         foundation.in_cluster)
+    servers = VllmDisaggregatedSet("vllm", VllmDisaggregatedSetArgs(
+        namespace=namespace, name=f"{cfg.kubernetes.namespace}-vllm", config=cfg),
+        pulumi.ResourceOptions(provider=foundation.cluster.provider, depends_on=[
+            # The DisaggregatedSet CRD and webhook, the populated weights, the nodes and the claims its pods
+            # reference by name: without them the set cannot become Available within its timeout.
+            foundation.platform.lws, foundation.weights.claim, gpu.pool, devices.compute_domain,
+            devices.rdma_claims, foundation.platform.hf_token]))
+    add_calibration(foundation, servers)
     export_node_pools(foundation, [gpu.pool])

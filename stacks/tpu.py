@@ -1,13 +1,14 @@
-"""TPU track: Ironwood tpu7x slices on the shared foundation."""
+"""TPU track: Ironwood tpu7x slices and the SGLang LeaderWorkerSet serving on them."""
 
 from __future__ import annotations
 
 import pulumi
 
 from components.config import StackConfig
+from components.modelservers import SglangLeaderWorkerSet, SglangLeaderWorkerSetArgs
 from components.nodepools import TpuSlices, TpuSlicesArgs
 
-from .base import build_foundation, export_node_pools
+from .base import add_calibration, build_foundation, export_node_pools
 
 
 def build(cfg: StackConfig) -> None:
@@ -21,4 +22,10 @@ def build(cfg: StackConfig) -> None:
         reservation=cfg.tpu.reservation,
         spot=cfg.tpu.spot,
     ), pulumi.ResourceOptions(provider=foundation.gcp_provider))
+    servers = SglangLeaderWorkerSet("sglang", SglangLeaderWorkerSetArgs(
+        namespace=foundation.platform.namespace.metadata.name, name=f"{cfg.kubernetes.namespace}-sglang",
+        config=cfg, host_pool_bytes_per_node=foundation.capacity.host_bytes_per_node),
+        pulumi.ResourceOptions(provider=foundation.cluster.provider, depends_on=[
+            foundation.platform.lws, foundation.weights.claim, *tpu.pools, foundation.platform.hf_token]))
+    add_calibration(foundation, servers)
     export_node_pools(foundation, tpu.pools)

@@ -110,9 +110,9 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
      "kimi-k3-1:network.podsCidr = '10.0.8.0/21': overlaps network.nodesCidr '10.0.0.0/20'; ranges must be disjoint"),
     ("gpu", {"network__proxyOnlyCidr": "10.9.0.0/27"},
      "kimi-k3-1:network.proxyOnlyCidr = '10.9.0.0/27': a proxy-only subnet needs at least a /26 (/23 recommended)"),
-    ("gpu", {"cluster__authorizedNetworks": []},
-     "kimi-k3-1:cluster.authorizedNetworks = []: list at least one CIDR you run pulumi from, e.g. "
-     "[\"203.0.113.7/32\"]"),
+    ("gpu", {"cluster__controlPlaneAccess": "ip"},
+     "kimi-k3-1:cluster.authorizedNetworks = []: controlPlaneAccess=ip needs at least one CIDR you run pulumi "
+     "from, e.g. [\"203.0.113.7/32\"]"),
     ("gpu", {"cluster__authorizedNetworks": ["0.0.0.0/0"]},
      "kimi-k3-1:cluster.authorizedNetworks = '0.0.0.0/0': 0.0.0.0/0 opens the control plane to the internet"),
     # Versions and limits.

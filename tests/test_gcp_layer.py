@@ -145,7 +145,9 @@ def test_cluster_settings(plans, stack):
         "gcePersistentDiskCsiDriverConfig": {"enabled": True},
     }
     assert c["privateClusterConfig"]["enablePrivateNodes"] is True
-    assert [b["cidrBlock"] for b in c["masterAuthorizedNetworksConfig"]["cidrBlocks"]] == ["203.0.113.0/24"]
+    # IP endpoint closed to the internet (no CIDRs); users and CI reach the IAM-guarded DNS endpoint.
+    assert c["masterAuthorizedNetworksConfig"] == {"cidrBlocks": []}
+    assert c["controlPlaneEndpointsConfig"] == {"dnsEndpointConfig": {"allowExternalTraffic": True}}
     assert c["enableShieldedNodes"] is True
     assert c["removeDefaultNodePool"] is True
     assert c["deletionProtection"] is False

@@ -222,7 +222,7 @@ def test_asapd_lite_takes_the_nodes_hugepages(gpu):
 def test_tpu_track_has_no_gpu_plumbing(tpu):
     kinds = {m["kind"] for m in tpu.manifests}
     assert not kinds & {"ComputeDomain", "ResourceClaimTemplate", "DaemonSet", "ResourceQuota"}
-    assert not [r for r in tpu.of_type(CHART) if r["name"] != "platform-lws"]
+    assert {r["name"] for r in tpu.of_type(CHART)} == {"platform-lws", "router-chart"}
 
 
 # ----------------------------------------------------------------------------------------- monitoring

@@ -133,6 +133,9 @@ class PlanMocks(mocks.Mocks):
                 selfLink=f"https://container.googleapis.com/v1/{rid}",
                 masterAuth={"clusterCaCertificate": base64.b64encode(
                     f"mock CA of {name}".encode()).decode()},
+                controlPlaneEndpointsConfig={"dnsEndpointConfig": {
+                    **(state.get("controlPlaneEndpointsConfig") or {}).get("dnsEndpointConfig", {}),
+                    "endpoint": f"gke-{_digest(rid)[:32]}.{state.get('location')}.gke.goog"}},
             )
         elif kind == "gcp:container/nodePool:NodePool":
             rid = f"{state.get('location')}/{state.get('cluster', '').rsplit('/', 1)[-1]}/{name}"

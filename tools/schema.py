@@ -29,8 +29,9 @@ SECRET_DESCRIPTIONS = {
 
 
 def _pulumi_type(annotation: Any) -> str:
-    args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
-    base = typing.get_origin(args[0]) or args[0]
+    if type(None) in typing.get_args(annotation):  # Optional[X] -> X
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    base = typing.get_origin(annotation) or annotation
     if base is list:
         return "array"
     if base is bool:

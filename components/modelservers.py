@@ -1,0 +1,315 @@
+"""Model servers: vLLM prefill/decode LeaderWorkerSet groups in a DisaggregatedSet (GPU), SGLang
+LeaderWorkerSet replicas (TPU). Pod labels come from the contract the router selects on; flags come
+from components.engines; sizes from components.capacity."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from . import catalog, contract, engines
+from .base import Args, Component, StrInput
+from .config import StackConfig
+from .versions import ROUTING_SIDECAR_IMAGE, SGLANG_JAX, VLLM
+
+READY_TIMEOUT_S = 2 * 3600
+"""How long `pulumi up` waits for the serving sets: image pulls, a 1.56 TB weight load (10 min at the default
+throughput), engine start and compilation. llm-d allows 45 min for a decode pod's start alone (pulumi.md §2.5)."""
+STARTUP_PROBE_PERIOD_S = 10
+STARTUP_PROBE_FAILURES = 360
+"""60 minutes of startup probing before the kubelet restarts a loading engine."""
+GIB = 2**30
+PROCESS_MEMORY_GIB = 128
+"""Memory an engine process needs besides its offload buffers (assumption; llm-d requests 300-600Gi per GPU pod)."""
+SHM_BASE_GIB = 2
+"""/dev/shm for inter-process buffers, "roughly 32MB per local DP" rounded up (llm-d.md §3.2)."""
+
+
+def model_label() -> str:
+    return catalog.KIMI.hf_id.split("/")[-1]
+
+
+def serving_labels(track: str, engine: str, role: Optional[str] = None, serving: bool = True) -> dict[str, str]:
+    """Labels of a model-server pod. Only pods that serve requests carry the router's selector labels."""
+    labels = {"llm-d.ai/guide": catalog.GUIDE_NAME, "llm-d.ai/model": model_label(),
+              "llm-d.ai/engine-type": engine, "llm-d.ai/accelerator-variant": track}
+    if serving:
+        labels.update(contract.SERVING_LABELS)
+    if role:
+        labels[contract.ROLE_LABEL] = role
+    return labels
+
+
+def _env(name: str, value: str) -> k8s.core.v1.EnvVarArgs:
+    return k8s.core.v1.EnvVarArgs(name=name, value=value)
+
+
+def _field_env(name: str, path: str) -> k8s.core.v1.EnvVarArgs:
+    return k8s.core.v1.EnvVarArgs(name=name, value_from=k8s.core.v1.EnvVarSourceArgs(
+        field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path=path)))
+
+
+def common_env() -> list[k8s.core.v1.EnvVarArgs]:
+    return [
+        _field_env("POD_IP", "status.podIP"),
+        k8s.core.v1.EnvVarArgs(name=contract.HF_TOKEN_KEY, value_from=k8s.core.v1.EnvVarSourceArgs(
+            secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(
+                name=contract.HF_TOKEN_SECRET, key=contract.HF_TOKEN_KEY))),
+        # Block hashes must agree between engine restarts and with the router (llm-d.md §4.1).
+        _env("PYTHONHASHSEED", "0"),
+    ]
+
+
+def weights_volume() -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:
+    claim = k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(claim_name=contract.MODELS_PVC, read_only=True)
+    volume = k8s.core.v1.VolumeArgs(name="models", persistent_volume_claim=claim)
+    return volume, k8s.core.v1.VolumeMountArgs(name="models", mount_path=contract.MODELS_MOUNT_PATH, read_only=True)
+
+
+def shm_volume(size_gib: int) -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:
+    volume = k8s.core.v1.VolumeArgs(name="dshm", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
+        medium="Memory", size_limit=f"{size_gib}Gi"))
+    return volume, k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm")
+
+
+def probes(port: int) -> dict[str, k8s.core.v1.ProbeArgs]:
+    health = k8s.core.v1.HTTPGetActionArgs(path="/health", port=port)
+    return {
+        "startup_probe": k8s.core.v1.ProbeArgs(http_get=health, period_seconds=STARTUP_PROBE_PERIOD_S,
+                                               failure_threshold=STARTUP_PROBE_FAILURES),
+        "readiness_probe": k8s.core.v1.ProbeArgs(http_get=health, period_seconds=10, failure_threshold=3),
+        "liveness_probe": k8s.core.v1.ProbeArgs(http_get=health, period_seconds=30, failure_threshold=5),
+    }
+
+
+def await_annotations() -> dict[str, str]:
+    """Pulumi waits for the set to report Available (pulumi.md §2.5)."""
+    return {"pulumi.com/waitFor": "condition=Available", "pulumi.com/timeoutSeconds": str(READY_TIMEOUT_S)}
+
+
+def rollout() -> dict[str, Any]:
+    """No surge: accelerator nodes are all in use, a surge pod would never schedule (llm-d.md §5 known issue)."""
+    return {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
+def pod_template(labels: dict[str, str], spec: k8s.core.v1.PodSpecArgs,
+                 annotations: Optional[dict[str, str]] = None) -> k8s.core.v1.PodTemplateSpecArgs:
+    return k8s.core.v1.PodTemplateSpecArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels, annotations=annotations), spec=spec)
+
+
+# --------------------------------------------------------------------------- GPU
+def gpu_memory_gib(cfg: StackConfig) -> tuple[int, int]:
+    """(shm size, memory request) of a vLLM pod. The CPU offload tier is mmap'ed in /dev/shm, so shm holds it
+    (llm-d GLM-5.2 guide, llm-d.md §3.3)."""
+    offload_gib = -(-cfg.gpu.spec.host_memory_gb * 10**9 * cfg.gpu.hostOffloadPercent // 100 // GIB)
+    shm = offload_gib + SHM_BASE_GIB
+    return shm, shm + PROCESS_MEMORY_GIB
+
+
+def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
+    machine = cfg.gpu.spec
+    command = engines.vllm_command(cfg, role)
+    port = engines.vllm_port(role)
+    shm_gib, memory_gib = gpu_memory_gib(cfg)
+    models, models_mount = weights_volume()
+    shm, shm_mount = shm_volume(shm_gib)
+    nvidia = k8s.core.v1.VolumeArgs(name="nvidia", host_path=k8s.core.v1.HostPathVolumeSourceArgs(
+        path="/home/kubernetes/bin/nvidia"))
+    claims = [k8s.core.v1.PodResourceClaimArgs(name="compute-domain-channel",
+                                               resource_claim_template_name=contract.COMPUTE_DOMAIN_CHANNEL_TEMPLATE),
+              k8s.core.v1.PodResourceClaimArgs(name="rdma", resource_claim_template_name=contract.RDMA_CLAIM_TEMPLATE)]
+    ports = [k8s.core.v1.ContainerPortArgs(name="http", container_port=port)]
+    ports += [k8s.core.v1.ContainerPortArgs(name=f"kv-events-{i}", container_port=contract.KV_EVENTS_PORT + i)
+              for i in range(cfg.gpu.data_parallel_local)]
+    ports += [k8s.core.v1.ContainerPortArgs(name=f"nixl-{i}", container_port=contract.NIXL_SIDE_CHANNEL_PORT + i)
+              for i in range(cfg.gpu.data_parallel_local)]
+    engine = k8s.core.v1.ContainerArgs(
+        name="vllm",
+        image=VLLM.image,
+        command=["/bin/bash", "-c"],
+        args=[command.script()],
+        env=[
+            *common_env(),
+            _field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP"),
+            _env("VLLM_ENGINE_READY_TIMEOUT_S", "3600"),
+            # Keep-alive above the routing sidecar's 90 s idle timeout (llm-d.md §3.2).
+            _env("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "120"),
+            _env("USER", "llm-d"),  # vLLM >= 0.20 needs a user name (vllm issue 44548, engines.md §1.8)
+            _env("GLOO_SOCKET_IFNAME", "eth0"),
+            _env("NCCL_SOCKET_IFNAME", "eth0"),
+            # Multi-node NVLink inside the NVL72 domain (llm-d DeepSeek-V4 GB200 guide, engines.md §1.8).
+            _env("NCCL_MNNVL_ENABLE", "1"),
+            _env("NCCL_CUMEM_ENABLE", "1"),
+            _env("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"),
+        ],
+        ports=ports,
+        resources=k8s.core.v1.ResourceRequirementsArgs(
+            requests={"cpu": str(machine.vcpus // 2), "memory": f"{memory_gib}Gi",
+                      "nvidia.com/gpu": str(machine.gpus_per_node)},
+            limits={"memory": f"{memory_gib}Gi", "nvidia.com/gpu": str(machine.gpus_per_node)},
+            claims=[k8s.core.v1.ResourceClaimArgs(name=c.name) for c in claims],
+        ),
+        security_context=k8s.core.v1.SecurityContextArgs(
+            capabilities=k8s.core.v1.CapabilitiesArgs(add=["IPC_LOCK", "SYS_RAWIO"])),
+        volume_mounts=[models_mount, shm_mount,
+                       k8s.core.v1.VolumeMountArgs(name="nvidia", mount_path="/usr/local/nvidia")],
+        **probes(port),
+    )
+    init = []
+    if role == "decode":
+        init.append(k8s.core.v1.ContainerArgs(
+            name="routing-proxy",
+            image=ROUTING_SIDECAR_IMAGE,
+            args=[f"--port={contract.MODEL_SERVER_PORT}", f"--model-server-port={contract.DECODE_ENGINE_PORT}",
+                  "--kv-connector=nixlv2", "--secure-proxy=false", "--zap-log-level=1"],
+            ports=[k8s.core.v1.ContainerPortArgs(name="serve", container_port=contract.MODEL_SERVER_PORT)],
+            restart_policy="Always",  # native sidecar (llm-d.md §3.2)
+            security_context=k8s.core.v1.SecurityContextArgs(allow_privilege_escalation=False, run_as_non_root=True,
+                                                              run_as_user=65532),
+            resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "1", "memory": "1Gi"}),
+        ))
+    gpu_key, _, _ = catalog.GPU_TAINT
+    return k8s.core.v1.PodSpecArgs(
+        init_containers=init or None,
+        containers=[engine],
+        resource_claims=claims,
+        node_selector={"cloud.google.com/gke-accelerator": machine.accelerator,
+                       "gke.networks.io/accelerator-network-profile": catalog.ACCELERATOR_NETWORK_PROFILE},
+        tolerations=[k8s.core.v1.TolerationArgs(key=gpu_key, operator="Exists", effect="NoSchedule"),
+                     k8s.core.v1.TolerationArgs(key="kubernetes.io/arch", operator="Equal", value="arm64",
+                                                effect="NoSchedule")],
+        volumes=[models, shm, nvidia],
+        automount_service_account_token=False,
+        termination_grace_period_seconds=120,
+    )
+
+
+def vllm_role(cfg: StackConfig, role: engines.Role) -> dict[str, Any]:
+    replicas = cfg.gpu.prefillGroups if role == "prefill" else cfg.gpu.decodeGroups
+    labels = serving_labels("gpu", "vllm", role)
+    return {
+        "name": role,
+        "metadata": {"labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "leaderWorkerTemplate": {
+                "size": engines.vllm_group_nodes(cfg, role),
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "workerTemplate": pod_template(labels, vllm_pod(cfg, role)),
+            },
+            "rolloutStrategy": rollout(),
+        },
+    }
+
+
+class VllmDisaggregatedSetArgs(Args):
+    namespace: StrInput
+    name: str
+    config: StackConfig
+
+
+class VllmDisaggregatedSet(Component):
+    """3 prefill + 1 decode multi-node groups, kept inside one NVL72 sub-block by the set's placement policy."""
+
+    def __init__(self, name: str, args: VllmDisaggregatedSetArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("modelserver", "VllmDisaggregatedSet", name, opts)
+        self.set = k8s.apiextensions.CustomResource(
+            f"{name}-ds",
+            api_version="disaggregatedset.x-k8s.io/v1",
+            kind="DisaggregatedSet",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=args.name, namespace=args.namespace,
+                                                labels={"llm-d.ai/guide": catalog.GUIDE_NAME},
+                                                annotations=await_annotations()),
+            spec={
+                "roles": [vllm_role(args.config, "prefill"), vllm_role(args.config, "decode")],
+                # Co-locate a slice's roles in one NVLink sub-block (llm-d.md §5 GKE notes).
+                "placementPolicy": {"type": "ExclusiveTopology", "topology": "cloud.google.com/gce-topology-subblock"},
+            },
+            opts=self.child(custom_timeouts=pulumi.CustomTimeouts(create="130m", update="130m")),
+        )
+        self.finish(name=args.name)
+
+
+# --------------------------------------------------------------------------- TPU
+def tpu_memory_gib(host_pool_bytes: float) -> int:
+    return int(-(-host_pool_bytes // GIB)) + PROCESS_MEMORY_GIB // 2
+
+
+def sglang_pod(cfg: StackConfig, image: str, memory_gib: int) -> k8s.core.v1.PodSpecArgs:
+    command = engines.sglang_command(cfg)
+    models, models_mount = weights_volume()
+    shm, shm_mount = shm_volume(64)
+    tpu_key, _, _ = catalog.TPU_TAINT
+    chips = str(catalog.IRONWOOD.chips_per_host)
+    return k8s.core.v1.PodSpecArgs(
+        containers=[k8s.core.v1.ContainerArgs(
+            name="sglang",
+            image=image,
+            command=["/bin/bash", "-c"],
+            args=[command.script()],
+            env=[*common_env(), _field_env("SGLANG_HOST_IP", "status.podIP"),
+                 _env("JAX_COMPILATION_CACHE_DIR", "/tmp/jax-cache")],
+            ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=contract.MODEL_SERVER_PORT),
+                   k8s.core.v1.ContainerPortArgs(name="dist-init", container_port=contract.SGLANG_DIST_INIT_PORT),
+                   k8s.core.v1.ContainerPortArgs(name="kv-events", container_port=contract.KV_EVENTS_PORT)],
+            resources=k8s.core.v1.ResourceRequirementsArgs(
+                requests={"cpu": str(catalog.IRONWOOD.vcpus // 2), "memory": f"{memory_gib}Gi",
+                          "google.com/tpu": chips},
+                limits={"memory": f"{memory_gib}Gi", "google.com/tpu": chips},
+            ),
+            volume_mounts=[models_mount, shm_mount],
+            **probes(contract.MODEL_SERVER_PORT),
+        )],
+        node_selector={"cloud.google.com/gke-tpu-accelerator": catalog.IRONWOOD.accelerator_label,
+                       "cloud.google.com/gke-tpu-topology": cfg.tpu.topology},
+        tolerations=[k8s.core.v1.TolerationArgs(key=tpu_key, operator="Exists", effect="NoSchedule")],
+        volumes=[models, shm],
+        automount_service_account_token=False,
+        termination_grace_period_seconds=120,
+    )
+
+
+class SglangLeaderWorkerSetArgs(Args):
+    namespace: StrInput
+    name: str
+    config: StackConfig
+    host_pool_bytes_per_node: float
+    """HiCache host pool of one host (capacity model); the pod's memory request must hold it."""
+
+
+class SglangLeaderWorkerSet(Component):
+    """One LeaderWorkerSet, a replica per slice: each group of `hosts_per_slice` pods owns one slice node pool."""
+
+    def __init__(self, name: str, args: SglangLeaderWorkerSetArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("modelserver", "SglangLeaderWorkerSet", name, opts)
+        cfg = args.config
+        image = cfg.tpu.day0Image if cfg.tpu.engineProfile == "day0" else SGLANG_JAX.image
+        pod = sglang_pod(cfg, image, tpu_memory_gib(args.host_pool_bytes_per_node))
+        self.set = k8s.apiextensions.CustomResource(
+            f"{name}-lws",
+            api_version="leaderworkerset.x-k8s.io/v1",
+            kind="LeaderWorkerSet",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=args.name, namespace=args.namespace, labels={"llm-d.ai/guide": catalog.GUIDE_NAME},
+                annotations={
+                    **await_annotations(),
+                    # One group per slice node pool: a group never straddles two slices (llm-d.md §3.5).
+                    "leaderworkerset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool",
+                }),
+            spec={
+                "replicas": cfg.tpu.slices,
+                "leaderWorkerTemplate": {
+                    "size": cfg.tpu.hosts_per_slice,
+                    "restartPolicy": "RecreateGroupOnPodRestart",
+                    # Only rank 0 serves the API, so only leaders carry the router's selector labels.
+                    "leaderTemplate": pod_template(serving_labels("tpu", "sglang"), pod),
+                    "workerTemplate": pod_template(serving_labels("tpu", "sglang", serving=False), pod),
+                },
+                "rolloutStrategy": rollout(),
+            },
+            opts=self.child(custom_timeouts=pulumi.CustomTimeouts(create="130m", update="130m")),
+        )
+        self.finish(name=args.name)

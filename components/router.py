@@ -1,0 +1,270 @@
+"""llm-d router: the EPP Helm chart with values layered base -> monitoring -> track, the scheduling
+config per track, and in gateway mode a GKE Gateway with an HTTPRoute to the InferencePool.
+
+Layers mirror llm-d's `recipes/router/base.values.yaml`, `features/monitoring.values.yaml` and the
+guide's override file (llm-d.md §1.3), as typed data instead of files.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from . import catalog, contract
+from .base import Args, Component, StrInput
+from .capacity import ServingCapacity
+from .config import StackConfig
+from .versions import (
+    CALIBRATION_IMAGE,
+    EPP_CONFIG_API_VERSION,
+    EPP_IMAGE,
+    ROUTER_GATEWAY_CHART,
+    ROUTER_STANDALONE_CHART,
+    ChartRef,
+)
+
+RELEASE_NAME = catalog.GUIDE_NAME
+"""The chart names the EPP Service `<release>-epp` and the InferencePool `<release>` (llm-d.md §1.3)."""
+EPP_SERVICE = f"{RELEASE_NAME}-epp"
+PLUGINS_FILE = f"{catalog.GUIDE_NAME}.yaml"
+GATEWAY_NAME = "llm-d-inference-gateway"
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Helm's values merge: maps merge key by key, anything else is replaced by the later layer."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def chart_ref(cfg: StackConfig) -> ChartRef:
+    return ROUTER_GATEWAY_CHART if cfg.router.mode == "gateway" else ROUTER_STANDALONE_CHART
+
+
+# --------------------------------------------------------------------------- scheduling
+def prefix_producer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
+    """Approximate prefix model sized across HBM and host DRAM: autoTune would count HBM blocks only
+    (router issue #1650, llm-d.md §2.3)."""
+    return {"type": "approx-prefix-cache-producer", "parameters": {
+        "autoTune": False,
+        "blockSizeTokens": contract.KV_BLOCK_TOKENS,
+        "lruCapacityPerServer": capacity.lru_capacity_per_server,
+        "maxPrefixTokensToMatch": cfg.context_length,
+        "maxPrefixBlocksToMatch": -(-cfg.context_length // contract.KV_BLOCK_TOKENS),
+    }}
+
+
+def endpoint_picker_config(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
+    """Session- and load-aware scheduling: prefix affinity until saturated, then token load (seed post)."""
+    shared = [
+        prefix_producer(cfg, capacity),
+        {"type": "prefix-cache-affinity-filter",
+         "parameters": {"peakPrefillThroughput": cfg.router.peakPrefillThroughput}},
+        {"type": "token-load-scorer"},
+        # Feeds token-load-scorer and the affinity filter; exact only with one EPP replica (llm-d.md §2.2).
+        {"type": "inflight-load-producer"},
+    ]
+    affinity_then_load = [{"pluginRef": "prefix-cache-affinity-filter"}, {"pluginRef": "token-load-scorer"}]
+    if cfg.track == "tpu":
+        plugins = shared
+        profiles = [{"name": "default", "plugins": affinity_then_load}]
+    else:
+        plugins = [
+            {"type": "always-disagg-pd-decider"},
+            {"type": "disagg-profile-handler", "parameters": {"deciders": {"prefill": "always-disagg-pd-decider"}}},
+            {"type": "prefill-filter"},
+            {"type": "decode-filter"},
+            {"type": "active-request-scorer"},
+            *shared,
+        ]
+        profiles = [
+            {"name": "prefill", "plugins": [{"pluginRef": "prefill-filter"}, *affinity_then_load]},
+            {"name": "decode", "plugins": [{"pluginRef": "decode-filter"}, {"pluginRef": "active-request-scorer"}]},
+        ]
+    return {"apiVersion": EPP_CONFIG_API_VERSION, "kind": "EndpointPickerConfig",
+            "plugins": plugins, "schedulingProfiles": profiles}
+
+
+# --------------------------------------------------------------------------- values layers
+def base_layer() -> dict[str, Any]:
+    registry, repository, tag = EPP_IMAGE
+    return {"router": {
+        "epp": {
+            "replicas": 1,  # in-flight token accounting is per EPP process
+            "flags": {"v": 2},
+            "image": {"registry": registry, "repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
+            "resources": {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "16Gi"}},
+        },
+        "inferencePool": {"failureMode": "FailOpen"},
+        "modelServers": {"protocol": "http"},
+    }}
+
+
+def monitoring_layer() -> dict[str, Any]:
+    """Metrics without auth so the PodMonitoring of components.monitoring can scrape the EPP; the chart's own
+    scrape object stays off so nothing is scraped twice."""
+    return {"router": {"monitoring": {"interval": "10s", "provider": {"name": "gmp"},
+                                      "prometheus": {"enabled": False, "auth": {"enabled": False}}}}}
+
+
+def track_layer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
+    router: dict[str, Any] = {
+        "modelServers": {
+            "type": "vllm" if cfg.track == "gpu" else "sglang",
+            "matchLabels": dict(contract.SERVING_LABELS),
+            "targetPorts": [{"number": contract.MODEL_SERVER_PORT}],
+        },
+        "epp": {
+            "pluginsConfigFile": PLUGINS_FILE,
+            "pluginsCustomConfig": {PLUGINS_FILE: yaml.safe_dump(endpoint_picker_config(cfg, capacity),
+                                                                 sort_keys=False)},
+        },
+    }
+    layer: dict[str, Any] = {"router": router}
+    if cfg.router.mode == "standalone":
+        router["extraServicePorts"] = [{"name": "http", "port": contract.ROUTER_SERVICE_PORT, "protocol": "TCP",
+                                        "targetPort": contract.ROUTER_PROXY_PORT}]
+    else:
+        layer["provider"] = {"name": "gke"}
+        layer["httpRoute"] = {"create": False}  # created below, typed and schema-checked
+    return layer
+
+
+def router_values(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
+    layers = [base_layer()]
+    if cfg.monitoring.enabled:
+        layers.append(monitoring_layer())
+    layers.append(track_layer(cfg, capacity))
+    values: dict[str, Any] = {}
+    for layer in layers:
+        values = deep_merge(values, layer)
+    return values
+
+
+# --------------------------------------------------------------------------- component
+class RouterArgs(Args):
+    namespace: StrInput
+    config: StackConfig
+    capacity: ServingCapacity
+    proxy_only_subnet: Optional[pulumi.Resource] = None
+    """Regional Gateways need the proxy-only subnet before they can program a load balancer."""
+
+
+class Router(Component):
+    def __init__(self, name: str, args: RouterArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("router", "Router", name, opts)
+        cfg = args.config
+        ref = chart_ref(cfg)
+        self.chart = k8s.helm.v4.Chart(
+            f"{name}-chart",
+            name=RELEASE_NAME,
+            chart=ref.chart,
+            version=ref.version,
+            namespace=args.namespace,
+            values=router_values(cfg, args.capacity),
+            opts=self.child(),
+        )
+        self.gateway = self.route = None
+        if cfg.router.mode == "gateway":
+            self.gateway = k8s.apiextensions.CustomResource(
+                f"{name}-gateway",
+                api_version="gateway.networking.k8s.io/v1",
+                kind="Gateway",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=GATEWAY_NAME, namespace=args.namespace),
+                spec={"gatewayClassName": cfg.router.gatewayClass, "listeners": [{
+                    "name": "http", "port": contract.ROUTER_SERVICE_PORT, "protocol": "HTTP",
+                    "allowedRoutes": {"namespaces": {"from": "Same"}}}]},
+                opts=self.child(depends_on=[args.proxy_only_subnet] if args.proxy_only_subnet else None),
+            )
+            self.route = k8s.apiextensions.CustomResource(
+                f"{name}-route",
+                api_version="gateway.networking.k8s.io/v1",
+                kind="HTTPRoute",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=RELEASE_NAME, namespace=args.namespace),
+                spec={
+                    "parentRefs": [{"name": GATEWAY_NAME}],
+                    "rules": [{
+                        "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                        "backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool",
+                                         "name": RELEASE_NAME}],
+                    }],
+                },
+                # The InferencePool it targets comes with the chart.
+                opts=self.child(depends_on=[self.chart, self.gateway]),
+            )
+        self.finish(release=RELEASE_NAME, service=EPP_SERVICE)
+
+
+CALIBRATION_SCRIPT = """\
+import json, os, statistics, time, urllib.request
+
+endpoint = os.environ["ENDPOINT"].rstrip("/")
+chunk = int(os.environ["CHUNK_TOKENS"])
+samples = int(os.environ.get("SAMPLES", "8"))
+model = os.environ["MODEL"]
+ttfts = []
+for i in range(samples):
+    # A fresh prefix each time, so every request is a full-chunk prefill.
+    prompt = f"calibration run {i} " + "lorem ipsum " * (chunk // 2)
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 1, "stream": False}).encode()
+    request = urllib.request.Request(f"{endpoint}/v1/completions", body, {"Content-Type": "application/json"})
+    start = time.monotonic()
+    with urllib.request.urlopen(request, timeout=600) as response:
+        response.read()
+    ttfts.append(time.monotonic() - start)
+print(json.dumps({"chunk_tokens": chunk, "median_ttft_s": statistics.median(ttfts),
+                  "peakPrefillThroughput": round(chunk / statistics.median(ttfts))}))
+"""
+
+
+class CalibrationArgs(Args):
+    namespace: StrInput
+    chunk_tokens: int
+    """Prompt size of each sample; llm-d's method divides it by the median TTFT (llm-d.md §2.3)."""
+
+
+class PrefillCalibration(Component):
+    """Optional Job that measures peakPrefillThroughput through the router; read its log and set
+    `kimi-k3-1:router.peakPrefillThroughput`."""
+
+    def __init__(self, name: str, args: CalibrationArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("router", "PrefillCalibration", name, opts)
+        script = k8s.core.v1.ConfigMap(
+            f"{name}-script",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{catalog.GUIDE_NAME}-calibration", namespace=args.namespace),
+            data={"calibrate.py": CALIBRATION_SCRIPT},
+            opts=self.child(),
+        )
+        env = {"ENDPOINT": f"http://{EPP_SERVICE}:{contract.ROUTER_SERVICE_PORT}", "MODEL": catalog.KIMI.hf_id,
+               "CHUNK_TOKENS": str(args.chunk_tokens)}
+        self.job = k8s.batch.v1.Job(
+            f"{name}-job",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{catalog.GUIDE_NAME}-calibration", namespace=args.namespace,
+                                                annotations={"pulumi.com/skipAwait": "true"}),
+            spec=k8s.batch.v1.JobSpecArgs(
+                backoff_limit=1,
+                ttl_seconds_after_finished=86400,
+                template=k8s.core.v1.PodTemplateSpecArgs(spec=k8s.core.v1.PodSpecArgs(
+                    restart_policy="Never",
+                    automount_service_account_token=False,
+                    containers=[k8s.core.v1.ContainerArgs(
+                        name="calibrate", image=CALIBRATION_IMAGE, command=["python3", "/calibration/calibrate.py"],
+                        env=[k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()],
+                        volume_mounts=[k8s.core.v1.VolumeMountArgs(name="script", mount_path="/calibration")],
+                        resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "500m", "memory": "256Mi"}),
+                    )],
+                    volumes=[k8s.core.v1.VolumeArgs(name="script", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                        name=script.metadata.name))],
+                )),
+            ),
+            opts=self.child(),
+        )
+        self.finish(job=self.job.metadata.name)
