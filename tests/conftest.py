@@ -83,3 +83,43 @@ def write_stack(folder: Path, name: str, config: dict[str, Any]) -> Path:
     path = folder / f"Pulumi.{name}.yaml"
     path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
     return path
+
+
+LEAKY_TOKEN = "hf_plaintextTokenThatMustNotLeak0123456789"
+
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # name: (committed stack it starts from, config keys changed). Rendered together, once per session.
+    "gpu-staging": ("gpu", {}),
+    "bad": ("gpu", {}),
+    "gpu2": ("gpu", {"gpu.prefillGroups": 2, "gpu.decodeNodesPerGroup": 8, "gpu.machine": "a4x"}),
+    "throwaway": ("tpu", {"storage.deleteCheckpointOnDestroy": True}),
+    "quiet": ("tpu", {"monitoring.enabled": False, "kubernetes.namespace": "llm-d-kimi"}),
+    "leaky": ("gpu", {"hfToken": LEAKY_TOKEN}),
+    "gateway": ("gpu", {"router.mode": "gateway", "router.calibrate": True}),
+    "day0": ("tpu", {"tpu.engineProfile": "day0", "tpu.day0Image": "registry.example/sglang-tpu:day0-k31",
+                     "model.speculative": "nextn", "model.draftModelPath": "/models/nextn"}),
+    "spec": ("gpu", {"model.speculative": "dflash", "model.draftModelPath": "/models/dflash",
+                     "model.kvCacheDtype": "bf16", "gpu.tensorParallel": 2}),
+    "tpu-spec": ("tpu", {"model.speculative": "mtp"}),
+}
+
+
+class Variants:
+    def __init__(self, out: Path, proc: subprocess.CompletedProcess):
+        self.out, self.proc = out, proc
+
+    def __getitem__(self, name: str) -> Plan:
+        return Plan(self.out / name)
+
+
+@pytest.fixture(scope="session")
+def variants(tmp_path_factory) -> Variants:
+    folder = tmp_path_factory.mktemp("variants")
+    files = []
+    for name, (base, changes) in VARIANTS.items():
+        config = dict(stack_document(base)["config"])
+        config.update({f"kimi-k3-1:{key}": value for key, value in changes.items()})
+        files += ["--stack-file", str(write_stack(folder, name, config))]
+    proc = run_plan(folder / "out", *files)
+    assert proc.returncode == 0, proc.stderr
+    return Variants(folder / "out", proc)

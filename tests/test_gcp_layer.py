@@ -9,7 +9,7 @@ import pytest
 
 from components import catalog
 from components.nodepools import _reservation
-from tests.conftest import STACKS, Plan, run_plan, stack_document, write_stack
+from tests.conftest import STACKS, Plan
 from tools.mocks import PROJECT_NUMBER
 
 NODE_POOL = "gcp:container/nodePool:NodePool"
@@ -91,14 +91,8 @@ def test_reservation_paths_for_blocks_and_shared_reservations(gke_md):
     assert _reservation("p", "projects/q/reservations/r").values == ["projects/q/reservations/r"]
 
 
-def test_gpu_node_count_follows_the_pd_topology(tmp_path):
-    config = dict(stack_document("gpu")["config"])
-    config.update({"kimi-k3-1:gpu.prefillGroups": 2, "kimi-k3-1:gpu.decodeNodesPerGroup": 8,
-                   "kimi-k3-1:gpu.machine": "a4x"})
-    out = tmp_path / "out"
-    proc = run_plan(out, "--stack-file", str(write_stack(tmp_path, "gpu2", config)))
-    assert proc.returncode == 0, proc.stderr
-    pool = Plan(out / "gpu2").one(NODE_POOL, "gpu-pool")["inputs"]
+def test_gpu_node_count_follows_the_pd_topology(variants):
+    pool = variants["gpu2"].one(NODE_POOL, "gpu-pool")["inputs"]
     assert pool["nodeCount"] == 2 * 4 + 1 * 8
     assert pool["nodeConfig"]["machineType"] == "a4x-highgpu-4g"
     assert pool["nodeConfig"]["guestAccelerators"][0]["type"] == "nvidia-gb200"
@@ -230,13 +224,8 @@ def test_checkpoint_bucket_is_private_regional_and_kept(plans, stack, gke_md):
            "PROJECT_ID.svc.id.goog/subject/ns/NAMESPACE/sa/KSA_NAME" in gke_md
 
 
-def test_bucket_deletion_is_an_explicit_choice(tmp_path):
-    config = dict(stack_document("tpu")["config"])
-    config["kimi-k3-1:storage.deleteCheckpointOnDestroy"] = True
-    out = tmp_path / "out"
-    proc = run_plan(out, "--stack-file", str(write_stack(tmp_path, "throwaway", config)))
-    assert proc.returncode == 0, proc.stderr
-    bucket = Plan(out / "throwaway").one("gcp:storage/bucket:Bucket")
+def test_bucket_deletion_is_an_explicit_choice(variants):
+    bucket = variants["throwaway"].one("gcp:storage/bucket:Bucket")
     assert bucket["inputs"]["forceDestroy"] is True
     assert "retainOnDelete" not in bucket.get("options", {})
 

@@ -6,7 +6,7 @@ import pytest
 
 from components import catalog
 from components.versions import LWS_MIN_VERSION
-from tests.conftest import STACKS, Plan, run_plan, stack_document, write_stack
+from tests.conftest import STACKS, Plan
 from tools.mocks import PROJECT_NUMBER
 
 CHART = "kubernetes:helm.sh/v4:Chart"
@@ -240,14 +240,8 @@ def test_pod_monitorings_select_the_serving_contract(plans):
     assert router["endpoints"][0]["port"] == "metrics"
 
 
-def test_monitoring_switch(tmp_path):
-    config = dict(stack_document("tpu")["config"])
-    config["kimi-k3-1:monitoring.enabled"] = False
-    config["kimi-k3-1:kubernetes.namespace"] = "llm-d-kimi"
-    out = tmp_path / "out"
-    proc = run_plan(out, "--stack-file", str(write_stack(tmp_path, "quiet", config)))
-    assert proc.returncode == 0, proc.stderr
-    plan = Plan(out / "quiet")
+def test_monitoring_switch(variants):
+    plan = variants["quiet"]
     assert not [m for m in plan.manifests if m["kind"] == "PodMonitoring"]
     # The namespace from config reaches every namespaced object and the bucket reader principal.
     assert manifest(plan, "PersistentVolumeClaim")["metadata"]["namespace"] == "llm-d-kimi"

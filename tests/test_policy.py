@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -310,12 +309,9 @@ def test_policy_project_file_reuses_project_venv():
 
 # --------------------------------------------------------------------------- the committed stacks
 @pytest.fixture(scope="module")
-def plan_resources(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
-    out = tmp_path_factory.mktemp("policy-plan")
-    proc = subprocess.run([sys.executable, "-m", "tools.plan", "--quiet", "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return {stack: json.loads((out / stack / "resources.json").read_text()) for stack in STACKS}
+def plan_resources(plans) -> dict[str, list[dict[str, Any]]]:
+    """The session's offline plan of the committed stacks (tests/conftest.py)."""
+    return {stack: plans[stack].resources for stack in STACKS}
 
 
 def test_committed_stacks_pass_every_policy(plan_resources):
