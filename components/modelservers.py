@@ -164,7 +164,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
             name="routing-proxy",
             image=ROUTING_SIDECAR_IMAGE,
             args=[f"--port={contract.MODEL_SERVER_PORT}", f"--model-server-port={contract.DECODE_ENGINE_PORT}",
-                  "--kv-connector=nixlv2", "--secure-proxy=false", "--zap-log-level=1"],
+                  "--kv-connector=nixlv2", "--secure-proxy=false"],
             ports=[k8s.core.v1.ContainerPortArgs(name="serve", container_port=contract.MODEL_SERVER_PORT)],
             restart_policy="Always",  # native sidecar (llm-d.md §3.2)
             security_context=k8s.core.v1.SecurityContextArgs(allow_privilege_escalation=False, run_as_non_root=True,
