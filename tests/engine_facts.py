@@ -8,7 +8,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ class Flag:
     choices: tuple[str, ...]
 
 
-@lru_cache(maxsize=None)
+@cache
 def parser_flags(path: Path) -> dict[str, Flag]:
     """`names<TAB>default=...<TAB>choices=[...]` lines (or one name per line for sglang-jax)."""
     flags: dict[str, Flag] = {}
@@ -70,7 +70,7 @@ def section(text: str, start: str, end: str) -> str:
     return text[head:text.index(end, head + len(start))]
 
 
-@lru_cache(maxsize=None)
+@cache
 def vllm_kv_transfer_keys(engines_md: Path, version: str) -> frozenset[str]:
     """Top-level KVTransferConfig keys from the engines.md §1.3 table row for `version`."""
     row = next(line for line in engines_md.read_text().splitlines() if line.startswith(f"| {version} |"))
@@ -78,13 +78,13 @@ def vllm_kv_transfer_keys(engines_md: Path, version: str) -> frozenset[str]:
     return frozenset(key.strip() for key in cell.split(",") if key.strip())
 
 
-@lru_cache(maxsize=None)
+@cache
 def offloading_extra_keys(engines_md: Path) -> frozenset[str]:
     block = section(engines_md.read_text(), "* **OffloadingConnector**", "* **MultiConnector**")
     return frozenset(BACKTICKED.findall(block))
 
 
-@lru_cache(maxsize=None)
+@cache
 def vllm_kv_events_keys(engines_md: Path) -> frozenset[str]:
     """The `* Keys:` bullet of engines.md §1.4 (it wraps over lines); backticked values like `zmq` come along."""
     lines = engines_md.read_text().splitlines()
@@ -93,7 +93,7 @@ def vllm_kv_events_keys(engines_md: Path) -> frozenset[str]:
     return frozenset(BACKTICKED.findall(" ".join(lines[start:end])))
 
 
-@lru_cache(maxsize=None)
+@cache
 def sglang_kv_events_keys(engines_md: Path) -> frozenset[str]:
     """The key list on the line after "`--kv-events-config` JSON keys [...]:" in engines.md §2.4."""
     lines = engines_md.read_text().splitlines()
@@ -101,7 +101,7 @@ def sglang_kv_events_keys(engines_md: Path) -> frozenset[str]:
     return frozenset(BACKTICKED.findall(lines[start + 1]))
 
 
-@lru_cache(maxsize=None)
+@cache
 def vllm_speculative_keys(engines_md: Path) -> frozenset[str]:
     """Keys of the speculative-config JSON examples engines.md §1.5 records."""
     block = section(engines_md.read_text(), "### 1.5", "### 1.6")
@@ -111,7 +111,7 @@ def vllm_speculative_keys(engines_md: Path) -> frozenset[str]:
     return frozenset(keys)
 
 
-@lru_cache(maxsize=None)
+@cache
 def sidecar_flags(llm_d_md: Path) -> tuple[frozenset[str], frozenset[str]]:
     """(flags, --kv-connector values) of the routing sidecar (llm-d.md §3.2 "Routing sidecar flags")."""
     block = section(llm_d_md.read_text(), "Routing sidecar flags", "GKE overlay")

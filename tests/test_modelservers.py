@@ -135,7 +135,8 @@ def test_pd_topology_fills_the_gpu_pool(gpu):
         per_pod = int(pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
         pods += spec["replicas"] * group["size"]
         gpus += spec["replicas"] * group["size"] * per_pod
-        assert pod["nodeSelector"]["cloud.google.com/gke-accelerator"] == pool["nodeConfig"]["guestAccelerators"][0]["type"]
+        accelerator = pool["nodeConfig"]["guestAccelerators"][0]["type"]
+        assert pod["nodeSelector"]["cloud.google.com/gke-accelerator"] == accelerator
         assert spec["rolloutStrategy"]["rollingUpdateConfiguration"]["maxSurge"] == 0
     assert pods == pool["nodeCount"]
     assert gpus == pool["nodeCount"] * pool["nodeConfig"]["guestAccelerators"][0]["count"]
