@@ -295,6 +295,53 @@ class MonitoringConfig(Section):
                                             "model servers and the router.")
 
 
+class BenchmarkConfig(Section):
+    prefix: ClassVar[str] = "benchmark"
+    enabled: bool = Field(False, description="Create the inference-perf Job (the driver turns it on for one run).")
+    conversations: int = Field(64, ge=1, description="Multi-turn sessions replayed.")
+    turnsPerConversation: int = Field(8, ge=1, description="Turns per session.")
+    systemPromptTokens: int = Field(
+        32768, ge=0, description="Shared system prompt per session: the long prefix the router keeps warm.")
+    inputTokensPerTurn: int = Field(2048, ge=1, description="New user tokens per turn.")
+    outputTokensPerTurn: int = Field(512, ge=1, description="Generated tokens per turn.")
+    concurrency: int = Field(32, ge=1, description="Sessions in flight at once.")
+    baseUrl: Optional[str] = Field(
+        None, description="Endpoint to load (default: the router Service; required in gateway mode).")
+
+
+class LifecycleConfig(Section):
+    prefix: ClassVar[str] = "lifecycle"
+    maxLifetimeHours: int = Field(
+        24, ge=1, le=720, description="Label `max-lifetime-hours` on billable resources, so a forgotten stack shows.")
+
+
+class CostConfig(Section):
+    """Prices the public table lacks (accelerators) or that you negotiated; decimal USD as strings."""
+
+    prefix: ClassVar[str] = "cost"
+    gpuNodeHourUsd: Optional[str] = Field(None, description="Price of one GPU node-hour (A4X Max has no list price).")
+    tpuChipHourUsd: Optional[str] = Field(None, description="Price of one Ironwood chip-hour.")
+    cpuNodeHourUsd: Optional[str] = Field(None, description="Price of one CPU node-hour (system and transfer pools).")
+
+    @model_validator(mode="after")
+    def _check(self) -> CostConfig:
+        for field in type(self).model_fields:
+            value = getattr(self, field)
+            if value is None:
+                continue
+            try:
+                ok = float(value) >= 0
+            except ValueError:
+                ok = False
+            if not ok:
+                _fail(self.key(field), value, "expected a non-negative decimal such as '42.50' (USD)")
+        return self
+
+    def price(self, field: str) -> Optional[float]:
+        value = getattr(self, field)
+        return None if value is None else float(value)
+
+
 class StorageConfig(Section):
     prefix: ClassVar[str] = "storage"
     bucketName: Optional[str] = Field(None, description="Checkpoint bucket (default: <project>-kimi-k3-1-weights).")
@@ -376,7 +423,7 @@ class RouterConfig(Section):
 SECTIONS: dict[str, type[Section]] = {
     cls.prefix: cls for cls in (GcpConfig, NetworkConfig, ClusterConfig, SystemPoolConfig, TransferPoolConfig,
                                 GpuConfig, TpuConfig, KubernetesConfig, MonitoringConfig, StorageConfig,
-                                ModelConfig, RouterConfig)
+                                ModelConfig, RouterConfig, BenchmarkConfig, LifecycleConfig, CostConfig)
 }
 
 
@@ -398,6 +445,9 @@ class StackConfig(BaseModel):
     storage: StorageConfig = StorageConfig()
     model: ModelConfig = ModelConfig()
     router: RouterConfig = RouterConfig()
+    benchmark: BenchmarkConfig = BenchmarkConfig()
+    lifecycle: LifecycleConfig = LifecycleConfig()
+    cost: CostConfig = CostConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -421,6 +471,8 @@ class StackConfig(BaseModel):
             machine = self.gpu.spec if self.track == "gpu" else catalog.IRONWOOD
             _fail("gcp.zone", self.gcp.zone, f"{machine.machine_type} is offered in {', '.join(zones)} "
                                              f"(source: {machine.zones_source})")
+        if self.benchmark.enabled and self.router.mode == "gateway" and not self.benchmark.baseUrl:
+            _fail("benchmark.baseUrl", None, "router.mode=gateway: give the gateway's address, e.g. http://10.0.0.10")
         if self.track == "gpu" and self.model.speculative == "nextn":
             _fail("model.speculative", "nextn", "vLLM has no NEXTN drafter; use mtp or dflash on the gpu track")
         _check_name("cluster.name", self.cluster_name, 40)

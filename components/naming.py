@@ -20,4 +20,6 @@ def resource_labels(cfg: StackConfig, stack: str) -> dict[str, str]:
         "accelerator-track": cfg.track,
         "pulumi-stack": label_value(stack),
         "managed-by": "pulumi",
+        # A forgotten benchmark stack is visible by label: created time + this many hours is overdue.
+        "max-lifetime-hours": str(cfg.lifecycle.maxLifetimeHours),
     }

@@ -11,6 +11,8 @@ from .base import Args, Component, StrInput
 
 CHECKPOINT_READER_ROLE = "roles/storage.objectViewer"
 """Role the Volume Populator guide grants on the bucket (gke.md §4)."""
+RESULTS_WRITER_ROLE = "roles/storage.objectUser"
+"""Read and write objects (inference-perf uploads its reports); limited to the results prefix by a condition."""
 
 
 class CheckpointBucketArgs(Args):
@@ -24,6 +26,9 @@ class CheckpointBucketArgs(Args):
     """False keeps the bucket (and its 1.56 TB copy) when the stack is destroyed."""
     readers: tuple[StrInput, ...] = ()
     """IAM members granted object read."""
+    results_writers: tuple[StrInput, ...] = ()
+    """IAM members allowed to read and write objects under `results_prefix` only."""
+    results_prefix: str = "benchmarks/"
     labels: dict[str, str]
 
 
@@ -55,6 +60,21 @@ class CheckpointBucket(Component):
                 opts=self.child(),
             )
             for i, member in enumerate(args.readers)
+        ]
+        self.grants += [
+            gcp.storage.BucketIAMMember(
+                f"{name}-results-writer-{i}",
+                bucket=self.bucket.name,
+                role=RESULTS_WRITER_ROLE,
+                member=member,
+                # Conditioned on the prefix, so the benchmark can never touch the checkpoint.
+                condition=gcp.storage.BucketIAMMemberConditionArgs(
+                    title="benchmark-results-only",
+                    expression=f'resource.name.startsWith("projects/_/buckets/{args.name}/objects/{args.results_prefix}")',
+                ),
+                opts=self.child(),
+            )
+            for i, member in enumerate(args.results_writers)
         ]
         self.uri = pulumi.Output.concat("gs://", self.bucket.name)
         self.finish(uri=self.uri)

@@ -92,3 +92,7 @@ EPP_CONFIG_API_VERSION = "llm-d.ai/v1alpha1"
 """The only EndpointPickerConfig apiVersion the router registers at v0.10.0 (llm-d.md §2.1 caveat)."""
 CALIBRATION_IMAGE = "docker.io/library/python:3.11-slim"
 """The router calibration Job runs a plain Python image (llm-d.md §2.3)."""
+
+INFERENCE_PERF_IMAGE = "quay.io/inference-perf/inference-perf:v0.7.0"
+"""Upstream inference-perf image (engines.md §3: quay.io/inference-perf/inference-perf, tags up to v0.7.0
+seen; 0.7.0 is the newest release on the package index)."""

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from components import capacity, catalog, contract, prices
+from components import benchmark, capacity, catalog, contract, cost, prices
 from components.cluster import GkeCluster, GkeClusterArgs
 from components.config import StackConfig
 from components.identity import NodeIdentity, NodeIdentityArgs, workload_principal
 from components.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
-from components.naming import resource_labels
+from components.naming import label_value, resource_labels
 from components.network import Network, NetworkArgs
 from components.nodepools import CpuPoolArgs, CpuPools, PoolCommon, transfer_pool
 from components.platform import Platform, PlatformArgs
@@ -83,6 +83,9 @@ def build_foundation(cfg: StackConfig) -> Foundation:
         soft_delete_days=cfg.storage.softDeleteDays, delete_on_destroy=cfg.storage.deleteCheckpointOnDestroy,
         readers=(workload_principal(project_number, cfg.gcp.project, cfg.kubernetes.namespace,
                                     contract.TRANSFER_SERVICE_ACCOUNT),),
+        results_writers=(workload_principal(project_number, cfg.gcp.project, cfg.kubernetes.namespace,
+                                            benchmark.SERVICE_ACCOUNT),) if cfg.benchmark.enabled else (),
+        results_prefix=f"{benchmark.RESULTS_PREFIX}/",
         labels=labels), after_apis)
 
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
@@ -116,6 +119,10 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("namespace", platform.namespace.metadata.name)
     pulumi.export("modelsClaim", weights.claim.metadata.name)
     pulumi.export("routerService", EPP_SERVICE)
+    hourly, complete = cost.total(cost.hourly_costs(cfg))
+    pulumi.export("hourlyCostUsd", round(hourly, 2))
+    pulumi.export("hourlyCostComplete", complete)
+    pulumi.export("benchmarkResultsUri", pulumi.Output.concat(bucket.uri, "/", results_path(cfg)))
     return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket, platform, weights, router,
                       serving, in_cluster)
 
@@ -149,6 +156,7 @@ def summary(cfg: StackConfig) -> list[str]:
         f"weights cost (estimate): throughput ${throughput_cost:,.0f}/month "
         f"(${throughput_cost / prices.HOURS_PER_MONTH:.2f}/h), capacity ${capacity_cost:,.0f}/month",
         *capacity_lines(capacity.serving_capacity(cfg)),
+        *cost.summary_lines(cfg),
     ]
 
 
@@ -172,3 +180,22 @@ def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:
         namespace=foundation.platform.namespace.metadata.name, chunk_tokens=CALIBRATION_CHUNK_TOKENS),
         pulumi.ResourceOptions(provider=foundation.cluster.provider,
                                depends_on=[servers, foundation.router.chart]))
+
+
+def results_path(cfg: StackConfig) -> str:
+    return f"{benchmark.RESULTS_PREFIX}/{label_value(pulumi.get_stack())}/"
+
+
+def add_benchmark(foundation: Foundation, servers: pulumi.Resource) -> None:
+    """inference-perf against the router, only for a benchmark run (`benchmark.enabled`)."""
+    cfg = foundation.cfg
+    if not cfg.benchmark.enabled:
+        return
+    bench = benchmark.Benchmark("benchmark", benchmark.BenchmarkArgs(
+        namespace=foundation.platform.namespace.metadata.name, config=cfg,
+        bucket=foundation.bucket.bucket.name, results_path=results_path(cfg),
+        base_url=cfg.benchmark.baseUrl or f"http://{EPP_SERVICE}:{contract.ROUTER_SERVICE_PORT}"),
+        # Load only once the model servers are Available and the results prefix is writable.
+        pulumi.ResourceOptions(provider=foundation.cluster.provider,
+                               depends_on=[servers, foundation.router.chart, *foundation.bucket.grants]))
+    pulumi.export("benchmarkJob", bench.job.metadata.name)

@@ -9,7 +9,7 @@ from components.dra import GpuDevices, GpuDevicesArgs
 from components.modelservers import VllmDisaggregatedSet, VllmDisaggregatedSetArgs
 from components.nodepools import GpuNodePool, GpuNodePoolArgs
 
-from .base import add_calibration, build_foundation, export_node_pools
+from .base import add_benchmark, add_calibration, build_foundation, export_node_pools
 
 
 def build(cfg: StackConfig) -> None:
@@ -34,4 +34,5 @@ def build(cfg: StackConfig) -> None:
             foundation.platform.lws, foundation.weights.claim, gpu.pool, devices.compute_domain,
             devices.rdma_claims, foundation.platform.hf_token]))
     add_calibration(foundation, servers)
+    add_benchmark(foundation, servers)
     export_node_pools(foundation, [gpu.pool])

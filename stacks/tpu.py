@@ -8,7 +8,7 @@ from components.config import StackConfig
 from components.modelservers import SglangLeaderWorkerSet, SglangLeaderWorkerSetArgs
 from components.nodepools import TpuSlices, TpuSlicesArgs
 
-from .base import add_calibration, build_foundation, export_node_pools
+from .base import add_benchmark, add_calibration, build_foundation, export_node_pools
 
 
 def build(cfg: StackConfig) -> None:
@@ -28,4 +28,5 @@ def build(cfg: StackConfig) -> None:
         pulumi.ResourceOptions(provider=foundation.cluster.provider, depends_on=[
             foundation.platform.lws, foundation.weights.claim, *tpu.pools, foundation.platform.hf_token]))
     add_calibration(foundation, servers)
+    add_benchmark(foundation, servers)
     export_node_pools(foundation, tpu.pools)

@@ -60,7 +60,7 @@ def _strict(schema: dict[str, Any]) -> dict[str, Any]:
 def crd_schemas(crd_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
     schemas = {}
     for path in sorted(crd_dir.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue
             group, kind = doc["spec"]["group"], doc["spec"]["names"]["kind"]
@@ -85,9 +85,19 @@ def validate(manifest: dict[str, Any], crd_dir: Path) -> None:
     unknown_meta = set(manifest.get("metadata", {})) - OBJECT_META_FIELDS
     if unknown_meta:
         raise jsonschema.ValidationError(f"unknown metadata fields {sorted(unknown_meta)}")
-    schema = crd_schemas(crd_dir).get((api_version, kind))
-    if schema is None:
+    validator = crd_validator(crd_dir, api_version, kind)
+    if validator is None:
         if (api_version, kind) in NO_SCHEMA_ALLOWED:
             return
         raise MissingSchemaError(f"no CRD schema for {api_version} {kind} in {crd_dir} and not allow-listed")
-    jsonschema.validate(manifest, schema, cls=jsonschema.Draft7Validator)
+    validator.validate(manifest)
+
+
+@cache
+def crd_validator(crd_dir: Path, api_version: str, kind: str) -> jsonschema.Draft7Validator | None:
+    """One validator per kind: checking a CRD's (large) schema once, not once per object."""
+    schema = crd_schemas(crd_dir).get((api_version, kind))
+    if schema is None:
+        return None
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)

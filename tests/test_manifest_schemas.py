@@ -12,15 +12,25 @@ from tests import schemas
 from tests.conftest import STACKS
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_every_manifest_validates(plans, shared, stack):
+def _failures(manifests, shared) -> list[str]:
     failures = []
-    for manifest in plans[stack].manifests:
+    for manifest in manifests:
         try:
             schemas.validate(manifest, shared / "crds")
         except (jsonschema.ValidationError, kubernetes_validate.ValidationError, schemas.MissingSchemaError) as err:
             failures.append(f"{manifest['kind']}/{manifest['metadata'].get('name')}: {getattr(err, 'message', err)}")
-    assert not failures, "\n".join(failures)
+    return failures
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_manifest_validates(plans, shared, stack):
+    assert not _failures(plans[stack].manifests, shared)
+
+
+@pytest.mark.parametrize("name", ["gateway", "day0", "spec", "bench", "quiet"])
+def test_every_variant_manifest_validates(variants, shared, name):
+    """Objects only some configurations create: Gateway, HTTPRoute, calibration and benchmark Jobs, ..."""
+    assert not _failures(variants[name].manifests, shared)
 
 
 def test_allow_list_entries_have_reasons():

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from components import catalog, contract
+from components.cost import cost_per_million_tokens
 from components.naming import label_value
 
 PROJECT = catalog.GUIDE_NAME  # the Pulumi project, so also the config namespace
@@ -334,6 +335,18 @@ class Driver:
         if not copied:
             raise StepError(f"no benchmark results found under {uri}")
         self.out(f"{len(copied)} result file(s) in {self.run_dir}")
+        self._report_cost()
+
+    def _report_cost(self) -> None:
+        """Cost per million output tokens from the stack's hourly estimate and the measured throughput."""
+        hourly = self.outputs.get("hourlyCostUsd")
+        tps = measured_output_tokens_per_second(self.run_dir)
+        if not hourly or not tps:
+            self.out("cost per million output tokens: unknown (no hourly estimate or no output throughput found)")
+            return
+        partial = "" if self.outputs.get("hourlyCostComplete") else " (prices incomplete: set kimi-k3-1:cost.*)"
+        self.out(f"cost per million output tokens: ${cost_per_million_tokens(float(hourly), tps):,.2f} "
+                 f"at {tps:,.0f} output tokens/s and ${float(hourly):,.2f}/h{partial}")
 
     # ---------------------------------------------------------------- helpers of the steps
     @property
@@ -820,3 +833,32 @@ def main(argv: Sequence[str] | None = None, deps: Deps | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+OUTPUT_RATE_KEY = re.compile(r"^output_tokens?_per_s(ec(ond)?)?$")
+"""Assumption: inference-perf's summary reports name the generated-token rate like `output_tokens_per_sec`;
+the schema engines.md records does not cover report contents."""
+
+
+def measured_output_tokens_per_second(folder: Path | None) -> float | None:
+    """The largest output-token rate in any JSON report of the run (the whole-run summary, not a stage)."""
+    if folder is None:
+        return None
+    rates: list[float] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if OUTPUT_RATE_KEY.match(str(key)) and isinstance(value, int | float):
+                    rates.append(float(value))
+                elif isinstance(value, dict) and OUTPUT_RATE_KEY.match(str(key)) and "mean" in value:
+                    rates.append(float(value["mean"]))
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for path in folder.rglob("*.json"):
+        with contextlib.suppress(ValueError, OSError):
+            walk(json.loads(path.read_text()))
+    return max(rates) if rates else None

@@ -1,0 +1,113 @@
+"""inference-perf benchmark (ConfigMap + Job), created only when `benchmark.enabled` is on: it replays
+multi-turn, long-context sessions against the router and writes its reports to the bucket.
+
+Config keys follow the inference-perf schema engines.md §3 records (main is strict: unknown keys fail).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from . import catalog, contract
+from .base import Args, Component, StrInput
+from .config import StackConfig
+from .versions import INFERENCE_PERF_IMAGE
+
+CONFIG_FILE = "config.yml"
+CONFIG_MOUNT = "/etc/inference-perf"
+SERVICE_ACCOUNT = f"{catalog.GUIDE_NAME}-benchmark"
+JOB_NAME = f"{catalog.GUIDE_NAME}-inference-perf"
+RESULTS_PREFIX = "benchmarks"
+
+
+def inference_perf_config(cfg: StackConfig, base_url: str, bucket: str, results_path: str) -> dict[str, Any]:
+    bench = cfg.benchmark
+    turns = bench.conversations * bench.turnsPerConversation
+    return {
+        # Sessions in flight at once; every turn of every session is one request.
+        "load": {"type": "concurrent", "stages": [{"num_requests": turns, "concurrency_level": bench.concurrency}]},
+        "api": {"type": "chat", "streaming": True},  # streaming measures TTFT and TPOT
+        "server": {"type": "vllm" if cfg.track == "gpu" else "sglang", "model_name": catalog.KIMI.hf_id,
+                   "base_url": base_url, "ignore_eos": True},
+        # The tokenizer comes from the read-only weights volume: no hub download.
+        "tokenizer": {"pretrained_model_name_or_path": cfg.model.path, "trust_remote_code": True},
+        "data": {"type": "conversation_replay", "conversation_replay": {
+            "seed": 0,
+            "num_conversations": bench.conversations,
+            "shared_system_prompt_len": bench.systemPromptTokens,
+            "turns_per_conversation": bench.turnsPerConversation,
+            "input_tokens_per_turn": bench.inputTokensPerTurn,
+            "output_tokens_per_turn": bench.outputTokensPerTurn,
+            "max_model_len": cfg.context_length,
+        }},
+        "report": {"request_lifecycle": {"summary": True, "per_stage": True, "per_request": False},
+                   "session_lifecycle": {"summary": True, "per_stage": True}},
+        "storage": {"google_cloud_storage": {"bucket_name": bucket, "path": results_path,
+                                             "report_file_prefix": catalog.GUIDE_NAME}},
+    }
+
+
+class BenchmarkArgs(Args):
+    namespace: StrInput
+    config: StackConfig
+    bucket: StrInput
+    results_path: str
+    """Folder in the bucket for this stack's reports."""
+    base_url: str
+
+
+class Benchmark(Component):
+    """The Job is not awaited by `pulumi up`; the driver (tools.bench) waits for it and collects the reports."""
+
+    def __init__(self, name: str, args: BenchmarkArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("benchmark", "Benchmark", name, opts)
+        self.account = k8s.core.v1.ServiceAccount(
+            f"{name}-sa", metadata=k8s.meta.v1.ObjectMetaArgs(name=SERVICE_ACCOUNT, namespace=args.namespace),
+            opts=self.child())
+        config = pulumi.Output.from_input(args.bucket).apply(lambda bucket: yaml.safe_dump(
+            inference_perf_config(args.config, args.base_url, bucket, args.results_path), sort_keys=False))
+        self.config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{JOB_NAME}-config", namespace=args.namespace),
+            data={CONFIG_FILE: config},
+            opts=self.child(),
+        )
+        models = k8s.core.v1.VolumeArgs(name="models", persistent_volume_claim=k8s.core.v1
+                                        .PersistentVolumeClaimVolumeSourceArgs(claim_name=contract.MODELS_PVC,
+                                                                               read_only=True))
+        self.job = k8s.batch.v1.Job(
+            f"{name}-job",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=JOB_NAME, namespace=args.namespace,
+                                                annotations={"pulumi.com/skipAwait": "true"}),
+            spec=k8s.batch.v1.JobSpecArgs(
+                backoff_limit=0,  # a second attempt would mix two runs in one report folder
+                template=k8s.core.v1.PodTemplateSpecArgs(spec=k8s.core.v1.PodSpecArgs(
+                    restart_policy="Never",
+                    service_account_name=self.account.metadata.name,
+                    containers=[k8s.core.v1.ContainerArgs(
+                        name="inference-perf",
+                        image=INFERENCE_PERF_IMAGE,
+                        command=["inference-perf"],
+                        args=["--config_file", f"{CONFIG_MOUNT}/{CONFIG_FILE}"],
+                        resources=k8s.core.v1.ResourceRequirementsArgs(
+                            requests={"cpu": "4", "memory": "16Gi"}, limits={"memory": "16Gi"}),
+                        volume_mounts=[
+                            k8s.core.v1.VolumeMountArgs(name="config", mount_path=CONFIG_MOUNT, read_only=True),
+                            k8s.core.v1.VolumeMountArgs(name="models", mount_path=contract.MODELS_MOUNT_PATH,
+                                                        read_only=True),
+                        ],
+                    )],
+                    volumes=[
+                        k8s.core.v1.VolumeArgs(name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                            name=self.config_map.metadata.name)),
+                        models,
+                    ],
+                )),
+            ),
+            opts=self.child(),
+        )
+        self.finish(job=self.job.metadata.name)

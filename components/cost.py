@@ -1,0 +1,77 @@
+"""Estimated hourly cost of a stack, by resource, from components.prices and `kimi-k3-1:cost.*` overrides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from . import capacity, catalog, prices
+from .config import StackConfig
+
+
+@dataclass(frozen=True)
+class CostLine:
+    item: str
+    usd_per_hour: Optional[float]
+    """None when no price is known: the estimate says which config key to set."""
+    basis: str
+
+
+def _priced(override: Optional[float], table: prices.Price) -> Optional[float]:
+    return override if override is not None else table.usd
+
+
+def hourly_costs(cfg: StackConfig) -> list[CostLine]:
+    lines: list[CostLine] = []
+    if cfg.track == "gpu":
+        nodes = cfg.gpu.node_count
+        node = _priced(cfg.cost.price("gpuNodeHourUsd"), prices.GPU_NODE_HOUR)
+        lines.append(CostLine(f"{nodes} x {cfg.gpu.spec.machine_type}", node and node * nodes,
+                              "kimi-k3-1:cost.gpuNodeHourUsd" if node is None else f"{node:g} $/node-hour"))
+    else:
+        chips = cfg.tpu.slices * cfg.tpu.chips_per_slice
+        chip = _priced(cfg.cost.price("tpuChipHourUsd"), prices.TPU_CHIP_HOUR)
+        lines.append(CostLine(f"{chips} {catalog.IRONWOOD.generation} chips", chip and chip * chips,
+                              "kimi-k3-1:cost.tpuChipHourUsd" if chip is None else f"{chip:g} $/chip-hour"))
+    cpu_nodes = cfg.systemPool.nodeCount + cfg.transferPool.nodeCount
+    cpu = _priced(cfg.cost.price("cpuNodeHourUsd"), prices.CPU_NODE_HOUR)
+    lines.append(CostLine(f"{cpu_nodes} CPU nodes (system, weights-transfer)", cpu and cpu * cpu_nodes,
+                          "kimi-k3-1:cost.cpuNodeHourUsd" if cpu is None else f"{cpu:g} $/node-hour"))
+    staging = capacity.weight_staging(cfg)
+    disk_capacity, disk_throughput = prices.hyperdisk_ml_monthly(staging.volume_gib, staging.throughput_mibps)
+    lines.append(CostLine(f"Hyperdisk ML {staging.volume_gib} GiB capacity", disk_capacity / prices.HOURS_PER_MONTH,
+                          prices.HYPERDISK_ML_CAPACITY.source))
+    lines.append(CostLine(f"Hyperdisk ML {staging.throughput_mibps} MiB/s throughput",
+                          disk_throughput / prices.HOURS_PER_MONTH, prices.HYPERDISK_ML_THROUGHPUT.source))
+    checkpoint_gb = catalog.KIMI.checkpoint_bytes / 1e9
+    lines.append(CostLine(f"bucket, {checkpoint_gb:,.0f} GB checkpoint",
+                          checkpoint_gb * prices.GCS_STANDARD_REGIONAL.usd / prices.HOURS_PER_MONTH,
+                          prices.GCS_STANDARD_REGIONAL.source))
+    lines.append(CostLine("GKE cluster fee", prices.GKE_CLUSTER_HOUR.usd, prices.GKE_CLUSTER_HOUR.source))
+    vms = cpu_nodes + (cfg.gpu.node_count if cfg.track == "gpu" else cfg.tpu.slices * cfg.tpu.hosts_per_slice)
+    nat = min(vms * prices.NAT_GATEWAY_VM_HOUR.usd, prices.NAT_GATEWAY_MAX_HOUR)
+    lines.append(CostLine(f"Cloud NAT gateway ({vms} VMs, before data processing)", nat,
+                          prices.NAT_GATEWAY_VM_HOUR.source))
+    return lines
+
+
+def total(lines: list[CostLine]) -> tuple[float, bool]:
+    """(sum of known prices, whether every line had one)."""
+    known = [line.usd_per_hour for line in lines if line.usd_per_hour is not None]
+    return sum(known), len(known) == len(lines)
+
+
+def cost_per_million_tokens(usd_per_hour: float, output_tokens_per_second: float) -> float:
+    """What a million generated tokens cost at the measured throughput while the stack runs."""
+    return usd_per_hour / (output_tokens_per_second * 3600) * 1e6
+
+
+def summary_lines(cfg: StackConfig) -> list[str]:
+    lines = hourly_costs(cfg)
+    amount, complete = total(lines)
+    out = [f"cost estimate (prices of {prices.TABLE_DATE}): ${amount:,.2f}/hour"
+           + ("" if complete else " plus the unpriced items below")]
+    for line in lines:
+        price = "price unknown, set " + line.basis if line.usd_per_hour is None else f"${line.usd_per_hour:,.2f}/h"
+        out.append(f"  {line.item}: {price}")
+    return out

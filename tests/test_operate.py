@@ -1,0 +1,127 @@
+"""Benchmark Job, cost estimate and lifetime labels in the plan; the driver's cost report."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from components import cost
+from components.config import ConfigError
+from tests.conftest import STACKS, Plan
+from tests.test_config import parse
+from tools.bench import measured_output_tokens_per_second
+
+
+def manifest(plan: Plan, kind: str, name: str | None = None) -> dict:
+    [found] = [m for m in plan.manifests if m["kind"] == kind and name in (None, m["metadata"]["name"])]
+    return found
+
+
+@pytest.fixture(scope="module")
+def inference_perf_schema(shared) -> dict[str, set[str]]:
+    """Key sets engines.md §3 records for the inference-perf config."""
+    text = (shared / "reference" / "engines.md").read_text().split("## 3. inference-perf", 1)[1].split("## 4.", 1)[0]
+    top = re.search(r"Top-level keys \[.*?\]: `([^`]+)`", text).group(1)
+    replay = re.search(r"`conversation_replay` \(synthetic multi-turn agentic\): `\{([^}]+)\}`", text).group(1)
+    return {
+        "top": {k.strip() for k in top.split(",")},
+        "conversation_replay": {k.strip() for k in replay.split(",")},
+        "concurrent_stage": {"num_requests", "concurrency_level"},
+        "storage": {"local_storage", "google_cloud_storage", "simple_storage_service"},
+        "google_cloud_storage": {"bucket_name", "path", "report_file_prefix"},
+        "api": set(re.findall(r"`([a-z_]+)(?::[^`]*)?`", text.split("* `api`", 1)[1].split("\n* ", 1)[0])),
+    }
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_benchmark_is_on_demand(plans, stack):
+    kinds = {m["kind"] for m in plans[stack].manifests}
+    assert "Job" not in kinds, "the benchmark runs only when the driver asks for it"
+    assert "benchmarkJob" not in plans[stack].outputs
+
+
+def test_inference_perf_config_matches_the_schema(variants, inference_perf_schema):
+    plan = variants["bench"]
+    config = yaml.safe_load(manifest(plan, "ConfigMap")["data"]["config.yml"])
+    assert set(config) <= inference_perf_schema["top"]
+    assert config["load"]["type"] == "concurrent"
+    for stage in config["load"]["stages"]:
+        assert set(stage) == inference_perf_schema["concurrent_stage"]
+    assert config["data"]["type"] == "conversation_replay"
+    assert set(config["data"]["conversation_replay"]) <= inference_perf_schema["conversation_replay"]
+    assert set(config["api"]) <= inference_perf_schema["api"]
+    assert set(config["storage"]) <= inference_perf_schema["storage"]
+    assert set(config["storage"]["google_cloud_storage"]) <= inference_perf_schema["google_cloud_storage"]
+
+
+def test_benchmark_is_wired_to_the_router_bucket_and_weights(variants):
+    plan = variants["bench"]
+    config = yaml.safe_load(manifest(plan, "ConfigMap")["data"]["config.yml"])
+    chart = plan.one("kubernetes:helm.sh/v4:Chart", "router-chart")["inputs"]
+    port = chart["values"]["router"]["extraServicePorts"][0]["port"]
+    assert config["server"]["base_url"] == f"http://{chart['name']}-epp:{port}" == "http://kimi-k3-1-epp:80"
+    assert config["server"]["type"] == chart["values"]["router"]["modelServers"]["type"]
+    bucket = plan.one("gcp:storage/bucket:Bucket")["inputs"]["name"]
+    gcs = config["storage"]["google_cloud_storage"]
+    assert gcs["bucket_name"] == bucket
+    assert plan.outputs["benchmarkResultsUri"] == f"gs://{bucket}/{gcs['path']}"
+    job = manifest(plan, "Job")
+    pod = job["spec"]["template"]["spec"]
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert config["tokenizer"]["pretrained_model_name_or_path"] in mounts, "tokenizer from the weights volume"
+    assert plan.outputs["benchmarkJob"] == job["metadata"]["name"]
+    # The benchmark identity may write only under the results prefix.
+    [writer] = [g for g in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember") if "condition" in g["inputs"]]
+    assert writer["inputs"]["member"].endswith(f"/sa/{pod['serviceAccountName']}")
+    assert f'objects/{gcs["path"].split("/")[0]}/' in writer["inputs"]["condition"]["expression"]
+    component = plan.named(next(r for r in plan.resources if r["inputs"].get("kind") == "Job")["parent"])
+    parents = {plan.named(d)["parent"] for d in component["dependsOn"]} | set(component["dependsOn"])
+    assert "vllm" in parents, "load starts only once the model servers are Available"
+
+
+def test_hourly_cost_with_overrides(variants):
+    """bench variant: 16 A4X Max nodes x $42.50 = $680; 3 CPU nodes x $0.50 = $1.50; Hyperdisk ML
+    1800 GiB x $0.084 / 730 = $0.207 and 10240 MiB/s x $0.12 / 730 = $1.683; bucket 1560 GB x $0.02 / 730 =
+    $0.043; GKE $0.10; NAT 19 VMs x $0.0014 = $0.0266. Total $683.56/h."""
+    lines = cost.hourly_costs(parse("gpu", benchmark__enabled="true", cost__gpuNodeHourUsd="42.50",
+                                    cost__cpuNodeHourUsd="0.50"))
+    amount, complete = cost.total(lines)
+    assert complete and amount == pytest.approx(683.56, abs=0.01)
+    assert variants["bench"].outputs["hourlyCostUsd"] == pytest.approx(683.56, abs=0.01)
+    assert variants["bench"].outputs["hourlyCostComplete"] is True
+
+
+@pytest.mark.parametrize("stack,key", [("gpu", "cost.gpuNodeHourUsd"), ("tpu", "cost.tpuChipHourUsd")])
+def test_unpriced_accelerators_name_the_key_to_set(plans, stack, key):
+    assert f"price unknown, set kimi-k3-1:{key}" in plans[stack].summary
+    assert plans[stack].outputs["hourlyCostComplete"] is False
+
+
+def test_cost_config_rejects_non_numbers():
+    with pytest.raises(ConfigError) as info:
+        parse("gpu", cost__gpuNodeHourUsd="lots")
+    assert str(info.value) == ("kimi-k3-1:cost.gpuNodeHourUsd = 'lots': expected a non-negative decimal such as "
+                               "'42.50' (USD)")
+
+
+def test_cost_per_million_tokens():
+    """$683.56/h at 10,000 output tokens/s = 36e6 tokens/h -> $18.99 per million."""
+    assert cost.cost_per_million_tokens(683.56, 10_000) == pytest.approx(18.988, abs=0.001)
+
+
+def test_driver_reads_the_output_rate(tmp_path):
+    (tmp_path / "stage_0.json").write_text(json.dumps({"throughput": {"output_tokens_per_sec": 812.5}}))
+    (tmp_path / "summary.json").write_text(json.dumps({"throughput": {"output_tokens_per_sec": 2_400.0}}))
+    assert measured_output_tokens_per_second(tmp_path) == 2_400.0
+    assert measured_output_tokens_per_second(tmp_path / "empty") is None
+
+
+def test_max_lifetime_label_on_billable_resources(plans, variants):
+    for plan, hours in ((plans["gpu"], "24"), (variants["bench"], "6")):
+        for pool in plan.of_type("gcp:container/nodePool:NodePool"):
+            assert pool["inputs"]["nodeConfig"]["resourceLabels"]["max-lifetime-hours"] == hours
+        assert plan.one("gcp:container/cluster:Cluster")["inputs"]["resourceLabels"]["max-lifetime-hours"] == hours
+        assert plan.one("gcp:storage/bucket:Bucket")["inputs"]["labels"]["max-lifetime-hours"] == hours
