@@ -63,9 +63,18 @@ def _reservation(project: str, name: str, block: Optional[str] = None,
         consume_reservation_type="SPECIFIC_RESERVATION", key=catalog.RESERVATION_AFFINITY_KEY, values=[path])
 
 
-def _management() -> gcp.container.NodePoolManagementArgs:
-    # Node upgrades are blocked by the cluster's maintenance exclusion; repair stays on.
-    return gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True)
+def _in_serving_zone(common: PoolCommon, pool_name: str, node_count: int) -> dict:
+    """NodePool arguments every pool shares: its cluster, the serving zone, a fixed size, auto-repair.
+    Node upgrades stay blocked by the cluster's maintenance exclusion."""
+    return dict(
+        name=pool_name,
+        cluster=common.cluster,
+        project=common.project,
+        location=common.region,
+        node_locations=[common.zone],
+        node_count=node_count,
+        management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+    )
 
 
 class CpuPoolArgs(Args):
@@ -90,13 +99,7 @@ class CpuPools(Component):
         self.pools = {
             pool.pool_name: gcp.container.NodePool(
                 f"{name}-{pool.pool_name}",
-                name=pool.pool_name,
-                cluster=common.cluster,
-                project=common.project,
-                location=common.region,
-                node_locations=[common.zone],
-                node_count=pool.node_count,
-                management=_management(),
+                **_in_serving_zone(common, pool.pool_name, pool.node_count),
                 node_config=_node_config(
                     common,
                     machine_type=pool.machine_type,
@@ -169,13 +172,7 @@ class GpuNodePool(Component):
         )
         self.pool = gcp.container.NodePool(
             f"{name}-pool",
-            name=args.pool_name,
-            cluster=common.cluster,
-            project=common.project,
-            location=common.region,
-            node_locations=[common.zone],
-            node_count=args.node_count,
-            management=_management(),
+            **_in_serving_zone(common, args.pool_name, args.node_count),
             # Cluster Toolkit's A4X Max blueprint: COMPACT type naming the workload policy, no tpu_topology.
             placement_policy=gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", policy_name=self.policy.name),
             network_config=gcp.container.NodePoolNetworkConfigArgs(
@@ -240,14 +237,8 @@ class TpuSlices(Component):
         self.pools = [
             gcp.container.NodePool(
                 f"{name}-{i}",
-                name=f"{args.pool_prefix}-{i}",
-                cluster=common.cluster,
-                project=common.project,
-                location=common.region,
-                node_locations=[common.zone],
                 # A multi-host slice is all of its hosts or nothing: node count equals the slice's host count.
-                node_count=args.hosts_per_slice,
-                management=_management(),
+                **_in_serving_zone(common, f"{args.pool_prefix}-{i}", args.hosts_per_slice),
                 placement_policy=gcp.container.NodePoolPlacementPolicyArgs(
                     type="", policy_name=self.policy.name, tpu_topology=args.topology),
                 node_config=_node_config(

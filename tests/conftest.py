@@ -44,6 +44,18 @@ class Plan:
     def named(self, name: str) -> dict[str, Any]:
         return next(r for r in self.resources if r["name"] == name)
 
+    def closure(self, name: str) -> set[str]:
+        """Every resource `name` waits for, directly or through its parents' and dependencies' chains."""
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            current = self.named(todo.pop())
+            for dep in current["dependsOn"] + ([current["parent"]] if current["parent"] else []):
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return seen
+
 
 @pytest.fixture(scope="session")
 def plan_root(tmp_path_factory) -> Path:

@@ -9,7 +9,7 @@ import pytest
 
 from components import catalog
 from components.nodepools import _reservation
-from tests.conftest import STACKS, Plan
+from tests.conftest import STACKS
 from tools.mocks import PROJECT_NUMBER
 
 NODE_POOL = "gcp:container/nodePool:NodePool"
@@ -23,17 +23,6 @@ def gke_md(shared) -> str:
     return (shared / "reference" / "gke.md").read_text()
 
 
-def closure(plan: Plan, name: str) -> set[str]:
-    """Every resource `name` waits for, directly or through parents' and dependencies' chains."""
-    seen: set[str] = set()
-    stack = [name]
-    while stack:
-        current = plan.named(stack.pop())
-        for dep in current["dependsOn"] + ([current["parent"]] if current["parent"] else []):
-            if dep not in seen:
-                seen.add(dep)
-                stack.append(dep)
-    return seen
 
 
 # ----------------------------------------------------------------------------------------- GPU
@@ -238,14 +227,14 @@ def test_apis_come_first_and_nothing_waits_for_what_it_does_not_need(plans, stac
     assert {"container.googleapis.com", "compute.googleapis.com", "storage.googleapis.com", "iam.googleapis.com",
             "networkservices.googleapis.com", "monitoring.googleapis.com"} <= apis
     for name in ("cluster-gke", "net-vpc", "weights-bucket", "nodes-sa"):
-        assert "apis-container" in closure(plan, name) or "apis-storage" in closure(plan, name), name
+        assert "apis-container" in plan.closure(name) or "apis-storage" in plan.closure(name), name
     # The bucket (and the checkpoint upload into it) must not wait for the cluster or any node pool.
-    bucket_deps = closure(plan, "weights-bucket")
+    bucket_deps = plan.closure("weights-bucket")
     assert not {r["name"] for r in plan.of_type(NODE_POOL)} & bucket_deps
     assert "cluster-gke" not in bucket_deps
     # Accelerator pools wait for the cluster, not for the bucket or the transfer pool.
     for pool in plan.of_type(NODE_POOL):
-        deps = closure(plan, pool["name"])
+        deps = plan.closure(pool["name"])
         assert "cluster-gke" in deps and "weights-bucket" not in deps, pool["name"]
 
 

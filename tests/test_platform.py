@@ -29,15 +29,6 @@ def resource_of(plan: Plan, kind: str, name: str) -> dict:
                 if r["inputs"].get("kind") == kind and r["inputs"].get("metadata", {}).get("name") == name)
 
 
-def closure(plan: Plan, name: str) -> set[str]:
-    seen, todo = set(), [name]
-    while todo:
-        current = plan.named(todo.pop())
-        for dep in current["dependsOn"] + ([current["parent"]] if current["parent"] else []):
-            if dep not in seen:
-                seen.add(dep)
-                todo.append(dep)
-    return seen
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +113,7 @@ def test_default_throughput_loads_every_copy_within_ten_minutes(plans, stack, co
 def test_weights_wait_only_for_what_hydration_needs(plans, stack):
     plan = plans[stack]
     pvc = resource_of(plan, "PersistentVolumeClaim", "kimi-k3-1-models")
-    deps = closure(plan, pvc["name"])
+    deps = plan.closure(pvc["name"])
     assert {"cpu-weights-transfer", "weights-reader-0"} <= deps
     accelerator_pools = {p["name"] for p in plan.of_type("gcp:container/nodePool:NodePool") if p["parent"] != "cpu"}
     assert not accelerator_pools & deps, "hydration must overlap accelerator pool creation"
@@ -162,7 +153,7 @@ def test_custom_resources_wait_for_their_crd_installers(plans, stack):
         api_version = resource["inputs"].get("apiVersion", "") if resource["type"].startswith("kubernetes:") else ""
         group = api_version.split("/")[0]
         if group in CUSTOM_RESOURCE_INSTALLERS:
-            assert CUSTOM_RESOURCE_INSTALLERS[group] in closure(plan, resource["name"]), resource["name"]
+            assert CUSTOM_RESOURCE_INSTALLERS[group] in plan.closure(resource["name"]), resource["name"]
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -193,7 +184,7 @@ def test_dra_driver_serves_compute_domains_on_the_gpu_nodes(gpu):
     assert quota["metadata"]["namespace"] == chart["namespace"]
     assert quota["spec"]["scopeSelector"]["matchExpressions"][0]["values"] == [
         "system-node-critical", "system-cluster-critical"]
-    assert gpu.named("gpu-devices-dra-quota")["name"] in closure(gpu, "gpu-devices-dra-driver")
+    assert gpu.named("gpu-devices-dra-quota")["name"] in gpu.closure("gpu-devices-dra-driver")
 
 
 def test_claims_the_serving_pods_will_use(gpu):
