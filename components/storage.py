@@ -11,8 +11,10 @@ from .base import Args, Component, StrInput
 
 CHECKPOINT_READER_ROLE = "roles/storage.objectViewer"
 """Role the Volume Populator guide grants on the bucket (gke.md §4)."""
-RESULTS_WRITER_ROLE = "roles/storage.objectUser"
-"""Read and write objects (inference-perf uploads its reports); limited to the results prefix by a condition."""
+RESULTS_WRITER_ROLE = "roles/storage.objectCreator"
+"""Create objects only (inference-perf uploads its reports under timestamped names), and only under the
+results prefix: the condition names objects as `projects/_/buckets/<bucket>/objects/<prefix>`, the form
+Cloud Storage IAM conditions use."""
 
 
 class CheckpointBucketArgs(Args):
@@ -27,7 +29,7 @@ class CheckpointBucketArgs(Args):
     readers: tuple[StrInput, ...] = ()
     """IAM members granted object read."""
     results_writers: tuple[StrInput, ...] = ()
-    """IAM members allowed to read and write objects under `results_prefix` only."""
+    """IAM members allowed to create objects under `results_prefix` only."""
     results_prefix: str = "benchmarks/"
     labels: dict[str, str]
 
