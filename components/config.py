@@ -455,6 +455,8 @@ class StackConfig(BaseModel):
         # The section of the other track is not validated for requirements it only has when used.
         if isinstance(data, dict) and data.get("track") == "gpu":
             data.setdefault("tpu", {"spot": True})
+        elif isinstance(data, dict):
+            data.setdefault("tpu", {})  # a TPU stack without tpu.* keys must still name its capacity
         return data
 
     @model_validator(mode="after")

@@ -140,6 +140,11 @@ def test_gke_minimum_is_the_highest_gate():
     assert catalog.GKE_MIN_VERSION == "1.35.0-gke.2745000"  # A4X Max on 1.35 (gke.md §3)
 
 
+def test_tpu_stack_without_tpu_keys_still_needs_capacity():
+    message = error("tpu", tpu__reservation=None, tpu__topology=None, tpu__slices=None)
+    assert message.startswith("kimi-k3-1:tpu.reservation = (unset): Ironwood capacity comes from a reservation")
+
+
 def test_other_tracks_section_is_not_required():
     """A GPU stack does not need a TPU reservation, and the reverse."""
     assert parse("gpu").tpu.reservation is None
