@@ -455,7 +455,7 @@ class StackConfig(BaseModel):
         # The section of the other track is not validated for requirements it only has when used.
         if isinstance(data, dict) and data.get("track") == "gpu":
             data.setdefault("tpu", {"spot": True})
-        elif isinstance(data, dict):
+        elif isinstance(data, dict) and data.get("track") == "tpu":
             data.setdefault("tpu", {})  # a TPU stack without tpu.* keys must still name its capacity
         return data
 
