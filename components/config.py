@@ -246,6 +246,16 @@ class TpuConfig(Section):
     day0Image: Optional[str] = Field(
         None, description="Image of the day-0 SGLang TPU build (required for engineProfile=day0).")
 
+    def check_capacity_source(self) -> None:
+        """Rules that apply only when the TPU track is deployed (the CLI hands every stack all defaults)."""
+        if self.engineProfile == "day0" and not self.day0Image:
+            _fail(self.key("day0Image"), None, "engineProfile=day0 needs the image that carries the day-0 flags")
+        if self.spot and self.reservation:
+            _fail(self.key("spot"), self.spot, "choose either tpu.reservation or tpu.spot, not both")
+        if not self.spot and not self.reservation:
+            _fail(self.key("reservation"), None, "Ironwood capacity comes from a reservation: set "
+                                                  "tpu.reservation, or tpu.spot=true for Spot capacity")
+
     @property
     def chips_per_slice(self) -> int:
         return catalog.topology_chips(self.topology)
@@ -267,13 +277,6 @@ class TpuConfig(Section):
         if self.tensorParallel % self.expertParallel:
             _fail(self.key("expertParallel"), self.expertParallel,
                   f"must divide tpu.tensorParallel ({self.tensorParallel})")
-        if self.engineProfile == "day0" and not self.day0Image:
-            _fail(self.key("day0Image"), None, "engineProfile=day0 needs the image that carries the day-0 flags")
-        if self.spot and self.reservation:
-            _fail(self.key("spot"), self.spot, "choose either tpu.reservation or tpu.spot, not both")
-        if not self.spot and not self.reservation:
-            _fail(self.key("reservation"), None, "Ironwood capacity comes from a reservation: set "
-                                                  "tpu.reservation, or tpu.spot=true for Spot capacity")
         return self
 
 
@@ -439,7 +442,7 @@ class StackConfig(BaseModel):
     systemPool: SystemPoolConfig = SystemPoolConfig()
     transferPool: TransferPoolConfig = TransferPoolConfig()
     gpu: GpuConfig = GpuConfig()
-    tpu: TpuConfig = TpuConfig(spot=True)
+    tpu: TpuConfig = TpuConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     storage: StorageConfig = StorageConfig()
@@ -448,16 +451,6 @@ class StackConfig(BaseModel):
     benchmark: BenchmarkConfig = BenchmarkConfig()
     lifecycle: LifecycleConfig = LifecycleConfig()
     cost: CostConfig = CostConfig()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _track_defaults(cls, data: Any) -> Any:
-        # The section of the other track is not validated for requirements it only has when used.
-        if isinstance(data, dict) and data.get("track") == "gpu":
-            data.setdefault("tpu", {"spot": True})
-        elif isinstance(data, dict) and data.get("track") == "tpu":
-            data.setdefault("tpu", {})  # a TPU stack without tpu.* keys must still name its capacity
-        return data
 
     @model_validator(mode="after")
     def _check(self) -> StackConfig:
@@ -468,6 +461,7 @@ class StackConfig(BaseModel):
                                                "your specific reservation")
             zones = machine.zones
         else:
+            self.tpu.check_capacity_source()
             zones = catalog.IRONWOOD.zones
         if self.gcp.zone not in zones:
             machine = self.gpu.spec if self.track == "gpu" else catalog.IRONWOOD

@@ -162,3 +162,12 @@ def test_fallback_machine_selectable():
     cfg = parse("gpu", gpu__machine="a4x")
     assert cfg.gpu.spec.machine_type == "a4x-highgpu-4g"
     assert "expected one of 'a4x-max' or 'a4x'" in error("gpu", gpu__machine="a3-ultra")
+
+
+def test_project_defaults_reach_the_program_like_the_cli_does():
+    """The CLI hands a program every Pulumi.yaml default the stack leaves out (pulumi `mergeConfig`), so a
+    GPU stack also receives tpu.* defaults and must still validate."""
+    config = committed("gpu")
+    assert config["tpu.spot"] == "false" and config["tpu.reservation"] == ""
+    assert config["storage.throughputMiBps"] == "0" and config["cluster.authorizedNetworks"] == "[]"
+    assert parse("gpu").track == "gpu"

@@ -36,7 +36,8 @@ def project_file() -> dict[str, Any]:
 
 
 def stack_config(path: Path, project: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
-    """Config as Pulumi hands it to a program: string values, objects and arrays as JSON.
+    """Config as Pulumi hands it to a program: string values, objects and arrays as JSON, and the
+    project-level defaults of every key the stack file leaves out (the CLI merges them the same way).
 
     `secure:` values are never decrypted; they, and every key the project declares `secret: true`,
     become the placeholder "[secret]" and are marked secret.
@@ -61,13 +62,22 @@ def stack_config(path: Path, project: dict[str, Any]) -> tuple[dict[str, str], l
         if (isinstance(value, dict) and set(value) == {"secure"}) or key in declared_secret:
             config[key] = SECRET
             secret_keys.append(key)
-        elif isinstance(value, bool):
-            config[key] = "true" if value else "false"
-        elif isinstance(value, (dict, list)):
-            config[key] = json.dumps(value)
         else:
-            config[key] = str(value)
+            config[key] = _as_config_string(value)
+    # Like the CLI, every project key the stack leaves out arrives with its Pulumi.yaml default.
+    for key, schema in (project.get("config") or {}).items():
+        if isinstance(schema, dict) and "default" in schema:
+            config.setdefault(f"{name}:{key}", _as_config_string(schema["default"]))
     return config, sorted(secret_keys)
+
+
+def _as_config_string(value: Any) -> str:
+    """How a config value reaches the program: a string; booleans lowercase, objects and arrays as JSON."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
 
 
 def _mask(value: Any) -> Any:
