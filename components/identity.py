@@ -20,11 +20,14 @@ def workload_pool(project: str) -> str:
     return f"{project}.svc.id.goog"
 
 
-def workload_principal(project_number: StrInput, project: str, namespace: str, ksa: str) -> pulumi.Output[str]:
-    """IAM member for a Kubernetes service account under Workload Identity Federation (gke.md §4)."""
+def workload_principal(project_number: StrInput, pool: StrInput, namespace: str, ksa: str) -> pulumi.Output[str]:
+    """IAM member for a Kubernetes service account under Workload Identity Federation (gke.md §4).
+
+    Pass the pool as the cluster's output: the pool exists only once a cluster with Workload Identity
+    does, and a grant naming it earlier fails with "Identity Pool does not exist"."""
     return pulumi.Output.concat(
         "principal://iam.googleapis.com/projects/", project_number,
-        f"/locations/global/workloadIdentityPools/{workload_pool(project)}/subject/ns/{namespace}/sa/{ksa}",
+        "/locations/global/workloadIdentityPools/", pool, f"/subject/ns/{namespace}/sa/{ksa}",
     )
 
 

@@ -77,13 +77,15 @@ def build_foundation(cfg: StackConfig) -> Foundation:
 
     project_number = gcp.organizations.get_project_output(
         project_id=cfg.gcp.project, opts=pulumi.InvokeOutputOptions(provider=provider)).number
-    # Independent of the cluster: the bucket (and later the upload) can proceed while GKE is created.
+    # The bucket itself is independent of the cluster (the upload can proceed while GKE is created); its
+    # grants name the cluster's Workload Identity pool and so wait for the cluster.
+    pool = cluster.cluster.workload_identity_config.apply(lambda c: c.workload_pool)
     bucket = CheckpointBucket("weights", CheckpointBucketArgs(
         name=cfg.bucket_name, project=cfg.gcp.project, location=cfg.gcp.region,
         soft_delete_days=cfg.storage.softDeleteDays, delete_on_destroy=cfg.storage.deleteCheckpointOnDestroy,
-        readers=(workload_principal(project_number, cfg.gcp.project, cfg.kubernetes.namespace,
+        readers=(workload_principal(project_number, pool, cfg.kubernetes.namespace,
                                     contract.TRANSFER_SERVICE_ACCOUNT),),
-        results_writers=(workload_principal(project_number, cfg.gcp.project, cfg.kubernetes.namespace,
+        results_writers=(workload_principal(project_number, pool, cfg.kubernetes.namespace,
                                             benchmark.SERVICE_ACCOUNT),) if cfg.benchmark.enabled else (),
         results_prefix=f"{benchmark.RESULTS_PREFIX}/",
         labels=labels), after_apis)

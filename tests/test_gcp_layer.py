@@ -229,6 +229,8 @@ def test_apis_come_first_and_nothing_waits_for_what_it_does_not_need(plans, stac
     for name in ("cluster-gke", "net-vpc", "weights-bucket", "nodes-sa"):
         assert "apis-container" in plan.closure(name) or "apis-storage" in plan.closure(name), name
     # The bucket (and the checkpoint upload into it) must not wait for the cluster or any node pool.
+    # Grants to Workload Identity principals wait for the cluster: its pool does not exist before.
+    assert "cluster-gke" in plan.closure("weights-reader-0")
     bucket_deps = plan.closure("weights-bucket")
     assert not {r["name"] for r in plan.of_type(NODE_POOL)} & bucket_deps
     assert "cluster-gke" not in bucket_deps
