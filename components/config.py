@@ -353,6 +353,9 @@ class StorageConfig(Section):
     softDeleteDays: int = Field(7, description="Bucket soft-delete retention in days: 0 (off) or 7-90.")
     deleteCheckpointOnDestroy: bool = Field(
         False, description="Let `pulumi destroy` delete the bucket and its 1.56 TB checkpoint copy.")
+    bucketExists: bool = Field(
+        False, description="Use the bucket as it is (kept by an earlier destroy, or made by another stack): "
+                           "the stack then grants access to it but does not create or delete it.")
     volumeSizeGi: int = Field(
         1800, description="Hyperdisk ML volume size in GiB (>= checkpoint + 10% headroom).")
     throughputMiBps: Optional[int] = Field(
@@ -367,6 +370,9 @@ class StorageConfig(Section):
         if not self.checkpointPrefix.endswith("/") or self.checkpointPrefix.startswith("/"):
             _fail(self.key("checkpointPrefix"), self.checkpointPrefix, "a folder path such as 'models/kimi/' "
                                                                       "(trailing '/', no leading '/')")
+        if self.bucketExists and self.deleteCheckpointOnDestroy:
+            _fail(self.key("deleteCheckpointOnDestroy"), True,
+                  "a bucket the stack only uses (storage.bucketExists=true) is never deleted by it; set one of them")
         if self.softDeleteDays and not 7 <= self.softDeleteDays <= 90:
             # Cloud Storage accepts 0 or 7-90 days (pulumi_gcp BucketSoftDeletePolicyArgs docstring).
             _fail(self.key("softDeleteDays"), self.softDeleteDays, "must be 0 (off) or 7-90 days")

@@ -26,6 +26,8 @@ class CheckpointBucketArgs(Args):
     """0 turns soft delete off; otherwise 7-90 days."""
     delete_on_destroy: bool
     """False keeps the bucket (and its 1.56 TB copy) when the stack is destroyed."""
+    exists: bool = False
+    """Read the bucket instead of creating it: a kept bucket is adopted by the next `up` this way."""
     readers: tuple[StrInput, ...] = ()
     """IAM members granted object read."""
     results_writers: tuple[StrInput, ...] = ()
@@ -39,20 +41,11 @@ class CheckpointBucket(Component):
 
     def __init__(self, name: str, args: CheckpointBucketArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("storage", "CheckpointBucket", name, opts)
-        self.bucket = gcp.storage.Bucket(
-            f"{name}-bucket",
-            name=args.name,
-            project=args.project,
-            location=args.location.upper(),
-            storage_class="STANDARD",
-            uniform_bucket_level_access=True,
-            public_access_prevention="enforced",
-            soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(
-                retention_duration_seconds=args.soft_delete_days * 86400),
-            force_destroy=args.delete_on_destroy,
-            labels=args.labels,
-            opts=self.child(retain_on_delete=not args.delete_on_destroy),
-        )
+        if args.exists:
+            # A read resource: Pulumi neither creates nor deletes it.
+            self.bucket = gcp.storage.Bucket.get(f"{name}-bucket", args.name, opts=self.child())
+        else:
+            self.bucket = self._create(name, args)
         self.grants = [
             gcp.storage.BucketIAMMember(
                 f"{name}-reader-{i}",
@@ -80,3 +73,20 @@ class CheckpointBucket(Component):
         ]
         self.uri = pulumi.Output.concat("gs://", self.bucket.name)
         self.finish(uri=self.uri)
+
+    def _create(self, name: str, args: CheckpointBucketArgs) -> gcp.storage.Bucket:
+        return gcp.storage.Bucket(
+            f"{name}-bucket",
+            name=args.name,
+            project=args.project,
+            location=args.location.upper(),
+            storage_class="STANDARD",
+            uniform_bucket_level_access=True,
+            public_access_prevention="enforced",
+            soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(
+                retention_duration_seconds=args.soft_delete_days * 86400),
+            force_destroy=args.delete_on_destroy,
+            labels=args.labels,
+            opts=self.child(retain_on_delete=not args.delete_on_destroy),
+        )
+

@@ -113,6 +113,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "spec": ("gpu", {"model.speculative": "dflash", "model.draftModelPath": "/models/dflash",
                      "model.kvCacheDtype": "bf16", "gpu.tensorParallel": 2}),
     "tpu-spec": ("tpu", {"model.speculative": "mtp"}),
+    "adopt": ("gpu", {"storage.bucketExists": True}),
     "bench": ("gpu", {"benchmark.enabled": True, "cost.gpuNodeHourUsd": "42.50", "cost.cpuNodeHourUsd": "0.50",
                       "lifecycle.maxLifetimeHours": 6}),
 }

@@ -80,6 +80,7 @@ class FakeBackend:
 
     def outputs(self) -> dict[str, Any]:
         outputs = {"clusterName": "kimi-k3-1-gpu", "kubeconfig": "apiVersion: v1  # SECRET", "namespace": "kimi-k3-1",
+                   "bucketUri": "gs://my-proj-kimi-k3-1-weights",
                    "routerService": "kimi-k3-1-epp", "servingZone": "us-central1-b", "nodePools": ["a", "b"]}
         if self.w.config.get(bench.BENCHMARK_KEY) == "true":
             outputs |= {"benchmarkJob": "kimi-k3-1-inference-perf",
@@ -543,3 +544,22 @@ def test_session_wrapper_runs_the_real_command_in_a_new_session(tmp_path):
                          capture_output=True, text=True, check=True).stdout.split()
     assert out[1] == "arg"
     assert int(out[0]) != os.getsid(0)
+
+
+def test_kept_checkpoint_bucket_is_not_a_leftover_and_is_adopted_next_time(tmp_path):
+    """The bucket a destroy keeps by design does not fail the run, and the next `up` uses it rather than
+    trying to create it again (storage.bucketExists)."""
+    world = World(leftovers=["bucket: my-proj-kimi-k3-1-weights"])
+    code, lines = drive(world, tmp_path)
+    assert code == 0, "\n".join(lines)
+    assert ("set_config", bench.BUCKET_EXISTS_KEY, "true") in world.log
+    assert world.names().index("set_config", world.names().index("destroy")) > world.names().index("destroy")
+    assert any("kept by design" in line for line in lines)
+
+
+def test_deleted_checkpoint_bucket_left_behind_is_a_leftover(tmp_path):
+    world = World(leftovers=["bucket: my-proj-kimi-k3-1-weights"],
+                  config={bench.DELETE_CHECKPOINT_KEY: "true"})
+    code, _ = drive(world, tmp_path)
+    assert code == bench.EXIT_FAILED
+    assert ("set_config", bench.BUCKET_EXISTS_KEY, "true") not in world.log

@@ -126,6 +126,9 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
     ("gpu", {"storage__throughputMiBps": 100},
      "kimi-k3-1:storage.throughputMiBps = 100: Hyperdisk ML takes 400-1200000 MiB/s"),
     ("gpu", {"storage__softDeleteDays": 3}, "kimi-k3-1:storage.softDeleteDays = 3: must be 0 (off) or 7-90 days"),
+    ("gpu", {"storage__bucketExists": "true", "storage__deleteCheckpointOnDestroy": "true"},
+     "kimi-k3-1:storage.deleteCheckpointOnDestroy = true: a bucket the stack only uses (storage.bucketExists=true) "
+     "is never deleted by it; set one of them"),
     ("gpu", {"storage__checkpointPrefix": "/models"},
      "kimi-k3-1:storage.checkpointPrefix = '/models': a folder path such as 'models/kimi/' (trailing '/', "
      "no leading '/')"),

@@ -219,6 +219,17 @@ def test_bucket_deletion_is_an_explicit_choice(variants):
     assert "retainOnDelete" not in bucket.get("options", {})
 
 
+def test_a_kept_bucket_is_used_not_created(variants):
+    """After a destroy kept the bucket, `storage.bucketExists` makes the next up read it instead of creating it
+    (creating would fail: the name exists)."""
+    plan = variants["adopt"]
+    bucket = plan.one("gcp:storage/bucket:Bucket")
+    assert bucket["options"]["read"] == "my-gcp-project-kimi-k3-1-weights"
+    assert bucket["inputs"] == {}
+    [grant] = plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    assert grant["inputs"]["bucket"] == bucket["options"]["read"]
+
+
 # ----------------------------------------------------------------------------------------- graph
 @pytest.mark.parametrize("stack", STACKS)
 def test_apis_come_first_and_nothing_waits_for_what_it_does_not_need(plans, stack):

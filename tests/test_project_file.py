@@ -43,3 +43,14 @@ def test_committed_stack_files_use_only_project_keys():
         config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
         assert all(key.startswith(f"{PROJECT}:") for key in config), stack
         assert config[f"{PROJECT}:hfToken"].keys() == {"secure"}, "the token is only ever a secure value"
+
+
+def test_entry_points_run_after_every_definition():
+    """`python -m tools.x` executes the `__main__` guard when it is reached: a definition after it is
+    missing at run time although imports (and so tests) see it."""
+    import ast
+
+    for path in sorted((ROOT / "tools").glob("*.py")):
+        body = ast.parse(path.read_text()).body
+        guards = [i for i, node in enumerate(body) if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
+        assert not guards or guards == [len(body) - 1], f"{path.name}: code after the __main__ guard"

@@ -56,6 +56,8 @@ TRACK_KEY = f"{PROJECT}:track"
 GCP_PROJECT_KEY = f"{PROJECT}:gcp.project"
 CLUSTER_NAME_KEY = f"{PROJECT}:cluster.name"
 BENCHMARK_KEY = f"{PROJECT}:benchmark.enabled"
+BUCKET_EXISTS_KEY = f"{PROJECT}:storage.bucketExists"
+DELETE_CHECKPOINT_KEY = f"{PROJECT}:storage.deleteCheckpointOnDestroy"
 UNREACHABLE_ENV = {"PULUMI_K8S_DELETE_UNREACHABLE": "true"}
 ROUTER_PORT = contract.ROUTER_SERVICE_PORT  # the routerService port the smoke check talks to
 ROUTER_METRICS_PORT = 9090  # EPP metrics (tools.smoke epilog)
@@ -415,6 +417,8 @@ class Driver:
                     if not self.destroy_with_retries():
                         self.problems.append("destroy failed")
                         self.out(f"resume with: {self.resume}")
+                    else:
+                        self._adopt_kept_bucket()
                 self.list_leftovers()
             except KeyboardInterrupt:
                 self.interrupted = True
@@ -460,6 +464,26 @@ class Driver:
                 self.out(f"hint: {HINTS[reason]}")
             return False
 
+    @property
+    def kept_bucket(self) -> str | None:
+        """The checkpoint bucket a destroy keeps by design (storage.deleteCheckpointOnDestroy off)."""
+        if (self._config(DELETE_CHECKPOINT_KEY) or "false").lower() == "true":
+            return None
+        uri = self.outputs.get("bucketUri") or ""
+        return uri.removeprefix("gs://") or None
+
+    def _adopt_kept_bucket(self) -> None:
+        """The next `up` must use the kept bucket instead of creating it again (that would fail: it exists)."""
+        bucket = self.kept_bucket
+        if not bucket or (self._config(BUCKET_EXISTS_KEY) or "").lower() == "true":
+            return
+        try:
+            self.deps.backend.set_config(BUCKET_EXISTS_KEY, "true")
+        except Exception as err:
+            self.problems.append(f"could not set {BUCKET_EXISTS_KEY}: {err}")
+            return
+        self.out(f"gs://{bucket} was kept with the checkpoint; {BUCKET_EXISTS_KEY}=true so the next up uses it")
+
     def _restore_benchmark_config(self) -> None:
         if self.benchmark_previous is None:
             return
@@ -484,6 +508,12 @@ class Driver:
             self.problems.append(f"leftover check failed: {err}")
             self.out(f"could not list leftovers: {err}")
             return
+        bucket = self.kept_bucket
+        kept = [line for line in self.leftovers if bucket and line.split(": ", 1)[-1].strip() in (bucket, f"gs://{bucket}",
+                                                                                                f"gs://{bucket}/")]
+        self.leftovers = [line for line in self.leftovers if line not in kept]
+        for line in kept:
+            self.out(f"    {line}  (kept by design: the checkpoint copy; storage.deleteCheckpointOnDestroy=false)")
         for line in self.leftovers:
             self.out(f"    {line}")
         if self.leftovers:
@@ -831,9 +861,6 @@ def main(argv: Sequence[str] | None = None, deps: Deps | None = None) -> int:
     return run(opts, deps)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 OUTPUT_RATE_KEY = re.compile(r"^output_tokens?_per_s(ec(ond)?)?$")
 """Assumption: inference-perf's summary reports name the generated-token rate like `output_tokens_per_sec`;
@@ -862,3 +889,6 @@ def measured_output_tokens_per_second(folder: Path | None) -> float | None:
         with contextlib.suppress(ValueError, OSError):
             walk(json.loads(path.read_text()))
     return max(rates) if rates else None
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -70,6 +70,15 @@ class RecordingMonitor(mocks.MockMonitor):
         super().__init__(mock)
         self.recording = recording
 
+    def ReadResource(self, request):  # noqa: N802 (gRPC method name)
+        response = super().ReadResource(request)
+        self.recording.registrations.append(Registration(
+            urn=response.urn, type=request.type, name=request.name, parent_urn=request.parent, custom=True,
+            remote=False, provider_ref=request.provider, dependencies=list(request.dependencies),
+            inputs=json_format.MessageToDict(request.properties), options={"read": request.id},
+        ))
+        return response
+
     def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
@@ -109,7 +118,10 @@ class PlanMocks(mocks.Mocks):
 
     def new_resource(self, args: mocks.MockResourceArgs):
         state = dict(args.inputs)
-        name = state.get("name") or args.name
+        # A read resource (`Resource.get`) arrives with its id and no inputs; its name is the id.
+        name = state.get("name") or args.resource_id or args.name
+        if args.resource_id:
+            state.setdefault("name", name)
         project = state.get("project", self.project)
         kind = args.typ
         compute = f"https://www.googleapis.com/compute/v1/projects/{project}"

@@ -141,11 +141,18 @@ def render(stack_file: Path) -> dict[str, Any]:
     construction_order: dict[tuple[str, str], int] = {}
     register = pulumi_resource.register_resource
 
+    read = pulumi_resource.read_resource
+
     def register_in_order(res, ty, name, *args, **kwargs):
         construction_order.setdefault((ty, name), len(construction_order))
         return register(res, ty, name, *args, **kwargs)
 
+    def read_in_order(res, ty, name, *args, **kwargs):
+        construction_order.setdefault((ty, name), len(construction_order))
+        return read(res, ty, name, *args, **kwargs)
+
     pulumi_resource.register_resource = register_in_order
+    pulumi_resource.read_resource = read_in_order
 
     project = project_file()
     config, secret_keys = stack_config(stack_file, project)
