@@ -133,18 +133,27 @@ def kda_state_bytes_per_sequence(cfg: StackConfig) -> int:
 
 
 def serving_capacity(cfg: StackConfig) -> ServingCapacity:
-    """Raises ConfigError naming the keys to change when the weights or one full-length sequence do not fit."""
+    """Capacity of one serving replica (on GPU, a prefill group, which the router's prefix model sizes).
+
+    Raises ConfigError naming the keys to change when the weights or one full-length sequence do not fit
+    any replica, decode groups included."""
+    if cfg.track == "gpu":
+        _replica_capacity(cfg, "decode")
+    return _replica_capacity(cfg, "prefill")
+
+
+def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
     checkpoint = catalog.KIMI.checkpoint_bytes
     if cfg.track == "gpu":
         gpu = cfg.gpu
-        nodes = gpu.prefillNodesPerGroup
+        nodes = gpu.prefillNodesPerGroup if role == "prefill" else gpu.decodeNodesPerGroup
         devices = nodes * gpu.spec.gpus_per_node
         hbm = int(gpu.spec.hbm_gb_per_gpu * 1e9)
         usable = hbm * gpu.gpuMemoryPercent / 100
         kv_groups = devices // gpu.tensorParallel
         host_per_node = gpu.spec.host_memory_gb * 1e9 * gpu.hostOffloadPercent / 100
         endpoints = nodes
-        size_keys = "gpu.prefillNodesPerGroup / gpu.decodeNodesPerGroup or gpu.gpuMemoryPercent"
+        size_keys = f"gpu.{role}NodesPerGroup or gpu.gpuMemoryPercent"
     else:
         tpu = cfg.tpu
         devices = tpu.chips_per_slice * catalog.IRONWOOD.tensorcores_per_chip
@@ -164,10 +173,11 @@ def serving_capacity(cfg: StackConfig) -> ServingCapacity:
                           f"more devices per replica are needed ({size_keys})")
     per_token = mla + kda / context
     hbm_tokens = int(kv_groups * pool / per_token)
-    if hbm_tokens < context:
+    engine_tokens = int(pool / per_token)  # a sequence lives in one engine's pool (MLA is replicated across TP)
+    if engine_tokens < context:
         raise ConfigError("model.contextLength", context,
-                          f"one sequence needs {context * per_token / 1e9:.1f} GB of KV but a replica's pool holds "
-                          f"{hbm_tokens} tokens; lower it or change {size_keys}")
+                          f"one sequence needs {context * per_token / 1e9:.1f} GB of KV but one engine's pool holds "
+                          f"{engine_tokens} tokens; lower it or change {size_keys}")
     if cfg.track == "gpu":
         host_tokens = int(nodes * host_per_node / (per_token * cfg.gpu.tensorParallel))
     else:

@@ -34,6 +34,9 @@ def dra_driver_values(accelerator: str) -> dict[str, Any]:
     return {
         "nvidiaDriverRoot": NVIDIA_DRIVER_ROOT,
         "resources": {"gpus": {"enabled": False}},
+        # IMEX daemons find their peers by DNS name and start without waiting for them (the ComputeDomain
+        # CRD's numNodes description); explicit, since older charts defaulted it off.
+        "featureGates": {"IMEXDaemonsWithDNSNames": True},
         "controller": {"affinity": required({"key": gpu_key, "operator": "DoesNotExist"})},
         "kubeletPlugin": {
             "affinity": required(
@@ -57,6 +60,8 @@ class GpuDevicesArgs(Args):
     namespace: StrInput
     """Guide namespace: the ComputeDomain and claim templates live beside the pods that claim them."""
     machine: catalog.GpuMachine
+    nodes: int
+    """GPU nodes whose pods join the ComputeDomain (every serving pod claims its channel)."""
 
 
 class GpuDevices(Component):
@@ -93,9 +98,10 @@ class GpuDevices(Component):
             kind="ComputeDomain",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=contract.COMPUTE_DOMAIN, namespace=args.namespace),
             spec={
-                # With the driver's default IMEXDaemonsWithDNSNames gate (25.8+) numNodes only feeds status
-                # and is recommended to be 0 (ComputeDomain CRD description, gke.md §2.6).
-                "numNodes": 0,
+                # The nodes of the domain: with IMEXDaemonsWithDNSNames on it only drives the Ready status, with
+                # it off pods wait until this many IMEX daemons joined; right in both modes (CRD description of
+                # numNodes, shared/crds/resource.nvidia.com_computedomains.yaml).
+                "numNodes": args.nodes,
                 "channel": {"resourceClaimTemplate": {"name": contract.COMPUTE_DOMAIN_CHANNEL_TEMPLATE}},
             },
             # The CRD and its controller come with the driver chart.

@@ -24,7 +24,8 @@ def build(cfg: StackConfig) -> None:
         reservation_sub_block=cfg.gpu.reservationSubBlock,
     ), pulumi.ResourceOptions(provider=foundation.gcp_provider))
     namespace = foundation.platform.namespace.metadata.name
-    devices = GpuDevices("gpu-devices", GpuDevicesArgs(namespace=namespace, machine=cfg.gpu.spec),
+    devices = GpuDevices("gpu-devices", GpuDevicesArgs(namespace=namespace, machine=cfg.gpu.spec,
+                                                            nodes=cfg.gpu.node_count),
                          foundation.in_cluster)
     servers = VllmDisaggregatedSet("vllm", VllmDisaggregatedSetArgs(
         namespace=namespace, name=f"{cfg.kubernetes.namespace}-vllm", config=cfg),

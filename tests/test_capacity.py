@@ -65,10 +65,19 @@ def test_tpu_hand_worked():
     # One node per prefill group: 390e9 B per GPU over 251e9 usable.
     ("gpu", {"gpu__prefillNodesPerGroup": 1},
      "kimi-k3-1:gpu.prefillNodesPerGroup = 1: weights need 390 GB per device of 251 GB usable HBM; more devices "
-     "per replica are needed (gpu.prefillNodesPerGroup / gpu.decodeNodesPerGroup or gpu.gpuMemoryPercent)"),
+     "per replica are needed (gpu.prefillNodesPerGroup or gpu.gpuMemoryPercent)"),
+    # The decode groups are checked too.
+    ("gpu", {"gpu__decodeNodesPerGroup": 1},
+     "kimi-k3-1:gpu.decodeNodesPerGroup = 1: weights need 390 GB per device of 251 GB usable HBM; more devices "
+     "per replica are needed (gpu.decodeNodesPerGroup or gpu.gpuMemoryPercent)"),
+    # 2-node groups at 74%: 8 GPUs hold 195e9 B of weights each, leaving 11.46e9 B per engine = 820,514 tokens,
+    # less than one 1,048,576-token sequence, although the group as a whole holds 6.5M tokens.
+    ("gpu", {"gpu__prefillNodesPerGroup": 2, "gpu__decodeNodesPerGroup": 2, "gpu__gpuMemoryPercent": 74},
+     "kimi-k3-1:model.contextLength = 1048576: one sequence needs 14.6 GB of KV but one engine's pool holds 820514 "
+     "tokens; lower it or change gpu.decodeNodesPerGroup or gpu.gpuMemoryPercent"),
     # 52%: pool 4.85e9 B holds 343,356 tokens, less than one 491,520-token sequence.
     ("tpu", {"tpu__memFractionPercent": 52},
-     "kimi-k3-1:model.contextLength = 491520: one sequence needs 6.9 GB of KV but a replica's pool holds 343356 "
+     "kimi-k3-1:model.contextLength = 491520: one sequence needs 6.9 GB of KV but one engine's pool holds 343356 "
      "tokens; lower it or change tpu.topology or tpu.memFractionPercent"),
     # Ratio 4: 4 x 38.87e9 x 8 = 1,158 GiB per host.
     ("tpu", {"tpu__hicacheRatio": 4},

@@ -194,6 +194,10 @@ def test_claims_the_serving_pods_will_use(gpu):
     [request] = template["spec"]["spec"]["devices"]["requests"]
     assert request["exactly"] == {"deviceClassName": "mrdma.google.com", "allocationMode": "ExactCount", "count": 8}
     assert domain["metadata"]["namespace"] == template["metadata"]["namespace"] == "kimi-k3-1"
+    # numNodes is right whether IMEX daemons wait for their peers or not: the nodes of the domain.
+    assert domain["spec"]["numNodes"] == gpu.one("gcp:container/nodePool:NodePool", "gpu-pool")["inputs"]["nodeCount"]
+    values = gpu.one(CHART, "gpu-devices-dra-driver")["inputs"]["values"]
+    assert values["featureGates"] == {"IMEXDaemonsWithDNSNames": True}
 
 
 def test_asapd_lite_takes_the_nodes_hugepages(gpu):
