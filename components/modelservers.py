@@ -4,6 +4,7 @@ from components.engines; sizes from components.capacity."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 import pulumi
@@ -84,9 +85,13 @@ def probes(port: int) -> dict[str, k8s.core.v1.ProbeArgs]:
     }
 
 
-def await_annotations() -> dict[str, str]:
-    """Pulumi waits for the set to report Available (pulumi.md §2.5)."""
-    return {"pulumi.com/waitFor": "condition=Available", "pulumi.com/timeoutSeconds": str(READY_TIMEOUT_S)}
+def await_annotations(*conditions: str) -> dict[str, str]:
+    """Pulumi waits until every condition holds (pulumi.md §2.5: a JSON array of waitFor forms)."""
+    return {"pulumi.com/waitFor": json.dumps(list(conditions)), "pulumi.com/timeoutSeconds": str(READY_TIMEOUT_S)}
+
+
+def ready_replicas(path: str, count: int) -> str:
+    return f"jsonpath={{{path}.readyReplicas}}={count}"
 
 
 def rollout() -> dict[str, Any]:
@@ -216,15 +221,20 @@ class VllmDisaggregatedSet(Component):
 
     def __init__(self, name: str, args: VllmDisaggregatedSetArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("modelserver", "VllmDisaggregatedSet", name, opts)
+        cfg = args.config
+        # Ready replicas per role, from status.roleStatuses: the set's Available condition arrived in lws after
+        # the v0.10.0 tag (llm-d.md §3.1), so the pinned controller may not set it.
+        ready = [ready_replicas(f'.status.roleStatuses[?(@.name=="{role}")]', count)
+                 for role, count in (("prefill", cfg.gpu.prefillGroups), ("decode", cfg.gpu.decodeGroups))]
         self.set = k8s.apiextensions.CustomResource(
             f"{name}-ds",
             api_version="disaggregatedset.x-k8s.io/v1",
             kind="DisaggregatedSet",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=args.name, namespace=args.namespace,
                                                 labels={"llm-d.ai/guide": catalog.GUIDE_NAME},
-                                                annotations=await_annotations()),
+                                                annotations=await_annotations(*ready)),
             spec={
-                "roles": [vllm_role(args.config, "prefill"), vllm_role(args.config, "decode")],
+                "roles": [vllm_role(cfg, "prefill"), vllm_role(cfg, "decode")],
                 # Co-locate a slice's roles in one NVLink sub-block (llm-d.md §5 GKE notes).
                 "placementPolicy": {"type": "ExclusiveTopology", "topology": "cloud.google.com/gce-topology-subblock"},
             },
@@ -295,7 +305,8 @@ class SglangLeaderWorkerSet(Component):
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=args.name, namespace=args.namespace, labels={"llm-d.ai/guide": catalog.GUIDE_NAME},
                 annotations={
-                    **await_annotations(),
+                    # Available alone has been seen True with workers still Pending (pulumi.md §2.5).
+                    **await_annotations("condition=Available", ready_replicas(".status", cfg.tpu.slices)),
                     # One group per slice node pool: a group never straddles two slices (llm-d.md §3.5).
                     "leaderworkerset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool",
                 }),

@@ -193,7 +193,12 @@ def test_pods_mount_the_weights_read_only_and_wait_long_enough(plans, stack):
     kind = "DisaggregatedSet" if stack == "gpu" else "LeaderWorkerSet"
     served = manifest(plan, kind)
     annotations = served["metadata"]["annotations"]
-    assert annotations["pulumi.com/waitFor"] == "condition=Available"
+    wait_for = json.loads(annotations["pulumi.com/waitFor"])
+    if stack == "gpu":  # every role's ready replicas, read from status.roleStatuses (llm-d.md §3.1)
+        assert wait_for == [f'jsonpath={{.status.roleStatuses[?(@.name=="{r["name"]}")].readyReplicas}}='
+                            f'{r["spec"]["replicas"]}' for r in served["spec"]["roles"]]
+    else:
+        assert wait_for == ["condition=Available", f'jsonpath={{.status.readyReplicas}}={served["spec"]["replicas"]}']
     assert int(annotations["pulumi.com/timeoutSeconds"]) >= 3600
     pvc = manifest(plan, "PersistentVolumeClaim")["metadata"]["name"]
     for where, container in facts.containers(served):
