@@ -145,9 +145,15 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
             _env("USER", "llm-d"),  # vLLM >= 0.20 needs a user name (vllm issue 44548, engines.md §1.8)
             _env("GLOO_SOCKET_IFNAME", "eth0"),
             _env("NCCL_SOCKET_IFNAME", "eth0"),
-            # Multi-node NVLink inside the NVL72 domain (llm-d DeepSeek-V4 GB200 guide, engines.md §1.8).
+            # Multi-node NVLink inside the NVL72 domain, as llm-d's GB200 DeepSeek-V4 guide runs it: NCCL and
+            # NVSHMEM over MNNVL, NIXL's KV transfer over UCX CUDA IPC across the domain (engines.md §1.8).
             _env("NCCL_MNNVL_ENABLE", "1"),
+            _env("NCCL_NVLS_ENABLE", "1"),
             _env("NCCL_CUMEM_ENABLE", "1"),
+            _env("NCCL_P2P_LEVEL", "NVL"),
+            _env("TORCH_SYMMMEM", "NVSHMEM"),
+            _env("UCX_TLS", "cuda_copy,cuda_ipc,tcp"),
+            _env("UCX_CUDA_IPC_ENABLE_MNNVL", "y"),
             _env("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"),
         ],
         ports=ports,
@@ -157,8 +163,8 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
             limits={"memory": f"{memory_gib}Gi", "nvidia.com/gpu": str(machine.gpus_per_node)},
             claims=[k8s.core.v1.ResourceClaimArgs(name=c.name) for c in claims],
         ),
-        security_context=k8s.core.v1.SecurityContextArgs(
-            capabilities=k8s.core.v1.CapabilitiesArgs(add=["IPC_LOCK", "SYS_RAWIO"])),
+        # DeepEP/NVSHMEM needs privileged containers on GKE (llm-d.md §5 GKE notes).
+        security_context=k8s.core.v1.SecurityContextArgs(privileged=True),
         volume_mounts=[models_mount, shm_mount,
                        k8s.core.v1.VolumeMountArgs(name="nvidia", mount_path="/usr/local/nvidia")],
         **probes(port),
@@ -181,6 +187,8 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
         init_containers=init or None,
         containers=[engine],
         resource_claims=claims,
+        # CUDA IPC between the engines of a pod and across the domain (llm-d GB200 DeepSeek-V4 guide, llm-d.md §3.2).
+        host_ipc=True,
         node_selector={"cloud.google.com/gke-accelerator": machine.accelerator,
                        "gke.networks.io/accelerator-network-profile": catalog.ACCELERATOR_NETWORK_PROFILE},
         tolerations=[k8s.core.v1.TolerationArgs(key=gpu_key, operator="Exists", effect="NoSchedule"),
