@@ -308,8 +308,7 @@ class BenchmarkConfig(Section):
     inputTokensPerTurn: int = Field(2048, ge=1, description="New user tokens per turn.")
     outputTokensPerTurn: int = Field(512, ge=1, description="Generated tokens per turn.")
     concurrency: int = Field(32, ge=1, description="Sessions in flight at once.")
-    baseUrl: Optional[str] = Field(
-        None, description="Endpoint to load (default: the router Service; required in gateway mode).")
+
 
 
 class LifecycleConfig(Section):
@@ -427,6 +426,9 @@ class RouterConfig(Section):
     peakPrefillThroughput: int = Field(
         15928, ge=1, description="Tokens/s one replica prefills at peak (prefix-cache-affinity-filter); calibrate it.")
     calibrate: bool = Field(False, description="Create the peakPrefillThroughput calibration Job.")
+    clientUrl: Optional[str] = Field(
+        None, description="URL in-cluster load (benchmark, calibration) is sent to; default the standalone router's "
+                          "Service; required in gateway mode, e.g. the Gateway's address.")
 
 
 SECTIONS: dict[str, type[Section]] = {
@@ -473,8 +475,10 @@ class StackConfig(BaseModel):
             machine = self.gpu.spec if self.track == "gpu" else catalog.IRONWOOD
             _fail("gcp.zone", self.gcp.zone, f"{machine.machine_type} is offered in {', '.join(zones)} "
                                              f"(source: {machine.zones_source})")
-        if self.benchmark.enabled and self.router.mode == "gateway" and not self.benchmark.baseUrl:
-            _fail("benchmark.baseUrl", None, "router.mode=gateway: give the gateway's address, e.g. http://10.0.0.10")
+        if (self.benchmark.enabled or self.router.calibrate) and self.router.mode == "gateway" \
+                and not self.router.clientUrl:
+            _fail("router.clientUrl", None, "router.mode=gateway has no router Service to load: give the Gateway's "
+                                            "address, e.g. http://10.0.0.10")
         if self.track == "gpu" and self.model.speculative == "nextn":
             _fail("model.speculative", "nextn", "vLLM has no NEXTN drafter; use mtp or dflash on the gpu track")
         _check_name("cluster.name", self.cluster_name, 40)
@@ -488,6 +492,11 @@ class StackConfig(BaseModel):
     @property
     def bucket_name(self) -> str:
         return self.storage.bucketName or f"{self.gcp.project}-{catalog.GUIDE_NAME}-weights"
+
+    @property
+    def client_url(self) -> str:
+        """Where in-cluster clients (benchmark, calibration) send requests."""
+        return self.router.clientUrl or f"http://{catalog.GUIDE_NAME}-epp:{contract.ROUTER_SERVICE_PORT}"
 
     @property
     def context_length(self) -> int:

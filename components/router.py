@@ -30,6 +30,7 @@ from .versions import (
 RELEASE_NAME = catalog.GUIDE_NAME
 """The chart names the EPP Service `<release>-epp` and the InferencePool `<release>` (llm-d.md §1.3)."""
 EPP_SERVICE = f"{RELEASE_NAME}-epp"
+"""The chart's EPP Service; `StackConfig.client_url` builds the same name from the guide name."""
 PLUGINS_FILE = f"{catalog.GUIDE_NAME}.yaml"
 GATEWAY_NAME = "llm-d-inference-gateway"
 
@@ -227,6 +228,8 @@ print(json.dumps({"chunk_tokens": chunk, "median_ttft_s": statistics.median(ttft
 
 class CalibrationArgs(Args):
     namespace: StrInput
+    endpoint: str
+    """Base URL of the router as clients reach it."""
     chunk_tokens: int
     """Prompt size of each sample; llm-d's method divides it by the median TTFT (llm-d.md §2.3)."""
 
@@ -243,7 +246,7 @@ class PrefillCalibration(Component):
             data={"calibrate.py": CALIBRATION_SCRIPT},
             opts=self.child(),
         )
-        env = {"ENDPOINT": f"http://{EPP_SERVICE}:{contract.ROUTER_SERVICE_PORT}", "MODEL": catalog.KIMI.hf_id,
+        env = {"ENDPOINT": args.endpoint, "MODEL": catalog.KIMI.hf_id,
                "CHUNK_TOKENS": str(args.chunk_tokens)}
         self.job = k8s.batch.v1.Job(
             f"{name}-job",

@@ -16,7 +16,7 @@ from components.naming import label_value, resource_labels
 from components.network import Network, NetworkArgs
 from components.nodepools import CpuPoolArgs, CpuPools, PoolCommon, transfer_pool
 from components.platform import Platform, PlatformArgs
-from components.router import EPP_SERVICE, CalibrationArgs, PrefillCalibration, Router, RouterArgs
+from components.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
 from components.services import ProjectServices, ProjectServicesArgs
 from components.storage import CheckpointBucket, CheckpointBucketArgs
 from components.weights import WeightStaging, WeightStagingArgs
@@ -122,6 +122,9 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("namespace", platform.namespace.metadata.name)
     pulumi.export("modelsClaim", weights.claim.metadata.name)
     pulumi.export("routerService", EPP_SERVICE)
+    pulumi.export("routerMode", cfg.router.mode)
+    if cfg.router.mode == "gateway":
+        pulumi.export("gatewayName", GATEWAY_NAME)
     hourly, complete = cost.total(cost.hourly_costs(cfg))
     pulumi.export("hourlyCostUsd", round(hourly, 2))
     pulumi.export("hourlyCostComplete", complete)
@@ -180,7 +183,8 @@ def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:
     if not foundation.cfg.router.calibrate:
         return
     PrefillCalibration("calibration", CalibrationArgs(
-        namespace=foundation.platform.namespace.metadata.name, chunk_tokens=CALIBRATION_CHUNK_TOKENS),
+        namespace=foundation.platform.namespace.metadata.name, endpoint=foundation.cfg.client_url,
+        chunk_tokens=CALIBRATION_CHUNK_TOKENS),
         pulumi.ResourceOptions(provider=foundation.cluster.provider,
                                depends_on=[servers, foundation.router.chart]))
 
@@ -197,7 +201,7 @@ def add_benchmark(foundation: Foundation, servers: pulumi.Resource) -> None:
     bench = benchmark.Benchmark("benchmark", benchmark.BenchmarkArgs(
         namespace=foundation.platform.namespace.metadata.name, config=cfg,
         bucket=foundation.bucket.bucket.name, results_path=results_path(cfg),
-        base_url=cfg.benchmark.baseUrl or f"http://{EPP_SERVICE}:{contract.ROUTER_SERVICE_PORT}"),
+        base_url=cfg.client_url),
         # Load only once the model servers are Available and the results prefix is writable.
         pulumi.ResourceOptions(provider=foundation.cluster.provider,
                                depends_on=[servers, foundation.router.chart, *foundation.bucket.grants]))

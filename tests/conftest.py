@@ -107,14 +107,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "throwaway": ("tpu", {"storage.deleteCheckpointOnDestroy": True}),
     "quiet": ("tpu", {"monitoring.enabled": False, "kubernetes.namespace": "llm-d-kimi"}),
     "leaky": ("gpu", {"hfToken": LEAKY_TOKEN}),
-    "gateway": ("gpu", {"router.mode": "gateway", "router.calibrate": True}),
+    "gateway": ("gpu", {"router.mode": "gateway", "router.calibrate": True, "router.clientUrl": "http://10.0.0.10"}),
     "day0": ("tpu", {"tpu.engineProfile": "day0", "tpu.day0Image": "registry.example/sglang-tpu:day0-k31",
                      "model.speculative": "nextn", "model.draftModelPath": "/models/nextn"}),
     "spec": ("gpu", {"model.speculative": "dflash", "model.draftModelPath": "/models/dflash",
                      "model.kvCacheDtype": "bf16", "gpu.tensorParallel": 2}),
     "tpu-spec": ("tpu", {"model.speculative": "mtp"}),
     "adopt": ("gpu", {"storage.bucketExists": True}),
-    "bench": ("gpu", {"benchmark.enabled": True, "cost.gpuNodeHourUsd": "42.50", "cost.cpuNodeHourUsd": "0.50",
+    "bench": ("gpu", {"benchmark.enabled": True, "router.calibrate": True,
+                      "cost.gpuNodeHourUsd": "42.50", "cost.cpuNodeHourUsd": "0.50",
                       "lifecycle.maxLifetimeHours": 6}),
 }
 

@@ -42,6 +42,7 @@ class World:
         self.on_destroy: Callable[[], None] | None = None
         self.sleeps: list[float] = []
         self.open_forwards = 0
+        self.extra_outputs: dict[str, Any] = {}
 
     def hit(self, name: str, *args: Any) -> None:
         self.counts[name] += 1
@@ -82,6 +83,7 @@ class FakeBackend:
         outputs = {"clusterName": "kimi-k3-1-gpu", "kubeconfig": "apiVersion: v1  # SECRET", "namespace": "kimi-k3-1",
                    "bucketUri": "gs://my-proj-kimi-k3-1-weights",
                    "routerService": "kimi-k3-1-epp", "servingZone": "us-central1-b", "nodePools": ["a", "b"]}
+        outputs |= self.w.extra_outputs
         if self.w.config.get(bench.BENCHMARK_KEY) == "true":
             outputs |= {"benchmarkJob": "kimi-k3-1-inference-perf",
                         "benchmarkResultsUri": "gs://bucket/benchmarks/gpu/run-1"}
@@ -111,6 +113,10 @@ class FakeCluster:
             if f"llm-d.ai/role={role}" in selector:
                 return pods
         return ["pod/engine-0"]
+
+    def gateway_address(self, namespace: str, gateway: str) -> str:
+        self.w.hit("gateway_address", gateway)
+        return "10.0.0.10"
 
     @contextlib.contextmanager
     def port_forward(self, namespace: str, target: str, port: int) -> Iterator[str]:
@@ -476,7 +482,7 @@ def test_benchmark_flag_is_restored_after_destroy(tmp_path, previous, expected):
     assert world.config.get(bench.BENCHMARK_KEY) == expected
 
 
-def test_smoke_gets_the_router_and_every_leader_pod(tmp_path):
+def test_smoke_gets_the_router_and_every_serving_pod(tmp_path):
     world = World()
     drive(world, tmp_path, "--smoke-args", "--strict")
     argv = next(entry[1] for entry in world.log if entry[0] == "smoke")
@@ -489,7 +495,18 @@ def test_smoke_gets_the_router_and_every_leader_pod(tmp_path):
     assert forwards == [("svc/kimi-k3-1-epp", 80), ("svc/kimi-k3-1-epp", 9090), ("pod/p0", 8000),
                         ("pod/p1", 8000), ("pod/d0", 8200)]
     selectors = [entry[1] for entry in world.log if entry[0] == "pods"]
-    assert all(bench.LEADER_LABEL in s and bench.SERVING_SELECTOR in s for s in selectors)
+    # Every P/D pod serves in DP hybrid-LB mode, so the serving labels alone pick the pods to scrape.
+    assert selectors == [f"{bench.SERVING_SELECTOR},llm-d.ai/role={role}" for role in ("prefill", "decode")]
+
+
+def test_gateway_mode_smoke_uses_the_gateway_address(tmp_path):
+    world = World()
+    world.extra_outputs = {"routerMode": "gateway", "gatewayName": "llm-d-inference-gateway"}
+    drive(world, tmp_path)
+    argv = next(entry[1] for entry in world.log if entry[0] == "smoke")
+    assert argv[:2] == ("--endpoint", "http://10.0.0.10")
+    assert ("gateway_address", "llm-d-inference-gateway") in world.log
+    assert ("svc/kimi-k3-1-epp", 80) not in [entry[1:] for entry in world.log if entry[0] == "port_forward"]
 
 
 def test_smoke_on_tpu_uses_engine_metrics_and_user_urls_replace_them(tmp_path):

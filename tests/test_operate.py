@@ -16,7 +16,7 @@ from tools.bench import measured_output_tokens_per_second
 
 
 def manifest(plan: Plan, kind: str, name: str | None = None) -> dict:
-    [found] = [m for m in plan.manifests if m["kind"] == kind and name in (None, m["metadata"]["name"])]
+    [found] = [m for m in plan.manifests if m["kind"] == kind and (name is None or m["metadata"]["name"] == name)]
     return found
 
 
@@ -45,7 +45,7 @@ def test_benchmark_is_on_demand(plans, stack):
 
 def test_inference_perf_config_matches_the_schema(variants, inference_perf_schema):
     plan = variants["bench"]
-    config = yaml.safe_load(manifest(plan, "ConfigMap")["data"]["config.yml"])
+    config = yaml.safe_load(manifest(plan, "ConfigMap", "kimi-k3-1-inference-perf-config")["data"]["config.yml"])
     assert set(config) <= inference_perf_schema["top"]
     assert config["load"]["type"] == "concurrent"
     for stage in config["load"]["stages"]:
@@ -59,7 +59,7 @@ def test_inference_perf_config_matches_the_schema(variants, inference_perf_schem
 
 def test_benchmark_is_wired_to_the_router_bucket_and_weights(variants):
     plan = variants["bench"]
-    config = yaml.safe_load(manifest(plan, "ConfigMap")["data"]["config.yml"])
+    config = yaml.safe_load(manifest(plan, "ConfigMap", "kimi-k3-1-inference-perf-config")["data"]["config.yml"])
     chart = plan.one("kubernetes:helm.sh/v4:Chart", "router-chart")["inputs"]
     port = chart["values"]["router"]["extraServicePorts"][0]["port"]
     assert config["server"]["base_url"] == f"http://{chart['name']}-epp:{port}" == "http://kimi-k3-1-epp:80"
@@ -68,7 +68,7 @@ def test_benchmark_is_wired_to_the_router_bucket_and_weights(variants):
     gcs = config["storage"]["google_cloud_storage"]
     assert gcs["bucket_name"] == bucket
     assert plan.outputs["benchmarkResultsUri"] == f"gs://{bucket}/{gcs['path']}"
-    job = manifest(plan, "Job")
+    job = manifest(plan, "Job", "kimi-k3-1-inference-perf")
     pod = job["spec"]["template"]["spec"]
     mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert config["tokenizer"]["pretrained_model_name_or_path"] in mounts, "tokenizer from the weights volume"
@@ -77,7 +77,8 @@ def test_benchmark_is_wired_to_the_router_bucket_and_weights(variants):
     [writer] = [g for g in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember") if "condition" in g["inputs"]]
     assert writer["inputs"]["member"].endswith(f"/sa/{pod['serviceAccountName']}")
     assert f'objects/{gcs["path"].split("/")[0]}/' in writer["inputs"]["condition"]["expression"]
-    component = plan.named(next(r for r in plan.resources if r["inputs"].get("kind") == "Job")["parent"])
+    component = plan.named(next(r for r in plan.resources if r["inputs"].get("kind") == "Job"
+                                and r["inputs"]["metadata"]["name"] == job["metadata"]["name"])["parent"])
     parents = {plan.named(d)["parent"] for d in component["dependsOn"]} | set(component["dependsOn"])
     assert "vllm" in parents, "load starts only once the model servers are Available"
 

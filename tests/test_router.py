@@ -156,12 +156,21 @@ def test_values_layers(plans, variants, stack, engine):
     assert "monitoring" not in quiet and quiet["epp"]["replicas"] == 1
 
 
-def test_calibration_job(variants):
-    plan = variants["gateway"]
-    job = next(m for m in plan.manifests if m["kind"] == "Job")
+@pytest.mark.parametrize("name,endpoint", [("bench", "http://kimi-k3-1-epp:80"), ("gateway", "http://10.0.0.10")])
+def test_calibration_job(variants, name, endpoint):
+    """Standalone: the router Service on the port its chart exposes; gateway mode: the configured address."""
+    plan = variants[name]
+    job = next(m for m in plan.manifests if m["kind"] == "Job" and "calibration" in m["metadata"]["name"])
     env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["ENDPOINT"] == "http://kimi-k3-1-epp:80"
-    job_resource = next(r for r in plan.resources if r["inputs"].get("kind") == "Job")
+    assert env["ENDPOINT"] == endpoint
+    values = router_chart(plan)["values"]["router"]
+    if name == "bench":
+        port = values["extraServicePorts"][0]["port"]
+        assert endpoint == f"http://{router_chart(plan)['name']}-epp:{port}"
+    else:
+        assert "extraServicePorts" not in values, "gateway mode has no router Service to send load to"
+    job_resource = next(r for r in plan.resources
+                        if r["inputs"].get("kind") == "Job" and "calibration" in r["inputs"]["metadata"]["name"])
     component = plan.named(job_resource["parent"])
     assert {"vllm", "router-chart"} <= set(component["dependsOn"]) | {
         plan.named(d)["parent"] for d in component["dependsOn"]}

@@ -61,7 +61,6 @@ DELETE_CHECKPOINT_KEY = f"{PROJECT}:storage.deleteCheckpointOnDestroy"
 UNREACHABLE_ENV = {"PULUMI_K8S_DELETE_UNREACHABLE": "true"}
 ROUTER_PORT = contract.ROUTER_SERVICE_PORT  # the routerService port the smoke check talks to
 ROUTER_METRICS_PORT = 9090  # EPP metrics (tools.smoke epilog)
-LEADER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index=0"  # the pod of an LWS group that serves the API
 SERVING_SELECTOR = ",".join(f"{k}={v}" for k, v in contract.SERVING_LABELS.items())
 ROUTER_SELECTOR = contract.ROUTER_MODE_LABEL  # "key exists"
 RETRY_WAIT_CAP_SECONDS = 600.0
@@ -120,6 +119,9 @@ class Cluster(Protocol):
 
     def wait_job(self, namespace: str, job: str, timeout: float) -> None:
         """Return when the Job completed; raise if it failed or the timeout ran out."""
+
+    def gateway_address(self, namespace: str, gateway: str) -> str:
+        """The first address a Gateway reports (gateway mode has no router Service port to forward)."""
 
 
 class Storage(Protocol):
@@ -302,8 +304,12 @@ class Driver:
         router = self.outputs.get("routerService") or f"{PROJECT}-epp"
         user_metrics = any(a == "--metrics-url" or a.startswith("--metrics-url=") for a in self.opts.smoke_args)
         with ExitStack() as forwards:
-            endpoint = forwards.enter_context(self.deps.cluster.port_forward(self.namespace, f"svc/{router}",
-                                                                             ROUTER_PORT))
+            if self.outputs.get("routerMode") == "gateway":
+                # An internal Gateway is reachable only from the VPC; --smoke-args --endpoint URL overrides.
+                endpoint = "http://" + self.deps.cluster.gateway_address(self.namespace, self.outputs["gatewayName"])
+            else:
+                endpoint = forwards.enter_context(self.deps.cluster.port_forward(self.namespace, f"svc/{router}",
+                                                                                 ROUTER_PORT))
             metrics = [] if user_metrics else self._metrics_forwards(forwards, router)
             argv = ["--endpoint", endpoint, "--track", self.track, *metrics, *self.opts.smoke_args]
             self.out(f"python -m tools.smoke {' '.join(argv)}")
@@ -377,7 +383,8 @@ class Driver:
         else:
             roles = (("engine", contract.MODEL_SERVER_PORT),)
         for role, port in roles:
-            selector = f"{SERVING_SELECTOR},{LEADER_LABEL}"
+            # Every pod with the serving labels serves: all P/D pods (DP hybrid LB), the TPU leaders only.
+            selector = SERVING_SELECTOR
             if role != "engine":
                 selector += f",{contract.ROLE_LABEL}={role}"
             pods = cluster.pods(ns, selector)
@@ -715,6 +722,13 @@ class KubectlCluster:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+    def gateway_address(self, namespace: str, gateway: str) -> str:
+        address = self._run("get", "gateway", gateway, "-n", namespace,
+                            "-o", "jsonpath={.status.addresses[0].value}").strip()
+        if not address:
+            raise StepError(f"gateway {namespace}/{gateway} reports no address yet")
+        return address
 
     def wait_job(self, namespace: str, job: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
