@@ -174,7 +174,7 @@ class TransferPoolConfig(NodePoolConfig):
     prefix: ClassVar[str] = "transferPool"
     machineType: str = Field(
         "c3-standard-44", description="Pool for the Volume Populator transfer Job (24 vCPU request).")
-    nodeCount: int = Field(1, ge=1, le=16, description="Nodes in the transfer pool.")
+    nodeCount: int = Field(1, ge=0, le=16, description="Nodes in the transfer pool (0 once the volume is hydrated).")
 
 
 class GpuConfig(Section):

@@ -25,6 +25,8 @@ class WeightStagingArgs(Args):
     """gs://bucket/prefix/ (trailing slash: a folder)."""
     volume_gib: int
     throughput_mibps: int
+    labels: dict[str, str]
+    """GCP labels of the disk the CSI driver creates, so a disk that outlives its stack can be found."""
 
 
 class WeightStaging(Component):
@@ -52,7 +54,12 @@ class WeightStaging(Component):
             f"{name}-hdml",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{contract.MODELS_PVC}-hyperdisk-ml"),
             provisioner="pd.csi.storage.gke.io",
-            parameters={"type": "hyperdisk-ml", "provisioned-throughput-on-create": f"{args.throughput_mibps}Mi"},
+            parameters={
+                "type": "hyperdisk-ml",
+                "provisioned-throughput-on-create": f"{args.throughput_mibps}Mi",
+                # PD CSI driver parameter `labels` (gcp-compute-persistent-disk-csi-driver pkg/common/parameters.go).
+                "labels": ",".join(f"{key}={value}" for key, value in sorted(args.labels.items())),
+            },
             allow_volume_expansion=False,
             reclaim_policy="Delete",
             volume_binding_mode="Immediate",

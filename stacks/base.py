@@ -99,7 +99,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     checkpoint_uri = pulumi.Output.concat(bucket.uri, "/", cfg.storage.checkpointPrefix)
     weights = WeightStaging("weights-volume", WeightStagingArgs(
         namespace=platform.namespace.metadata.name, zone=cfg.gcp.zone, checkpoint_uri=checkpoint_uri,
-        volume_gib=staging.volume_gib, throughput_mibps=staging.throughput_mibps),
+        volume_gib=staging.volume_gib, throughput_mibps=staging.throughput_mibps, labels=labels),
         # The transfer Job needs its node pool and read access on the bucket before it can copy anything.
         pulumi.ResourceOptions(provider=cluster.provider,
                                depends_on=[cpu_pools.pools["weights-transfer"], *bucket.grants]))
