@@ -43,13 +43,17 @@ class GkeClusterArgs(Args):
     labels: dict[str, str]
 
 
-def _require_min_version(version: str) -> str:
-    if catalog.parse_gke_version(version) < catalog.parse_gke_version(catalog.GKE_MIN_VERSION):
-        raise pulumi.RunError(
-            f"GKE offers {version} on the configured minor line, below the pinned minimum "
-            f"{catalog.GKE_MIN_VERSION}; set kimi-k3-1:cluster.versionPrefix to a newer line"
-        )
-    return version
+def pick_master_version(channel: str, prefix: str, default: dict[str, str], latest: dict[str, str]) -> str:
+    """The release channel's default version if it is on the pinned minor line, else the channel's newest;
+    a cluster enrolled in a channel can only run versions that channel offers."""
+    for offered in (default.get(channel), latest.get(channel)):
+        if offered and offered.startswith(prefix):
+            if catalog.parse_gke_version(offered) < catalog.parse_gke_version(catalog.GKE_MIN_VERSION):
+                raise pulumi.RunError(f"the {channel} channel offers {offered}, below the pinned minimum "
+                                      f"{catalog.GKE_MIN_VERSION}; set kimi-k3-1:cluster.releaseChannel to RAPID")
+            return offered
+    raise pulumi.RunError(f"the {channel} channel offers no {prefix}x version now ({default.get(channel)}, "
+                          f"{latest.get(channel)}); change kimi-k3-1:cluster.versionPrefix or cluster.releaseChannel")
 
 
 class GkeCluster(Component):
@@ -64,7 +68,9 @@ class GkeCluster(Component):
             location=args.region, project=args.project, version_prefix=args.version_prefix,
             opts=pulumi.InvokeOutputOptions(parent=self),
         )
-        master_version = versions.latest_master_version.apply(_require_min_version)
+        master_version = pulumi.Output.all(
+            versions.release_channel_default_version, versions.release_channel_latest_version,
+        ).apply(lambda v: pick_master_version(args.release_channel, args.version_prefix, v[0], v[1]))
         components = ["SYSTEM_COMPONENTS"] + (["DCGM"] if args.dcgm_metrics else [])
 
         self.cluster = gcp.container.Cluster(

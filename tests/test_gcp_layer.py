@@ -73,6 +73,29 @@ def test_gpu_pool_consumes_the_specific_reservation(gpu):
     assert pool["options"]["customTimeouts"]["create"] == "120m"
 
 
+@pytest.mark.parametrize("default,latest,expected", [
+    ({"REGULAR": "1.35.2-gke.100"}, {"REGULAR": "1.36.0-gke.5"}, "1.35.2-gke.100"),   # the channel default
+    ({"REGULAR": "1.34.9-gke.1"}, {"REGULAR": "1.35.3-gke.7"}, "1.35.3-gke.7"),       # else the channel's newest
+])
+def test_master_version_comes_from_the_release_channel(default, latest, expected):
+    from components.cluster import pick_master_version
+
+    assert pick_master_version("REGULAR", "1.35.", default, latest) == expected
+
+
+@pytest.mark.parametrize("default,latest,message", [
+    ({"REGULAR": "1.34.9-gke.1"}, {"REGULAR": "1.36.0-gke.5"}, "offers no 1.35.x version"),
+    ({"REGULAR": "1.35.0-gke.100"}, {}, "below the pinned minimum 1.35.0-gke.2745000"),
+])
+def test_master_version_outside_the_line_or_minimum_fails(default, latest, message):
+    import pulumi
+
+    from components.cluster import pick_master_version
+
+    with pytest.raises(pulumi.RunError, match=message):
+        pick_master_version("REGULAR", "1.35.", default, latest)
+
+
 def test_reservation_paths_for_blocks_and_shared_reservations(gke_md):
     path = _reservation("owner-project", "res", "blk", "sub").values[0]
     assert path == "projects/owner-project/reservations/res/reservationBlocks/blk/reservationSubBlocks/sub"

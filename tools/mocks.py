@@ -18,7 +18,8 @@ from pulumi.runtime import mocks
 PROJECT_NUMBER = "123456789012"
 """Stand-in project number; realistic shape so Workload Identity principals resolve."""
 GKE_MASTER_VERSION = "1.35.1-gke.1396000"
-"""What the mocked `getEngineVersions` reports as the newest master version on the pinned line."""
+"""What the mocked `getEngineVersions` reports for every release channel on the pinned line."""
+CHANNELS = ("RAPID", "REGULAR", "STABLE")
 
 
 def _digest(*parts: str) -> str:
@@ -112,8 +113,9 @@ class PlanMocks(mocks.Mocks):
             return {"latestMasterVersion": GKE_MASTER_VERSION, "latestNodeVersion": GKE_MASTER_VERSION,
                     "defaultClusterVersion": GKE_MASTER_VERSION,
                     "validMasterVersions": [GKE_MASTER_VERSION], "validNodeVersions": [GKE_MASTER_VERSION],
-                    "releaseChannelDefaultVersion": {}, "releaseChannelLatestVersion": {},
-                    "releaseChannelUpgradeTargetVersion": {}}
+                    "releaseChannelDefaultVersion": dict.fromkeys(CHANNELS, GKE_MASTER_VERSION),
+                    "releaseChannelLatestVersion": dict.fromkeys(CHANNELS, GKE_MASTER_VERSION),
+                    "releaseChannelUpgradeTargetVersion": dict.fromkeys(CHANNELS, GKE_MASTER_VERSION)}
         raise NotImplementedError(f"offline plan has no mock for invoke {args.token}; add one in tools/mocks.py")
 
     def new_resource(self, args: mocks.MockResourceArgs):
