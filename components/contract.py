@@ -58,3 +58,8 @@ SGLANG_DIST_INIT_PORT = 20000
 ROUTER_PROXY_PORT = 8081
 """Envoy listener of the standalone router; the chart's Service maps port 80 to it (llm-d.md §1.3)."""
 ROUTER_SERVICE_PORT = 80
+
+PREFILL_CHUNK_TOKENS = 8192
+"""Tokens one prefill step takes (vLLM --max-num-batched-tokens on prefill engines, SGLang
+--chunked-prefill-size). The router's peakPrefillThroughput calibration divides this chunk by the median
+TTFT, so it must equal the engines' setting (llm-d.md §2.3)."""

@@ -127,6 +127,7 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "--kv-cache-dtype", {"fp8": "fp8", "bf16": "bfloat16"}[cfg.model.kvCacheDtype],
         "--block-size", str(contract.KV_BLOCK_TOKENS),
         "--max-model-len", str(cfg.context_length),
+        *(["--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS)] if role == "prefill" else []),
         "--gpu-memory-utilization", f"{gpu.gpuMemoryPercent / 100:.2f}",
         # The hybrid KV-cache manager keeps KDA state and MLA pages together, also for offloading (engines.md §1.1).
         VLLM.hybrid_kv_flag,
@@ -186,6 +187,7 @@ def sglang_command(cfg: StackConfig) -> Command:
         "--kv-cache-dtype", {"fp8": "fp8_e4m3", "bf16": "bf16"}[cfg.model.kvCacheDtype],
         "--context-length", str(cfg.context_length),
         "--page-size", str(contract.KV_BLOCK_TOKENS),
+        "--chunked-prefill-size", str(contract.PREFILL_CHUNK_TOKENS),
         "--mem-fraction-static", f"{tpu.memFractionPercent / 100:.2f}",
     ]
     if day0:

@@ -21,9 +21,6 @@ from components.services import ProjectServices, ProjectServicesArgs
 from components.storage import CheckpointBucket, CheckpointBucketArgs
 from components.weights import WeightStaging, WeightStagingArgs
 
-CALIBRATION_CHUNK_TOKENS = 8192
-"""Prompt tokens per calibration sample (one prefill chunk)."""
-
 
 @dataclass
 class Foundation:
@@ -184,7 +181,7 @@ def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:
         return
     PrefillCalibration("calibration", CalibrationArgs(
         namespace=foundation.platform.namespace.metadata.name, endpoint=foundation.cfg.client_url,
-        chunk_tokens=CALIBRATION_CHUNK_TOKENS),
+        chunk_tokens=contract.PREFILL_CHUNK_TOKENS),
         pulumi.ResourceOptions(provider=foundation.cluster.provider,
                                depends_on=[servers, foundation.router.chart]))
 

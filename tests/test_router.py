@@ -163,6 +163,11 @@ def test_calibration_job(variants, name, endpoint):
     job = next(m for m in plan.manifests if m["kind"] == "Job" and "calibration" in m["metadata"]["name"])
     env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["ENDPOINT"] == endpoint
+    # llm-d's method divides the engines' prefill chunk by the median TTFT: the two must agree.
+    from tests.test_modelservers import engine_scripts
+
+    chunks = {dict(facts.split_flags(argv)).get("--max-num-batched-tokens") for _, argv in engine_scripts(plan)}
+    assert chunks - {None} == {env["CHUNK_TOKENS"]}
     values = router_chart(plan)["values"]["router"]
     if name == "bench":
         port = values["extraServicePorts"][0]["port"]
