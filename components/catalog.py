@@ -66,6 +66,12 @@ class GpuMachine:
     zones_source: str
     rdma_nics: int | None = None
     """MRDMA devices a whole-node pod claims; None claims all the node publishes."""
+    node_labels: tuple[tuple[str, str], ...] = (("cloud.google.com/gke-networking-dra-driver", "true"),)
+    """Node labels that turn on GKE-managed DRANET (gke.md §2.3 for A4X Max, §2.4 for A4X)."""
+    hugepages_2m: int = 0
+    """2 MiB hugepages pre-allocated per node (A4X Max: for the asapd-lite NIC daemon)."""
+    asapd_instance_types: tuple[str, ...] = ()
+    """Instance types the asapd-lite DaemonSet initializes (bare-metal A4X Max only)."""
 
 
 NVL72_MAX_NODES = 18
@@ -82,6 +88,11 @@ GPU_MACHINES: dict[str, GpuMachine] = {
         zones=("us-central1-b",),
         zones_source="gke.md §6: A4X Max zone list unpublished; observed in us-central1-b",
         rdma_nics=8,  # a pod must request all 8 mrdma.google.com devices (gke.md §2.3, §2.6)
+        node_labels=(("cloud.google.com/gke-networking-dra-driver", "true"),
+                     ("cloud.google.com/gke-dpv2-unified-cni", "cni-migration")),
+        hugepages_2m=4096,  # node system config hugepage_size2m (gke.md §1.1)
+        # Cluster Toolkit's asapd-lite installer selects both the Local-SSD and the no-Local-SSD shape.
+        asapd_instance_types=("a4x-maxgpu-4g-metal", "a4x-maxgpu-4g-metal-nolssd"),
     ),
     "a4x": GpuMachine(
         key="a4x", machine_type="a4x-highgpu-4g", accelerator="nvidia-gb200", gpus_per_node=4,
@@ -118,9 +129,13 @@ IRONWOOD = TpuMachine(
     zones_source="gke.md §6: TPU regions-zones page (us-central1-c; us-central1-ai1a in one version)",
 )
 
-TPU_MULTIHOST_TOPOLOGIES = ("2x2x2", "2x2x4", "2x4x4", "4x4x4")
-"""Multi-host Ironwood topologies accepted here (a 2x2x1 slice is one host and takes no workload
-policy, xpk PR #825; 2x2x4 is the seed's slice, XPK `tpu7x-32`)."""
+TPU_MULTIHOST_TOPOLOGIES = ("2x2x2", "2x2x4")
+"""Multi-host Ironwood topologies with a source (gke.md §1.3-§1.4: XPK's tpu7x-16 = 2x2x2, the seed's
+2x2x4 = XPK tpu7x-32). A 2x2x1 slice is one host and takes no workload policy (xpk PR #825)."""
+
+BOOT_DISK_GB_ACCELERATOR = 500
+BOOT_DISK_GB_CPU = 100
+"""Boot disk sizes of the node pools (hyperdisk-balanced on accelerator nodes, pd-balanced on CPU nodes)."""
 
 WORKLOAD_POLICY_TYPE = "HIGH_THROUGHPUT"
 """Only workload-policy type that carries an accelerator topology (gke.md §1.4)."""
@@ -136,13 +151,7 @@ def topology_chips(topology: str) -> int:
 # --------------------------------------------------------------------------- node labels and taints
 GPU_TAINT = ("nvidia.com/gpu", "present", "NO_SCHEDULE")  # Cluster Toolkit gpu_taint (gke.md §1.1)
 TPU_TAINT = ("google.com/tpu", "present", "NO_SCHEDULE")  # Cluster Toolkit tpu_taint (gke.md §1.3)
-DRANET_NODE_LABELS = {
-    # Turns on GKE-managed DRANET so `mrdma.google.com` devices are published (gke.md §2.3, AICR).
-    "cloud.google.com/gke-networking-dra-driver": "true",
-    "cloud.google.com/gke-dpv2-unified-cni": "cni-migration",
-}
 ACCELERATOR_NETWORK_PROFILE = "auto"  # the only value the API accepts (gke.md §2.3)
-HUGEPAGES_2M = 4096  # A4X Max node system config hugepage_size2m (gke.md §1.1)
 
 VOLUME_POPULATOR_COMPUTE_CLASS = "gcs-to-hdml-compute-class"
 """Compute class the Volume Populator transfer Job selects; on Standard without NAP a node pool must

@@ -51,9 +51,9 @@ def dra_driver_values(accelerator: str) -> dict[str, Any]:
     }
 
 
-def asapd_hugepages_bytes() -> int:
+def asapd_hugepages_bytes(machine: catalog.GpuMachine) -> int:
     """All of the node's pre-allocated 2 MiB hugepages go to asapd-lite (node pool hugepage_size2m)."""
-    return catalog.HUGEPAGES_2M * HUGEPAGE_BYTES
+    return machine.hugepages_2m * HUGEPAGE_BYTES
 
 
 class GpuDevicesArgs(Args):
@@ -121,7 +121,7 @@ class GpuDevices(Component):
             ),
             opts=self.child(),
         )
-        self.asapd = self._asapd_lite(name, args.machine) if args.machine.bare_metal else None
+        self.asapd = self._asapd_lite(name, args.machine) if args.machine.asapd_instance_types else None
         self.finish(compute_domain=contract.COMPUTE_DOMAIN, rdma_claim_template=contract.RDMA_CLAIM_TEMPLATE)
 
     def _asapd_lite(self, name: str, machine: catalog.GpuMachine) -> k8s.apps.v1.DaemonSet:
@@ -142,13 +142,13 @@ class GpuDevices(Component):
             name="hugepages", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(medium="HugePages-2Mi")))
         mounts = [k8s.core.v1.VolumeMountArgs(name=key, mount_path=path) for key, path in host_paths.items()]
         mounts.append(k8s.core.v1.VolumeMountArgs(name="hugepages", mount_path="/hugepages-2Mi"))
-        hugepages = f"{asapd_hugepages_bytes() // 2**20}Mi"
+        hugepages = f"{asapd_hugepages_bytes(machine) // 2**20}Mi"
         limits = {"hugepages-2Mi": hugepages, "memory": "1Gi"}
         health = k8s.core.v1.HTTPGetActionArgs(path="/healthz", port=ASAPD_HEALTH_PORT)
-        # Start the controller, then bounce any GPU NIC whose IPv6 address failed duplicate detection
-        # (restarting the container retries the setup).
+        # Run the setup as the installer does, then bounce any GPU NIC whose IPv6 address failed duplicate
+        # detection (restarting the container retries the setup).
         script = (
-            "/usr/local/bin/run_asapd_lite.sh & sleep 15; "
+            "/usr/local/bin/run_asapd_lite.sh; sleep 15; "
             "for nic in $(ip -o link show | awk -F': ' '/gpu/ {print $2}'); do "
             "if ip -6 addr show dev \"$nic\" | grep -q dadfailed; then "
             "ip link set dev \"$nic\" down; ip link set dev \"$nic\" up; exit 1; fi; done; wait"
@@ -157,7 +157,8 @@ class GpuDevices(Component):
             required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(node_selector_terms=[
                 k8s.core.v1.NodeSelectorTermArgs(match_expressions=[
                     k8s.core.v1.NodeSelectorRequirementArgs(
-                        key="node.kubernetes.io/instance-type", operator="In", values=[machine.machine_type]),
+                        key="node.kubernetes.io/instance-type", operator="In",
+                        values=list(machine.asapd_instance_types)),
                     k8s.core.v1.NodeSelectorRequirementArgs(
                         key="cloud.google.com/gke-os-distribution", operator="In", values=["cos"]),
                 ])])))

@@ -13,6 +13,7 @@ import pulumi_kubernetes as k8s
 from . import catalog, contract, engines
 from .base import Args, Component, StrInput
 from .config import StackConfig
+from .dra import NVIDIA_DRIVER_ROOT
 from .versions import ROUTING_SIDECAR_IMAGE, SGLANG_JAX, VLLM
 
 READY_TIMEOUT_S = 2 * 3600
@@ -122,7 +123,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
     models, models_mount = weights_volume()
     shm, shm_mount = shm_volume(shm_gib)
     nvidia = k8s.core.v1.VolumeArgs(name="nvidia", host_path=k8s.core.v1.HostPathVolumeSourceArgs(
-        path="/home/kubernetes/bin/nvidia"))
+        path=NVIDIA_DRIVER_ROOT))
     claims = [k8s.core.v1.PodResourceClaimArgs(name="compute-domain-channel",
                                                resource_claim_template_name=contract.COMPUTE_DOMAIN_CHANNEL_TEMPLATE),
               k8s.core.v1.PodResourceClaimArgs(name="rdma", resource_claim_template_name=contract.RDMA_CLAIM_TEMPLATE)]

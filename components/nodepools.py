@@ -104,7 +104,7 @@ class CpuPools(Component):
                     common,
                     machine_type=pool.machine_type,
                     disk_type="pd-balanced",
-                    disk_size_gb=100,
+                    disk_size_gb=catalog.BOOT_DISK_GB_CPU,
                     labels=pool.labels or None,
                     taints=[_taint(t) for t in pool.taints] or None,
                     shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
@@ -182,7 +182,7 @@ class GpuNodePool(Component):
                 machine_type=machine.machine_type,
                 # A4X machines attach no Persistent Disk; boot from Hyperdisk Balanced (gke.md §1.1).
                 disk_type="hyperdisk-balanced",
-                disk_size_gb=500,
+                disk_size_gb=catalog.BOOT_DISK_GB_ACCELERATOR,
                 guest_accelerators=[gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
                     type=machine.accelerator,
                     count=machine.gpus_per_node,
@@ -190,11 +190,11 @@ class GpuNodePool(Component):
                     gpu_driver_installation_config=gcp.container
                     .NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(gpu_driver_version="LATEST"),
                 )],
-                labels=dict(catalog.DRANET_NODE_LABELS),
+                labels=dict(machine.node_labels),
                 taints=[_taint(catalog.GPU_TAINT)],
                 linux_node_config=gcp.container.NodePoolNodeConfigLinuxNodeConfigArgs(
                     hugepages_config=gcp.container.NodePoolNodeConfigLinuxNodeConfigHugepagesConfigArgs(
-                        hugepage_size2m=catalog.HUGEPAGES_2M)),
+                        hugepage_size2m=machine.hugepages_2m)) if machine.hugepages_2m else None,
                 reservation_affinity=_reservation(args.reservation_project, args.reservation,
                                                   args.reservation_block, args.reservation_sub_block),
             ),
@@ -245,7 +245,7 @@ class TpuSlices(Component):
                     common,
                     machine_type=catalog.IRONWOOD.machine_type,
                     disk_type="hyperdisk-balanced",
-                    disk_size_gb=500,
+                    disk_size_gb=catalog.BOOT_DISK_GB_ACCELERATOR,
                     gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
                     taints=[_taint(catalog.TPU_TAINT)],
                     spot=args.spot or None,

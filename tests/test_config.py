@@ -66,11 +66,11 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
 @pytest.mark.parametrize("stack,changes,expected", [
     # Topology vs hosts vs chips vs parallelism.
     ("tpu", {"tpu__topology": "2x2x1"},
-     "kimi-k3-1:tpu.topology = '2x2x1': expected a multi-host Ironwood topology: 2x2x2, 2x2x4, 2x4x4, 4x4x4"),
+     "kimi-k3-1:tpu.topology = '2x2x1': expected a multi-host Ironwood topology: 2x2x2, 2x2x4"),
     ("tpu", {"tpu__tensorParallel": 16},
      "kimi-k3-1:tpu.tensorParallel = 16: a 2x2x4 slice has 16 chips x 2 TensorCores = 32 devices; TP must be 32"),
-    ("tpu", {"tpu__topology": "2x4x4"},
-     "kimi-k3-1:tpu.tensorParallel = 32: a 2x4x4 slice has 32 chips x 2 TensorCores = 64 devices; TP must be 64"),
+    ("tpu", {"tpu__topology": "2x2x2"},
+     "kimi-k3-1:tpu.tensorParallel = 32: a 2x2x2 slice has 8 chips x 2 TensorCores = 16 devices; TP must be 16"),
     ("tpu", {"tpu__expertParallel": 5}, "kimi-k3-1:tpu.expertParallel = 5: must divide tpu.tensorParallel (32)"),
     ("tpu", {"tpu__reservation": None},
      "kimi-k3-1:tpu.reservation = (unset): Ironwood capacity comes from a reservation: set tpu.reservation, "

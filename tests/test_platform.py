@@ -209,9 +209,18 @@ def test_asapd_lite_takes_the_nodes_hugepages(gpu):
     assert container["resources"]["limits"]["hugepages-2Mi"] == f"{pages * 2}Mi"
     assert container["resources"]["requests"] == container["resources"]["limits"]
     term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-    assert {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [node["machineType"]]} \
-        in term["matchExpressions"]
+    [instance_types] = [e["values"] for e in term["matchExpressions"] if e["key"] == "node.kubernetes.io/instance-type"]
+    assert node["machineType"] in instance_types, "asapd-lite must land on the pool's nodes"
     assert container["image"].rsplit(":", 1)[1] not in ("", "latest")
+
+
+def test_a4x_fallback_gets_only_what_a4x_uses(variants):
+    """A4X (GB200 VMs): DRANET label only, no hugepages, no asapd-lite (gke.md §2.4); A4X Max extras stay off."""
+    plan = variants["gpu2"]
+    node = plan.one("gcp:container/nodePool:NodePool", "gpu-pool")["inputs"]["nodeConfig"]
+    assert node["labels"] == {"cloud.google.com/gke-networking-dra-driver": "true"}
+    assert "linuxNodeConfig" not in node
+    assert not [m for m in plan.manifests if m["kind"] == "DaemonSet"]
 
 
 def test_tpu_track_has_no_gpu_plumbing(tpu):
