@@ -47,8 +47,12 @@ def hourly_costs(cfg: StackConfig) -> list[CostLine]:
     lines.append(CostLine(f"bucket, {checkpoint_gb:,.0f} GB checkpoint",
                           checkpoint_gb * prices.GCS_STANDARD_REGIONAL.usd / prices.HOURS_PER_MONTH,
                           prices.GCS_STANDARD_REGIONAL.source))
+    accelerator_nodes = cfg.gpu.node_count if cfg.track == "gpu" else cfg.tpu.slices * cfg.tpu.hosts_per_slice
+    boot_gb = accelerator_nodes * catalog.BOOT_DISK_GB_ACCELERATOR + cpu_nodes * catalog.BOOT_DISK_GB_CPU
+    lines.append(CostLine(f"boot disks, {boot_gb:,} GB", boot_gb * prices.BOOT_DISK.usd / prices.HOURS_PER_MONTH,
+                          prices.BOOT_DISK.source))
     lines.append(CostLine("GKE cluster fee", prices.GKE_CLUSTER_HOUR.usd, prices.GKE_CLUSTER_HOUR.source))
-    vms = cpu_nodes + (cfg.gpu.node_count if cfg.track == "gpu" else cfg.tpu.slices * cfg.tpu.hosts_per_slice)
+    vms = cpu_nodes + accelerator_nodes
     nat = min(vms * prices.NAT_GATEWAY_VM_HOUR.usd, prices.NAT_GATEWAY_MAX_HOUR)
     lines.append(CostLine(f"Cloud NAT gateway ({vms} VMs, before data processing)", nat,
                           prices.NAT_GATEWAY_VM_HOUR.source))

@@ -31,6 +31,8 @@ NAT_GATEWAY_MAX_HOUR = 0.044
 HYPERDISK_ML_CAPACITY = Price(0.084, "GiB-month", "secondary source quoting list prices of 2026-08 (unverified)")
 HYPERDISK_ML_THROUGHPUT = Price(0.12, "MiB/s-month",
                                 "derived from a secondary source's 100 GiB at 1,700 MiB/s = ~$212/month (unverified)")
+BOOT_DISK = Price(0.08, "GB-month", "Hyperdisk Balanced storage-pool capacity, Iowa, from a secondary source; used "
+                                   "for every boot disk as an estimate (unverified)")
 GCS_STANDARD_REGIONAL = Price(0.020, "GB-month", "cloud.google.com/storage/pricing, us-central1 Standard")
 
 
