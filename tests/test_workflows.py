@@ -231,9 +231,11 @@ def test_actions_are_pinned(name):
 
 def test_pulumi_cli_matches_the_sdk_pin():
     sdk = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements.txt").read_text(), flags=re.M).group(1)
-    versions = {str(v) for name in ("preview.yml", "teardown.yml") for k, v in walk(load(name))
-                if k == "pulumi-version"}
-    assert versions == {sdk}
+    for name in ("preview.yml", "teardown.yml"):
+        workflow = load(name)
+        assert workflow["env"]["PULUMI_VERSION"] == sdk, "one CLI version per workflow, equal to the SDK pin"
+        versions = {str(v) for k, v in walk(workflow) if k == "pulumi-version"}
+        assert versions == {"${{ env.PULUMI_VERSION }}"}
 
 
 @pytest.mark.parametrize("name", ["preview.yml", "teardown.yml"])
