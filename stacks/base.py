@@ -37,6 +37,8 @@ class Foundation:
     capacity: capacity.ServingCapacity
     in_cluster: pulumi.ResourceOptions
     """Options for every Kubernetes object: the cluster's provider."""
+    on_system_nodes: pulumi.ResourceOptions
+    """The provider, and a dependency on the system pool, for controllers that must become Ready."""
 
 
 def build_foundation(cfg: StackConfig) -> Foundation:
@@ -89,9 +91,11 @@ def build_foundation(cfg: StackConfig) -> Foundation:
         labels=labels), after_apis)
 
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
+    # Controllers installed from charts are awaited until Ready, which needs nodes: the system pool.
+    on_system_nodes = pulumi.ResourceOptions(provider=cluster.provider, depends_on=[cpu_pools.pools["system"]])
     platform = Platform("platform", PlatformArgs(
         namespace=cfg.kubernetes.namespace, disaggregated_set=cfg.track == "gpu",
-        hf_token=pulumi.Config().require_secret("hfToken")), in_cluster)
+        hf_token=pulumi.Config().require_secret("hfToken")), on_system_nodes)
     staging = capacity.weight_staging(cfg)
     checkpoint_uri = pulumi.Output.concat(bucket.uri, "/", cfg.storage.checkpointPrefix)
     weights = WeightStaging("weights-volume", WeightStagingArgs(
@@ -108,7 +112,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     serving = capacity.serving_capacity(cfg)
     router = Router("router", RouterArgs(
         namespace=platform.namespace.metadata.name, config=cfg, capacity=serving,
-        proxy_only_subnet=network.proxy_only_subnet), in_cluster)
+        proxy_only_subnet=network.proxy_only_subnet), on_system_nodes)
 
     pulumi.export("clusterName", cluster.cluster.name)
     pulumi.export("clusterEndpoint", cluster.cluster.endpoint)
@@ -127,7 +131,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("hourlyCostComplete", complete)
     pulumi.export("benchmarkResultsUri", pulumi.Output.concat(bucket.uri, "/", results_path(cfg)))
     return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket, platform, weights, router,
-                      serving, in_cluster)
+                      serving, in_cluster, on_system_nodes)
 
 
 def export_node_pools(foundation: Foundation, accelerator_pools: list) -> None:

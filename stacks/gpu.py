@@ -26,7 +26,7 @@ def build(cfg: StackConfig) -> None:
     namespace = foundation.platform.namespace.metadata.name
     devices = GpuDevices("gpu-devices", GpuDevicesArgs(namespace=namespace, machine=cfg.gpu.spec,
                                                             nodes=cfg.gpu.node_count),
-                         foundation.in_cluster)
+                         foundation.on_system_nodes)
     servers = VllmDisaggregatedSet("vllm", VllmDisaggregatedSetArgs(
         namespace=namespace, name=f"{cfg.kubernetes.namespace}-vllm", config=cfg),
         pulumi.ResourceOptions(provider=foundation.cluster.provider, depends_on=[

@@ -157,6 +157,13 @@ def test_custom_resources_wait_for_their_crd_installers(plans, stack):
 
 
 @pytest.mark.parametrize("stack", STACKS)
+def test_charts_wait_for_nodes_to_run_on(plans, stack):
+    """Chart v4 awaits every rendered object; a controller Deployment is only Ready once nodes exist."""
+    for chart in plans[stack].of_type(CHART):
+        assert "cpu-system" in plans[stack].closure(chart["name"]), chart["name"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
 def test_every_kubernetes_object_uses_the_cluster_provider(plans, stack):
     for resource in plans[stack].resources:
         if resource["type"].startswith("kubernetes:"):
@@ -230,18 +237,24 @@ def test_tpu_track_has_no_gpu_plumbing(tpu):
 
 
 # ----------------------------------------------------------------------------------------- monitoring
-def test_pod_monitorings_select_the_serving_contract(plans):
-    from components import contract
+@pytest.mark.parametrize("stack", STACKS)
+def test_pod_monitorings_scrape_ports_the_selected_pods_expose(plans, stack):
+    """Each PodMonitoring selects pod templates of the plan, and scrapes a port their engine listens on."""
+    from tests.test_router import pod_templates
 
-    gpu_targets = {m["metadata"]["name"]: m["spec"] for m in plans["gpu"].manifests if m["kind"] == "PodMonitoring"}
-    assert gpu_targets["kimi-k3-1-prefill"]["endpoints"][0]["port"] == contract.MODEL_SERVER_PORT
-    assert gpu_targets["kimi-k3-1-decode"]["endpoints"][0]["port"] == contract.DECODE_ENGINE_PORT
-    for spec in gpu_targets.values():
-        labels = spec["selector"].get("matchLabels")
-        if labels:
-            assert contract.SERVING_LABELS.items() <= labels.items()
-    router = gpu_targets["kimi-k3-1-router"]
-    assert router["endpoints"][0]["port"] == "metrics"
+    plan = plans[stack]
+    monitorings = [m for m in plan.manifests if m["kind"] == "PodMonitoring" and "matchLabels" in m["spec"]["selector"]]
+    assert monitorings
+    for monitoring in monitorings:
+        match = monitoring["spec"]["selector"]["matchLabels"]
+        selected = [t for _, t in pod_templates(plan) if match.items() <= t["metadata"]["labels"].items()]
+        assert selected, f"{monitoring['metadata']['name']} selects no pod"
+        port = monitoring["spec"]["endpoints"][0]["port"]
+        for template in selected:
+            engine = template["spec"]["containers"][0]
+            assert port in {p["containerPort"] for p in engine["ports"]}, monitoring["metadata"]["name"]
+    router = next(m for m in plan.manifests if m["metadata"]["name"] == "kimi-k3-1-router")
+    assert router["spec"]["endpoints"][0]["port"] == "metrics"  # the EPP container port name (llm-d router chart)
 
 
 def test_monitoring_switch(variants):

@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from components import capacity, contract
+from components import contract
 from components.versions import ROUTER_VERSION
 from tests import engine_facts as facts
 from tests.conftest import Plan
@@ -108,12 +108,13 @@ def test_block_size_matches_the_engine(plans, stack):
     assert sizes == {producer["parameters"]["blockSizeTokens"]} == {contract.KV_BLOCK_TOKENS}
 
 
-@pytest.mark.parametrize("stack", ["gpu", "tpu"])
-def test_prefix_cache_sized_by_the_capacity_model(plans, stack):
+@pytest.mark.parametrize("stack,blocks", [("gpu", 612_163), ("tpu", 64_475)])
+def test_prefix_cache_sized_by_the_capacity_model(plans, stack, blocks):
+    """The hand-worked figures of tests/test_capacity.py (docs/capacity.md) reach the router."""
     [producer] = [p for p in epp_config(plans[stack])["plugins"] if p["type"] == "approx-prefix-cache-producer"]
     params = producer["parameters"]
     assert params["autoTune"] is False, "autoTune would count HBM blocks only (llm-d.md §2.3)"
-    assert params["lruCapacityPerServer"] == capacity.serving_capacity(parse(stack)).lru_capacity_per_server
+    assert params["lruCapacityPerServer"] == blocks
     assert f"lruCapacityPerServer {params['lruCapacityPerServer']:,}" in plans[stack].summary
 
 
