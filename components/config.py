@@ -533,8 +533,9 @@ def _nest(raw: dict[str, Any]) -> dict[str, Any]:
                 value = json.loads(value)
             except json.JSONDecodeError:
                 raise ConfigError(key, value, "expected a list, e.g. [\"203.0.113.7/32\"]") from None
-        if value in ("", "0", 0) and type(None) in typing.get_args(annotation):
-            value = None  # Pulumi.yaml's stand-in default for "unset" (see tools/schema.py)
+        if type(None) in typing.get_args(annotation) and (value == "" or (value in ("0", 0) and int in typing.get_args(
+                annotation))):
+            value = None  # Pulumi.yaml's stand-in default for "unset": "" (strings) or 0 (integers), tools/schema.py
         section, _, field = key.partition(".")
         if field:
             nested.setdefault(section, {})[field] = value

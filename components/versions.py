@@ -95,4 +95,5 @@ CALIBRATION_IMAGE = "docker.io/library/python:3.11-slim"
 
 INFERENCE_PERF_IMAGE = "quay.io/inference-perf/inference-perf:v0.7.0"
 """Upstream inference-perf image (engines.md §3: quay.io/inference-perf/inference-perf, tags up to v0.7.0
-seen; 0.7.0 is the newest release on the package index)."""
+seen in the wild). Assumption: the v0.7.0 image carries the schema engines.md read at main (strict keys,
+conversation_replay), which the package list of 2026-11 shows released as 0.7.0 after that read."""

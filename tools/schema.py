@@ -1,7 +1,7 @@
 """Write or check Pulumi.yaml's `config:` block and README's config table from the typed config models.
 
-The models in components/config.py are the single source; `--check` (used by the tests) fails if
-Pulumi.yaml has drifted from them.
+The models in components/config.py are the single source; without `--write` it checks, failing if
+Pulumi.yaml or the README table has drifted from them (`make schema`, and tests/test_project_file.py).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def config_table() -> str:
     rows = ["| key | type | default | description |", "| --- | --- | --- | --- |"]
     for key, entry in config_schema().items():
         default = entry.get("default", "*secret, required*" if entry.get("secret") else "*required*")
-        if default in ("", 0) and key not in ("storage.softDeleteDays",):
+        if not isinstance(default, bool) and default in ("", 0) and key not in ("storage.softDeleteDays",):
             default = "*derived*"
         shown = default if default.__class__ is str and default.startswith("*") else f"`{default}`"
         if isinstance(default, bool):
