@@ -68,6 +68,9 @@ class GcpConfig(Section):
     region: str = Field("us-central1", description="Region of the cluster control plane, bucket and workload policies.")
     zone: str = Field(
         description="Zone of the accelerator node pools and the Hyperdisk ML volume (must hold your reservation).")
+    allowUnlistedZone: bool = Field(
+        False, description="Accept a zone outside the catalog's table (A4X Max zones are unpublished: use the zone "
+                           "your reservation is in).")
 
     @model_validator(mode="after")
     def _check(self) -> GcpConfig:
@@ -217,6 +220,15 @@ class GpuConfig(Section):
                   f"{self.prefillGroups}x{self.prefillNodesPerGroup} prefill + {self.decodeGroups}x"
                   f"{self.decodeNodesPerGroup} decode = {self.node_count} nodes; one NVL72 domain holds "
                   f"at most {catalog.NVL72_MAX_NODES}")
+        for role in ("prefill", "decode"):
+            nodes = getattr(self, f"{role}NodesPerGroup")
+            ep = nodes * self.spec.gpus_per_node  # vLLM: EP = TP x DP = every GPU of the group
+            if catalog.KIMI.routed_experts % ep:
+                fits = [n for n in range(1, catalog.NVL72_MAX_NODES + 1)
+                        if catalog.KIMI.routed_experts % (n * self.spec.gpus_per_node) == 0]
+                _fail(self.key(f"{role}NodesPerGroup"), nodes,
+                      f"{ep} expert-parallel ranks do not divide the {catalog.KIMI.routed_experts} routed experts "
+                      f"(engines.md §1.2); use one of {', '.join(map(str, fits))} nodes")
         if self.spec.gpus_per_node % self.tensorParallel:
             _fail(self.key("tensorParallel"), self.tensorParallel,
                   f"must divide the {self.spec.gpus_per_node} GPUs of a node (one pod runs GPUs/TP engines)")
@@ -471,10 +483,11 @@ class StackConfig(BaseModel):
         else:
             self.tpu.check_capacity_source()
             zones = catalog.IRONWOOD.zones
-        if self.gcp.zone not in zones:
+        if self.gcp.zone not in zones and not self.gcp.allowUnlistedZone:
             machine = self.gpu.spec if self.track == "gpu" else catalog.IRONWOOD
-            _fail("gcp.zone", self.gcp.zone, f"{machine.machine_type} is offered in {', '.join(zones)} "
-                                             f"(source: {machine.zones_source})")
+            _fail("gcp.zone", self.gcp.zone, f"{machine.machine_type} is known in {', '.join(zones)} "
+                                             f"(source: {machine.zones_source}); if your reservation is elsewhere, "
+                                             f"set kimi-k3-1:gcp.allowUnlistedZone=true")
         if (self.benchmark.enabled or self.router.calibrate) and self.router.mode == "gateway" \
                 and not self.router.clientUrl:
             _fail("router.clientUrl", None, "router.mode=gateway has no router Service to load: give the Gateway's "

@@ -90,8 +90,13 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
     ("tpu", {"gcp__zone": "europe-west4-a"},
      "kimi-k3-1:gcp.zone = 'europe-west4-a': must be a zone of gcp.region 'us-central1', e.g. 'us-central1-c'"),
     ("tpu", {"gcp__zone": "us-central1-b"},
-     "kimi-k3-1:gcp.zone = 'us-central1-b': tpu7x-standard-4t is offered in us-central1-c, us-central1-ai1a "
-     "(source: gke.md §6: TPU regions-zones page (us-central1-c; us-central1-ai1a in one version))"),
+     "kimi-k3-1:gcp.zone = 'us-central1-b': tpu7x-standard-4t is known in us-central1-c, us-central1-ai1a "
+     "(source: gke.md §6: TPU regions-zones page (us-central1-c; us-central1-ai1a in one version)); if your "
+     "reservation is elsewhere, set kimi-k3-1:gcp.allowUnlistedZone=true"),
+    # 3-node groups = 12 EP ranks; 896 routed experts do not split evenly.
+    ("gpu", {"gpu__prefillNodesPerGroup": 3},
+     "kimi-k3-1:gpu.prefillNodesPerGroup = 3: 12 expert-parallel ranks do not divide the 896 routed experts "
+     "(engines.md §1.2); use one of 1, 2, 4, 7, 8, 14, 16 nodes"),
     # Names.
     ("gpu", {"gcp__project": "My_Project"},
      "kimi-k3-1:gcp.project = 'My_Project': a project ID is 6-30 characters of a-z, 0-9 and '-', "
@@ -159,6 +164,13 @@ def test_unset_stand_ins_mean_derived():
     cfg = parse("tpu", cluster__name="", storage__throughputMiBps="0")
     assert cfg.cluster_name == "kimi-k3-1-tpu"
     assert cfg.storage.throughputMiBps is None
+
+
+def test_unlisted_zone_is_an_explicit_choice():
+    """A4X Max zones are unpublished (gke.md §6): a reservation elsewhere in the region needs the override."""
+    assert "allowUnlistedZone" in error("gpu", gcp__zone="us-central1-a")
+    assert parse("gpu", gcp__zone="us-central1-a", gcp__allowUnlistedZone="true").gcp.zone == "us-central1-a"
+    assert "must be a zone of gcp.region" in error("gpu", gcp__zone="europe-west4-a", gcp__allowUnlistedZone="true")
 
 
 def test_fallback_machine_selectable():
