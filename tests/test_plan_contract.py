@@ -130,6 +130,15 @@ def test_hugging_face_token_never_written(variants):
     assert variants["leaky"].outputs["kubeconfig"] == "[secret]"
 
 
+def test_a_secret_used_in_plain_text_fails_the_plan():
+    """The program gets a sentinel for secret keys; the plan fails if it shows up unmasked anywhere."""
+    from tools.render import SECRET_SENTINEL, PlanError, check_no_secret_leak
+
+    check_no_secret_leak({"resources": [{"inputs": {"stringData": {"HF_TOKEN": "[secret]"}}}]})
+    with pytest.raises(PlanError, match="reached the plan unmasked"):
+        check_no_secret_leak({"resources": [{"inputs": {"env": [{"value": SECRET_SENTINEL}]}}]})
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_secret_outputs_are_masked(plans, stack):
     assert plans[stack].outputs["kubeconfig"] == "[secret]"

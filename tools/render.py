@@ -20,6 +20,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "[secret]"
+SECRET_SENTINEL = "plan-only-secret-value"
+"""What the program receives for a secret key during the plan: never the real value (a `secure:` value is
+not decrypted, a plaintext one is replaced), and a string that must not appear in any output, since
+every use of it has to be a secret Output that the plan masks (`check_no_secret_leak`)."""
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
@@ -39,8 +43,8 @@ def stack_config(path: Path, project: dict[str, Any]) -> tuple[dict[str, str], l
     """Config as Pulumi hands it to a program: string values, objects and arrays as JSON, and the
     project-level defaults of every key the stack file leaves out (the CLI merges them the same way).
 
-    `secure:` values are never decrypted; they, and every key the project declares `secret: true`,
-    become the placeholder "[secret]" and are marked secret.
+    `secure:` values are never decrypted; they, and every key the project declares `secret: true`, become
+    SECRET_SENTINEL and are marked secret.
     """
     if not path.is_file():
         raise SystemExit(f"error: no stack file {path.name}")
@@ -60,7 +64,7 @@ def stack_config(path: Path, project: dict[str, Any]) -> tuple[dict[str, str], l
         if ":" not in key:
             key = f"{name}:{key}"
         if (isinstance(value, dict) and set(value) == {"secure"}) or key in declared_secret:
-            config[key] = SECRET
+            config[key] = SECRET_SENTINEL
             secret_keys.append(key)
         else:
             config[key] = _as_config_string(value)
@@ -120,6 +124,13 @@ def _manifest(resource: dict[str, Any]) -> dict[str, Any] | None:
 
 def stack_name(path: Path) -> str:
     return path.name[len("Pulumi."):-len(".yaml")]
+
+
+def check_no_secret_leak(document: dict[str, Any]) -> None:
+    """A secret the program used without keeping it secret would show up as the sentinel."""
+    if SECRET_SENTINEL in json.dumps(document):
+        raise PlanError("a secret config value reached the plan unmasked: read it with Config.require_secret and "
+                        "keep it in secret Outputs")
 
 
 def render(stack_file: Path) -> dict[str, Any]:
@@ -200,12 +211,14 @@ def render(stack_file: Path) -> dict[str, Any]:
     from components.config import load_config
     from stacks import summary_lines
 
-    return {
+    document = {
         "resources": resources,
         "manifests": [m for m in map(_manifest, resources) if m is not None],
         "outputs": _clean(json_format.MessageToDict(outputs), "outputs"),
         "summary": summary_lines(load_config()),
     }
+    check_no_secret_leak(document)
+    return document
 
 
 PRELOAD = (
