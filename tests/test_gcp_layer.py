@@ -126,6 +126,7 @@ def test_tpu_slices_are_two_pools_of_four_hosts(tpu, gke_md):
         chips += pool["nodeCount"] * catalog.IRONWOOD.chips_per_host
         assert pool["placementPolicy"] == {"type": "", "policyName": policy["name"], "tpuTopology": "2x2x4"}
         assert pool_resource["options"]["ignoreChanges"] == ["placementPolicy"]
+        assert pool_resource["options"]["deleteBeforeReplace"] is True, "a reservation cannot hold two slices"
         assert "guestAccelerators" not in node
         assert {"key": "google.com/tpu", "value": "present", "effect": "NO_SCHEDULE"} in node["taints"]
         assert node["reservationAffinity"]["values"] == [f"projects/{PROJECT}/reservations/my-tpu7x-reservation"]

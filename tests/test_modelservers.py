@@ -288,3 +288,49 @@ def test_committed_stacks_leave_speculation_off(gpu, tpu):
         for _, argv in engine_scripts(plan):
             flags = dict(facts.split_flags(argv))
             assert "--speculative-config" not in flags and "--speculative-algorithm" not in flags
+
+
+def test_nixl_roles_follow_the_pd_roles(gpu):
+    """Prefill produces KV for NIXL to send, decode consumes it (llm-d.md §3.3)."""
+    ds = manifest(gpu, "DisaggregatedSet")
+    for role in ds["spec"]["roles"]:
+        container = role["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+        transfer = json.loads(dict(facts.split_flags(facts.exec_argv(container["args"][0])))["--kv-transfer-config"])
+        connectors = transfer["kv_connector_extra_config"]["connectors"]
+        nixl = next(c for c in connectors if c["kv_connector"] == "NixlConnector")
+        assert nixl["kv_role"] == {"prefill": "kv_producer", "decode": "kv_consumer"}[role["name"]]
+
+
+def _shell_value(preamble: list[str], name: str, env: dict[str, int]) -> int:
+    """Evaluate `NAME=$(( expr ))` from a pod script's preamble with the given variables."""
+    import re
+
+    for line in preamble:
+        match = re.fullmatch(rf"{name}=\$\(\( (.+) \)\)", line)
+        if match:
+            expression = match.group(1)
+            for var, value in {**env}.items():
+                expression = re.sub(rf"\b{var}\b", str(value), expression)
+            assert re.fullmatch(r"[\d\s*+-]+", expression), expression
+            return int(eval(expression, {"__builtins__": {}}))  # integer arithmetic only, checked above
+    raise AssertionError(f"{name} is not set in the script")
+
+
+def test_each_pod_publishes_kv_events_on_its_own_declared_ports(gpu):
+    """vLLM adds the global DP rank to the endpoint port (engines.md §1.4): with the script's base every pod's
+    engines land on exactly the container ports it declares."""
+    ds = manifest(gpu, "DisaggregatedSet")
+    for role in ds["spec"]["roles"]:
+        group = role["spec"]["leaderWorkerTemplate"]
+        container = group["workerTemplate"]["spec"]["containers"][0]
+        script = container["args"][0]
+        preamble = [line for line in script.splitlines() if "=$((" in line]
+        flags = dict(facts.split_flags(facts.exec_argv(script)))
+        local = int(flags["--data-parallel-size-local"])
+        declared = {p["containerPort"] for p in container["ports"] if p["name"].startswith("kv-events")}
+        for worker in range(group["size"]):
+            start = _shell_value(preamble, "START_RANK", {"LWS_WORKER_INDEX": worker})
+            base = _shell_value(preamble, "KV_EVENTS_BASE", {"START_RANK": start})
+            ports = {base + start + local_rank for local_rank in range(local)}  # port + global DP rank
+            assert ports == declared, (role["name"], worker)
+            assert flags["--data-parallel-start-rank"] == "${START_RANK}"
