@@ -88,6 +88,12 @@ class Benchmark(Component):
                 template=k8s.core.v1.PodTemplateSpecArgs(spec=k8s.core.v1.PodSpecArgs(
                     restart_policy="Never",
                     service_account_name=self.account.metadata.name,
+                    # The transfer pool's C3 nodes attach Hyperdisk ML (the populator writes it from there);
+                    # the system pool's N2 machines may not, and the tokenizer is read from that volume.
+                    node_selector={catalog.COMPUTE_CLASS_LABEL: catalog.VOLUME_POPULATOR_COMPUTE_CLASS},
+                    tolerations=[k8s.core.v1.TolerationArgs(
+                        key=catalog.COMPUTE_CLASS_LABEL, operator="Equal",
+                        value=catalog.VOLUME_POPULATOR_COMPUTE_CLASS, effect="NoSchedule")],
                     containers=[k8s.core.v1.ContainerArgs(
                         name="inference-perf",
                         image=INFERENCE_PERF_IMAGE,

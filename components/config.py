@@ -320,6 +320,8 @@ class BenchmarkConfig(Section):
     inputTokensPerTurn: int = Field(2048, ge=1, description="New user tokens per turn.")
     outputTokensPerTurn: int = Field(512, ge=1, description="Generated tokens per turn.")
     concurrency: int = Field(32, ge=1, description="Sessions in flight at once.")
+    runId: Optional[str] = Field(
+        None, description="Folder name of this run's reports under benchmarks/<stack>/ (the driver sets it).")
 
 
 
@@ -488,6 +490,9 @@ class StackConfig(BaseModel):
             _fail("gcp.zone", self.gcp.zone, f"{machine.machine_type} is known in {', '.join(zones)} "
                                              f"(source: {machine.zones_source}); if your reservation is elsewhere, "
                                              f"set kimi-k3-1:gcp.allowUnlistedZone=true")
+        if self.benchmark.enabled and self.transferPool.nodeCount == 0:
+            _fail("transferPool.nodeCount", 0, "the benchmark Job runs on the transfer pool (its C3 nodes can "
+                                               "attach the Hyperdisk ML volume the tokenizer is read from); use 1")
         if (self.benchmark.enabled or self.router.calibrate) and self.router.mode == "gateway" \
                 and not self.router.clientUrl:
             _fail("router.clientUrl", None, "router.mode=gateway has no router Service to load: give the Gateway's "

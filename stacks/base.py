@@ -87,7 +87,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
                                     contract.TRANSFER_SERVICE_ACCOUNT),),
         results_writers=(workload_principal(project_number, pool, cfg.kubernetes.namespace,
                                             benchmark.SERVICE_ACCOUNT),) if cfg.benchmark.enabled else (),
-        results_prefix=f"{benchmark.RESULTS_PREFIX}/",
+        results_prefix=f"{benchmark.RESULTS_PREFIX}/",  # every run of the stack writes under it
         labels=labels), after_apis)
 
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
@@ -191,7 +191,8 @@ def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:
 
 
 def results_path(cfg: StackConfig) -> str:
-    return f"{benchmark.RESULTS_PREFIX}/{label_value(pulumi.get_stack())}/"
+    run = label_value(cfg.benchmark.runId or "manual")
+    return f"{benchmark.RESULTS_PREFIX}/{label_value(pulumi.get_stack())}/{run}/"
 
 
 def add_benchmark(foundation: Foundation, servers: pulumi.Resource) -> None:

@@ -480,6 +480,9 @@ def test_benchmark_flag_is_restored_after_destroy(tmp_path, previous, expected):
     world = World(config={bench.BENCHMARK_KEY: previous} if previous else None)
     assert drive(world, tmp_path)[0] == 0
     assert world.config.get(bench.BENCHMARK_KEY) == expected
+    # The run id pointed the reports at this run's own folder and is unset again afterwards.
+    assert ("set_config", bench.RUN_ID_KEY, "20260102t030405z") in world.log
+    assert bench.RUN_ID_KEY not in world.config
 
 
 def test_smoke_gets_the_router_and_every_serving_pod(tmp_path):

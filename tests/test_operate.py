@@ -131,3 +131,29 @@ def test_max_lifetime_label_on_billable_resources(plans, variants):
         storage_class = next(m for m in plan.manifests if m["kind"] == "StorageClass")
         disk_labels = dict(item.split("=") for item in storage_class["parameters"]["labels"].split(","))
         assert disk_labels["max-lifetime-hours"] == hours and disk_labels["llm-d-guide"] == "kimi-k3-1"
+
+
+def test_benchmark_job_runs_where_the_weights_volume_attaches(variants):
+    """The Job reads its tokenizer from the Hyperdisk ML volume: it runs on the transfer pool's nodes, which the
+    Volume Populator itself uses to write that volume (gke.md §4)."""
+    plan = variants["bench"]
+    pod = manifest(plan, "Job", "kimi-k3-1-inference-perf")["spec"]["template"]["spec"]
+    node = plan.one("gcp:container/nodePool:NodePool", "cpu-weights-transfer")["inputs"]["nodeConfig"]
+    assert pod["nodeSelector"].items() <= node["labels"].items()
+    for taint in node["taints"]:
+        assert {"key": taint["key"], "operator": "Equal", "value": taint["value"], "effect": "NoSchedule"} \
+            in pod["tolerations"]
+
+
+def test_each_run_reports_to_its_own_folder(variants):
+    config = yaml.safe_load(manifest(variants["bench"], "ConfigMap", "kimi-k3-1-inference-perf-config")
+                            ["data"]["config.yml"])
+    assert config["storage"]["google_cloud_storage"]["path"] == "benchmarks/bench/manual/"
+    assert variants["bench"].outputs["benchmarkResultsUri"].endswith("/benchmarks/bench/manual/")
+
+
+def test_benchmark_needs_the_transfer_pool():
+    with pytest.raises(ConfigError) as info:
+        parse("gpu", benchmark__enabled="true", transferPool__nodeCount="0")
+    assert str(info.value).startswith(
+        "kimi-k3-1:transferPool.nodeCount = 0: the benchmark Job runs on the transfer pool")

@@ -56,6 +56,7 @@ TRACK_KEY = f"{PROJECT}:track"
 GCP_PROJECT_KEY = f"{PROJECT}:gcp.project"
 CLUSTER_NAME_KEY = f"{PROJECT}:cluster.name"
 BENCHMARK_KEY = f"{PROJECT}:benchmark.enabled"
+RUN_ID_KEY = f"{PROJECT}:benchmark.runId"
 BUCKET_EXISTS_KEY = f"{PROJECT}:storage.bucketExists"
 DELETE_CHECKPOINT_KEY = f"{PROJECT}:storage.deleteCheckpointOnDestroy"
 UNREACHABLE_ENV = {"PULUMI_K8S_DELETE_UNREACHABLE": "true"}
@@ -241,6 +242,7 @@ class Driver:
         self.problems: list[str] = []
         self.interrupted = False
         self.benchmark_previous: tuple[str | None] | None = None  # set once benchmark.enabled was changed
+        self.run_id_previous: tuple[str | None] | None = None  # likewise benchmark.runId
         self.sigints = 0
         self.leftovers: list[str] = []
         self.destroy_env: dict[str, str] = {}  # what the last destroy attempt ran with
@@ -296,6 +298,10 @@ class Driver:
     def step_up(self) -> None:
         self.deps.backend.up(on_output=self.out)
         self._read_outputs()
+        hourly = self.outputs.get("hourlyCostUsd")
+        if hourly is not None:
+            known = "" if self.outputs.get("hourlyCostComplete") else " plus unpriced items (see `make plan`)"
+            self.out(f"estimated cost while the stack is up: ${float(hourly):,.2f}/hour{known}")
 
     def step_wait(self) -> None:
         self.deps.cluster.wait_ready(self.namespace, self.opts.ready_timeout)
@@ -321,8 +327,12 @@ class Driver:
         backend = self.deps.backend
         if self.benchmark_previous is None:
             self.benchmark_previous = (backend.get_config(BENCHMARK_KEY),)
+            self.run_id_previous = (backend.get_config(RUN_ID_KEY),)
         backend.set_config(BENCHMARK_KEY, "true")
-        self.out(f"{BENCHMARK_KEY}=true; up again to create the benchmark Job")
+        # Reports of this run go to their own folder, so collect copies this run's only.
+        assert self.run_dir is not None
+        backend.set_config(RUN_ID_KEY, self.run_dir.name.lower())
+        self.out(f"{BENCHMARK_KEY}=true, {RUN_ID_KEY}={self.run_dir.name.lower()}; up again to create the Job")
         backend.up(on_output=self.out)
         self._read_outputs()
         job = self.outputs.get("benchmarkJob")
@@ -492,15 +502,16 @@ class Driver:
         self.out(f"gs://{bucket} was kept with the checkpoint; {BUCKET_EXISTS_KEY}=true so the next up uses it")
 
     def _restore_benchmark_config(self) -> None:
-        if self.benchmark_previous is None:
-            return
-        previous = self.benchmark_previous[0]
-        try:
-            self.deps.backend.set_config(BENCHMARK_KEY, previous)
-        except Exception as err:
-            self.problems.append(f"could not restore {BENCHMARK_KEY}: {err}")
-            return
-        self.out(f"{BENCHMARK_KEY} restored to {previous if previous is not None else '(unset)'}")
+        for key, saved in ((BENCHMARK_KEY, self.benchmark_previous), (RUN_ID_KEY, self.run_id_previous)):
+            if saved is None:
+                continue
+            previous = saved[0]
+            try:
+                self.deps.backend.set_config(key, previous)
+            except Exception as err:
+                self.problems.append(f"could not restore {key}: {err}")
+                continue
+            self.out(f"{key} restored to {previous if previous is not None else '(unset)'}")
 
     def list_leftovers(self) -> None:
         self.out(f"==> leftovers (pulumi-stack={self.label})")
