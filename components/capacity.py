@@ -162,7 +162,10 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
         kv_groups = 1  # attention TP spans the whole slice (no attention DP in the seed's TP=32 x EP=8)
         endpoints = 1  # the router targets only the rank-0 leader of each replica
         size_keys = "tpu.topology or tpu.memFractionPercent"
-    weights = checkpoint / devices
+    # Experts shard over every device (EP = all GPUs of a group / the slice's EP x TP); non-expert weights are
+    # whole in every GPU data-parallel engine (split only over its TP ranks), and TP-sharded on TPU.
+    replicated = cfg.model.replicatedWeightsGB * 1e9 if cfg.track == "gpu" else 0.0
+    weights = (checkpoint - replicated) / devices + replicated / (cfg.gpu.tensorParallel if cfg.track == "gpu" else 1)
     pool = usable - weights
     mla, kda = mla_bytes_per_token(cfg), kda_state_bytes_per_sequence(cfg)
     context = cfg.context_length

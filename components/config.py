@@ -414,6 +414,9 @@ class ModelConfig(Section):
         576, ge=1, description="Assumption: MLA cache elements per token per layer (Kimi K2: 512 latent + 64 rope).")
     kdaHeads: int = Field(32, ge=1, description="Assumption: KDA heads (Kimi Linear 48B-A3B analog).")
     kdaHeadDim: int = Field(128, ge=1, description="Assumption: KDA head dimension (Kimi Linear 48B-A3B analog).")
+    replicatedWeightsGB: int = Field(
+        0, ge=0, description="Assumption: non-expert weights (GB) every GPU data-parallel engine holds whole; "
+                             "unpublished for K3.1, 0 = all weights shard evenly.")
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:

@@ -57,6 +57,14 @@ def test_tpu_hand_worked():
     assert c.lru_capacity_per_server == 64_475
 
 
+def test_replicated_non_expert_weights_assumption():
+    """50 GB held whole by every TP=1 engine: (1.56e12 - 50e9) / 16 + 50e9 = 144.375e9 B per GPU, leaving
+    251.1e9 - 144.375e9 = 106.725e9 B for KV."""
+    c = capacity.serving_capacity(parse("gpu", model__replicatedWeightsGB="50"))
+    assert c.weight_bytes_per_device == pytest.approx(144.375e9)
+    assert c.kv_pool_bytes_per_device == pytest.approx(106.725e9)
+
+
 @pytest.mark.parametrize("stack,changes,expected", [
     # 2x2x2: 16 devices -> 97.5e9 B of weights per device over 87.6e9 usable.
     ("tpu", {"tpu__topology": "2x2x2", "tpu__tensorParallel": 16},
