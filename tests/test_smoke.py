@@ -208,11 +208,11 @@ def test_tpu_success_via_module_entry_point(fake):
     assert passed["host-dram-prefix-hits"].startswith('sglang:cached_tokens_total{cache_source="host"} +')
 
 
-def test_tpu_older_sglang_names_are_the_fallback(fake, capsys):
+def test_tpu_fallback_series_without_a_cache_breakdown(fake, capsys):
     state, base = fake
     for key in [k for k in state.counters if k[1] == "sglang:cached_tokens_total"]:
         del state.counters[key]
-    state.counters[("engine", "sglang:cached_tokens_total", (("model_name", MODEL),))] = 0.0
+    state.counters[("engine", "sglang:cached_tokens_total", (("cache_source", "total"), ("model_name", MODEL)))] = 0.0
     state.counters[("engine", "sglang:load_back_tokens_total", ())] = 0.0
     original = state.serve_generation
 
@@ -227,7 +227,7 @@ def test_tpu_older_sglang_names_are_the_fallback(fake, capsys):
     code, out = run_smoke(capsys, base, "tpu")
     passed = lines(out, "PASS")
     assert code == 0, out
-    assert passed["hbm-prefix-hits"].startswith("sglang:cached_tokens_total{!cache_source} +10")
+    assert passed["hbm-prefix-hits"].startswith('sglang:cached_tokens_total{cache_source="total"} +10')
     assert passed["host-dram-prefix-hits"].startswith("sglang:load_back_tokens_total +5")
 
 
@@ -293,6 +293,43 @@ def test_missing_router_metric_fails_naming_the_check(fake, capsys):
     assert code == 1
     assert set(failed) == {"pd-router-decisions"}
     assert failed["pd-router-decisions"].startswith("metric missing: none of llm_d_epp_disagg_decision_total")
+
+
+def test_metrics_sglang_jax_does_not_export_are_skipped_with_the_reason(fake, capsys):
+    state, base = fake
+    state.omit = {"sglang:num_requests_total", "sglang:cached_tokens_total"}
+    code, out = run_smoke(capsys, base, "tpu")  # default TPU engine: sglang-jax
+    skipped = lines(out, "SKIP")
+    assert code == 0, out
+    assert set(skipped) == {"engine-requests", "hbm-prefix-hits", "host-dram-prefix-hits"}
+    assert skipped["engine-requests"].startswith("sglang-jax exports no equivalent of sglang:num_requests_total (")
+    assert "components/metrics.py GAPS" in skipped["hbm-prefix-hits"]
+    code, out = run_smoke(capsys, base, "tpu", "--engine", "sglang")  # the day-0 build must export them
+    assert code == 1
+    assert set(lines(out, "FAIL")) == {"engine-requests", "hbm-prefix-hits", "host-dram-prefix-hits"}
+
+
+def test_engine_must_belong_to_the_track(capsys):
+    with pytest.raises(SystemExit):
+        smoke.main(["--endpoint", "http://127.0.0.1:9", "--track", "gpu", "--engine", "sglang-jax"])
+    assert "track gpu runs vllm" in capsys.readouterr().err
+
+
+def test_gpu_host_dram_hits_prefer_the_offload_load_counter(fake, capsys):
+    state, base = fake
+    state.counters[("prefill", "vllm:kv_offload_load_bytes_total", (("model_name", MODEL),))] = 0.0
+    original = state.serve_generation
+
+    def serve(prompt: str) -> None:
+        repeated = prompt in state.seen
+        original(prompt)
+        if repeated:
+            state.bump("prefill", "vllm:kv_offload_load_bytes_total", 4096)
+
+    state.serve_generation = serve  # type: ignore[method-assign]
+    code, out = run_smoke(capsys, base, "gpu")
+    assert code == 0, out
+    assert lines(out, "PASS")["host-dram-prefix-hits"].startswith("vllm:kv_offload_load_bytes_total +4096")
 
 
 def test_counter_that_does_not_grow_fails(fake, capsys):

@@ -59,6 +59,7 @@ BENCHMARK_KEY = f"{PROJECT}:benchmark.enabled"
 RUN_ID_KEY = f"{PROJECT}:benchmark.runId"
 BUCKET_EXISTS_KEY = f"{PROJECT}:storage.bucketExists"
 DELETE_CHECKPOINT_KEY = f"{PROJECT}:storage.deleteCheckpointOnDestroy"
+ENGINE_PROFILE_KEY = f"{PROJECT}:tpu.engineProfile"
 UNREACHABLE_ENV = {"PULUMI_K8S_DELETE_UNREACHABLE": "true"}
 ROUTER_PORT = contract.ROUTER_SERVICE_PORT  # the routerService port the smoke check talks to
 ROUTER_METRICS_PORT = 9090  # EPP metrics (tools.smoke epilog)
@@ -317,7 +318,8 @@ class Driver:
                 endpoint = forwards.enter_context(self.deps.cluster.port_forward(self.namespace, f"svc/{router}",
                                                                                  ROUTER_PORT))
             metrics = [] if user_metrics else self._metrics_forwards(forwards, router)
-            argv = ["--endpoint", endpoint, "--track", self.track, *metrics, *self.opts.smoke_args]
+            argv = ["--endpoint", endpoint, "--track", self.track, *metrics, *self._engine_args(),
+                    *self.opts.smoke_args]
             self.out(f"python -m tools.smoke {' '.join(argv)}")
             code = self._run_smoke(argv)
         if code != 0:
@@ -382,6 +384,14 @@ class Driver:
         if not kubeconfig:
             raise StepError("the stack has no `kubeconfig` output")
         self.deps.cluster.connect(kubeconfig)
+
+    def _engine_args(self) -> list[str]:
+        """The day-0 TPU build exports SGLang's metrics, the default sglang-jax does not (components/metrics.py)."""
+        if any(a == "--engine" or a.startswith("--engine=") for a in self.opts.smoke_args):
+            return []
+        if self.track == "tpu" and self._config(ENGINE_PROFILE_KEY) == "day0":
+            return ["--engine", "sglang"]
+        return []
 
     def _metrics_forwards(self, forwards: ExitStack, router: str) -> list[str]:
         """`--metrics-url ROLE=URL` for the router and for every serving leader pod of the track."""

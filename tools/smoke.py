@@ -11,7 +11,8 @@ Steps:
    tokens) twice.
 3. metrics: scrape again (polling until the checks pass or the metrics wait runs out) and compare with the
    baseline: prefix-cache hits in HBM and in host DRAM, and on GPU that the router took prefill -> decode
-   decisions and the decode engine received KV. `METRIC_CHECKS` is the one table of metric names.
+   decisions and the decode engine received KV. `METRIC_CHECKS` says which; the names and their sources
+   are in components/metrics.py. A metric the engine is known not to export is a SKIP with the reason.
 
 Metrics URLs are tagged with the role of what they scrape: `prefill=`, `decode=`, `router=` or `engine=`
 (an untagged URL is `engine`). Counters are summed over label sets and over every URL of the check's roles.
@@ -35,7 +36,7 @@ from typing import Any
 
 import requests
 
-from components import catalog, contract
+from components import catalog, contract, metrics
 
 TRACKS = ("gpu", "tpu")
 ROLES = ("engine", "prefill", "decode", "router")
@@ -84,92 +85,86 @@ class MetricCheck:
     cumulative_ok: bool = False  # a non-zero total since start also passes, unless --strict
 
 
-# Every metric name the smoke check reads, per track. Sources:
-# - llm-d.md §6.2 (guide verify steps): prefill port 8000 shows `vllm:request_success_total`, decode port 8200
-#   shows `vllm:external_prefix_cache_hits_total` (about the prompt length: KV received over NIXL), SGLang shows
-#   `sglang:num_requests_total`, the EPP (port 9090) shows `llm_d_epp_disagg_decision_total{decision_type=
-#   "prefill-decode"}`.
-# - engines.md has no metric names; the names below that are not in llm-d.md §6.2 were found with the `search`
-#   tool and are cited one by one. The split of GPU prefill `external` hits into "host DRAM" is an inference:
-#   prefill pods receive no NIXL KV in llm-d P/D, so their connector hits come from the OffloadingConnector
-#   (llm-d.md §3.3, §4.3).
+# Every metric name below comes from components/metrics.py (`require` fails at import for an unlisted name),
+# where each one is checked against the pinned engine release with its source. Candidates are tried in order:
+# the first with a matching series is used. Reading GPU prefill connector hits as "host DRAM" is an inference:
+# prefill pods receive no NIXL KV in llm-d P/D, so their connector loads come from the OffloadingConnector.
+def _vllm(name: str, **labels: str) -> Selector:
+    return Selector(metrics.require(name, "vllm"), labels=tuple(labels.items()))
+
+
+def _sglang(name: str, **labels: str) -> Selector:
+    return Selector(metrics.require(name, "sglang"), labels=tuple(labels.items()))
+
+
 METRIC_CHECKS: dict[str, dict[str, MetricCheck]] = {
     "gpu": {
         "prefill-requests": MetricCheck(
             what="prefill engines finished requests",
             roles=("prefill",),
-            candidates=(Selector("vllm:request_success_total"),),
-            source="llm-d.md §6.2",
+            candidates=(_vllm("vllm:request_success_total"),),
+            source="llm-d P/D guide verify step (prefill port 8000); components/metrics.py",
         ),
         "hbm-prefix-hits": MetricCheck(
             what="prefix-cache hits in HBM (vLLM local prefix cache)",
             roles=("prefill", "decode", "engine"),
-            candidates=(
-                Selector("vllm:prefix_cache_hits_total"),
-                Selector("vllm:gpu_prefix_cache_hits_total"),
-            ),
-            source="search (docs): vLLM 'Production Metrics' / design/metrics.md (counter vllm:prefix_cache_hits) "
-                   "and llm-d.ai 'Model Server Metrics' (vllm:prefix_cache_hits_total); the gpu_ spelling is an "
-                   "ASSUMPTION for older V1 images, seen only in a third-party metrics dump (code search)",
+            candidates=(_vllm("vllm:prefix_cache_hits_total"),),
+            source="components/metrics.py",
         ),
         "host-dram-prefix-hits": MetricCheck(
-            what="prefix-cache hits served from host DRAM (OffloadingConnector, external hits on prefill)",
+            what="prefix-cache hits served from host DRAM (OffloadingConnector loads on prefill)",
             roles=("prefill",),
-            candidates=(Selector("vllm:external_prefix_cache_hits_total"),),
-            source="llm-d.md §6.2 names the metric (decode side); reading it on prefill as host-DRAM hits is "
-                   "INFERRED (see above); vLLM 'Production Metrics': hits from the KV connector",
+            candidates=(_vllm("vllm:kv_offload_load_bytes_total"), _vllm("vllm:external_prefix_cache_hits_total")),
+            source="components/metrics.py; prefill-side connector hits as host DRAM is INFERRED (see above)",
             cumulative_ok=True,
         ),
         "pd-router-decisions": MetricCheck(
             what="router sent requests prefill -> decode",
             roles=("router",),
-            candidates=(
-                Selector("llm_d_epp_disagg_decision_total", labels=(("decision_type", "prefill-decode"),)),
-                Selector("llm_d_epp_pd_decision_total", labels=(("decision_type", "prefill-decode"),)),
-            ),
-            source="llm-d.md §6.2; the pd_ spelling is the older counter the llm-d-router `disagg` package "
-                   "still records next to it (code search: RecordPDDecision)",
+            candidates=(Selector(metrics.require("llm_d_epp_disagg_decision_total", "epp"),
+                                 labels=(("decision_type", "prefill-decode"),)),),
+            source="llm-d P/D guide verify step (EPP port 9090); components/metrics.py",
         ),
         "pd-kv-transfer": MetricCheck(
             what="decode engine received the prompt's KV from prefill (NIXL)",
             roles=("decode",),
-            candidates=(Selector("vllm:external_prefix_cache_hits_total"),),
-            source="llm-d.md §6.2 (decode port 8200, about the prompt length)",
+            candidates=(_vllm("vllm:external_prefix_cache_hits_total"),),
+            source="llm-d P/D guide verify step (decode port 8200, about the prompt length); components/metrics.py",
         ),
     },
     "tpu": {
         "engine-requests": MetricCheck(
             what="SGLang engines finished requests",
             roles=("engine", "prefill", "decode"),
-            candidates=(Selector("sglang:num_requests_total"),),
-            source="llm-d.md §6.2",
+            candidates=(_sglang("sglang:num_requests_total"),),
+            source="components/metrics.py",
         ),
         "hbm-prefix-hits": MetricCheck(
             what="prefix-cache hits in HBM (radix cache on device)",
             roles=("engine", "prefill", "decode"),
             candidates=(
-                Selector("sglang:cached_tokens_total", labels=(("cache_source", "device"),)),
-                Selector("sglang:cached_tokens_total", without=("cache_source",)),
+                _sglang("sglang:cached_tokens_total", cache_source="device"),
+                # SGLang labels the hits `total` when the scheduler sent no device/host breakdown.
+                _sglang("sglang:cached_tokens_total", cache_source="total"),
             ),
-            source="search (docs/code): SGLang production metrics reference, `sglang:cached_tokens_total` "
-                   "with label cache_source=device|host|storage_*; older SGLang "
-                   "(sgl-project/sglang python/sglang/srt/metrics/collector.py@00ae9c1) has no cache_source "
-                   "label, so the unlabelled total is the fallback",
+            source="components/metrics.py",
         ),
         "host-dram-prefix-hits": MetricCheck(
             what="prefix-cache hits served from host DRAM (HiCache)",
             roles=("engine", "prefill", "decode"),
             candidates=(
-                Selector("sglang:cached_tokens_total", labels=(("cache_source", "host"),)),
-                Selector("sglang:load_back_tokens_total"),
+                _sglang("sglang:cached_tokens_total", cache_source="host"),
+                _sglang("sglang:load_back_tokens_total"),
             ),
-            source="search (docs/code): SGLang production metrics reference (cache_source=host; "
-                   "sglang:load_back_tokens_total = tokens loaded from CPU to GPU). ASSUMPTION: the TPU build "
-                   "of SGLang exports the same `sglang:` names (not verified for sglang-jax)",
+            source="components/metrics.py",
             cumulative_ok=True,
         ),
     },
 }
+
+ENGINES: dict[str, tuple[metrics.Exporter, ...]] = {"gpu": ("vllm",), "tpu": ("sglang-jax", "sglang")}
+"""Which engine serves each track: the first is the default (tpu.engineProfile=release runs sglang-jax,
+day0 runs the day-0 SGLang build). Checks an engine has no metric for (metrics.GAPS) report SKIP."""
 
 
 def all_check_names() -> list[str]:
@@ -310,8 +305,9 @@ class Outcome:
 
 
 def evaluate_metric_check(name: str, check: MetricCheck, targets: Sequence[MetricsTarget], before: Snapshot,
-                          after: Snapshot, strict: bool = False) -> Outcome:
-    """Compare one counter between two scrapes of the check's roles (pure)."""
+                          after: Snapshot, strict: bool = False, engine: str | None = None) -> Outcome:
+    """Compare one counter between two scrapes of the check's roles (pure). A metric the serving `engine`
+    is known not to export (components/metrics.py GAPS) is a SKIP with the reason, not a FAIL forever."""
     roles = "/".join(check.roles)
     indexes = [i for i, target in enumerate(targets) if target.role in check.roles]
     if not indexes:
@@ -340,6 +336,10 @@ def evaluate_metric_check(name: str, check: MetricCheck, targets: Sequence[Metri
         return Outcome(name, "FAIL", f"{selector} did not increase after the repeated long prompt "
                                      f"(stays {total_after:g}, {where})")
     names = ", ".join(str(selector) for selector in check.candidates)
+    missing = metrics.gap(name, engine) if engine else None
+    if missing:
+        return Outcome(name, "SKIP", f"{engine} exports no equivalent of {names} ({missing.reason}; "
+                                     "components/metrics.py GAPS)")
     return Outcome(name, "FAIL", f"metric missing: none of {names} found at {where}")
 
 
@@ -500,6 +500,12 @@ class Settings:
     prompt_tag: str
     strict: bool
     skip: frozenset[str]
+    engine: str = ""
+    """The serving engine (ENGINES); empty means the track's default."""
+
+    @property
+    def serving_engine(self) -> str:
+        return self.engine or ENGINES[self.track][0]
 
 
 class Reporter:
@@ -616,7 +622,8 @@ def scrape_outcome(settings: Settings, indexes: Sequence[int], errors: Mapping[i
 def run(settings: Settings, out: Callable[[str], None] = print) -> int:
     reporter = Reporter(out)
     checks = {name: check for name, check in METRIC_CHECKS[settings.track].items() if name not in settings.skip}
-    out(f"smoke check: track={settings.track} model={settings.model} endpoint={settings.endpoint} "
+    out(f"smoke check: track={settings.track} engine={settings.serving_engine} model={settings.model} "
+        f"endpoint={settings.endpoint} "
         f"metrics={len(settings.targets)} URL(s)")
     for name in sorted(settings.skip):
         reporter.add(Outcome(name, "SKIP", "skipped by --skip"))
@@ -654,12 +661,13 @@ def run(settings: Settings, out: Callable[[str], None] = print) -> int:
 
         # Counters move asynchronously (engine stats loops, the EPP's bookkeeping): re-scrape until all pass.
         def evaluate(after: Snapshot) -> list[Outcome]:
-            return [evaluate_metric_check(name, check, settings.targets, before, after, settings.strict)
+            return [evaluate_metric_check(name, check, settings.targets, before, after, settings.strict,
+                                          settings.serving_engine)
                     for name, check in checks.items()]
 
         after, errors = poll_metrics(
             session, settings, indexes,
-            lambda snapshot, errors: not errors and all(r.status == "PASS" for r in evaluate(snapshot)))
+            lambda snapshot, errors: not errors and all(r.status != "FAIL" for r in evaluate(snapshot)))
         for i in indexes:
             if i not in before:
                 errors.setdefault(i, "no baseline: not scraped before the long prompt")
@@ -696,6 +704,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"base URL of the OpenAI-compatible API: the {catalog.GUIDE_NAME}-epp service through "
                              "a port-forward, or http://<gateway address>")
     parser.add_argument("--track", required=True, choices=TRACKS)
+    parser.add_argument("--engine", choices=sorted({e for engines in ENGINES.values() for e in engines}),
+                        help="the serving engine, for metrics it is known not to export (default: gpu vllm, tpu "
+                             "sglang-jax; pass sglang for tpu.engineProfile=day0)")
     parser.add_argument("--model", default=catalog.KIMI.hf_id, help="served model name (default %(default)s)")
     parser.add_argument("--api", choices=("completions", "chat", "both"), default="both",
                         help="which generation endpoints to check (default %(default)s)")
@@ -741,7 +752,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         request_timeout=args.request_timeout, deadline_seconds=args.deadline_seconds,
         metrics_wait_seconds=args.metrics_wait_seconds, backoff_seconds=args.backoff_seconds,
         long_prompt_words=args.long_prompt_words, prompt_tag=args.prompt_tag, strict=args.strict,
-        skip=frozenset(args.skip),
+        skip=frozenset(args.skip), engine=args.engine or "",
     )
 
 
@@ -752,6 +763,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings_from_args(args)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.engine and args.engine not in ENGINES[args.track]:
+        parser.error(f"--engine {args.engine}: track {args.track} runs {' or '.join(ENGINES[args.track])}")
     return run(settings, out=lambda line: print(line, flush=True))
 
 

@@ -1,0 +1,55 @@
+"""components/metrics.py is the one checked list: every name the smoke check reads is in it, each entry is cited
+at the pinned release, and the smoke check cannot use a name outside it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from components import metrics, versions
+from tools import smoke
+
+CITED = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/blob/[\w.-]+/\S+$")
+
+
+def test_every_entry_names_a_pinned_release_and_a_file_at_it():
+    assert {m.name for m in metrics.METRICS} and len({m.name for m in metrics.METRICS}) == len(metrics.METRICS)
+    pinned = {"vllm": f"v{versions.VLLM.version}", "sglang": f"v{versions.SGLANG_DAY0_FLAGS_VERSION}",
+              "sglang-jax": versions.SGLANG_JAX.commit, "epp": versions.ROUTER_VERSION}
+    for metric in metrics.METRICS:
+        assert CITED.match(metric.source), metric
+        assert f"/blob/{pinned[metric.exporter]}/" in metric.source, metric  # moves with the pin
+        assert metric.exporter in metrics.RELEASES and metric.note
+        if metric.kind == "counter":
+            assert metric.name.endswith("_total"), f"{metric.name}: counters are scraped with _total"
+
+
+def test_every_smoke_selector_is_in_the_checked_list():
+    used = set()
+    for checks in smoke.METRIC_CHECKS.values():
+        for check in checks.values():
+            for selector in check.candidates:
+                assert selector.name in {m.name for m in metrics.METRICS}, selector
+                listed = next(m for m in metrics.METRICS if m.name == selector.name)
+                assert {key for key, _ in selector.labels} <= set(listed.labels), selector
+                used.add(selector.name)
+    assert used == {m.name for m in metrics.METRICS}, "an entry no consumer reads: drop it or name its consumer"
+
+
+def test_require_rejects_unlisted_names_and_wrong_exporters():
+    assert metrics.require("vllm:request_success_total", "vllm") == "vllm:request_success_total"
+    with pytest.raises(KeyError, match="not in components/metrics.py"):
+        metrics.require("vllm:gpu_prefix_cache_hits_total", "vllm")  # removed before 0.33.0
+    with pytest.raises(KeyError):
+        metrics.require("llm_d_epp_pd_decision_total", "epp")  # only the deprecated pd-profile-handler records it
+    with pytest.raises(KeyError):
+        metrics.require("sglang:num_requests_total", "sglang-jax")
+
+
+def test_gaps_name_real_checks_and_only_engines_that_serve_the_track():
+    for gap in metrics.GAPS:
+        tracks = [t for t, engines in smoke.ENGINES.items() if gap.exporter in engines]
+        assert tracks and any(gap.fact in smoke.METRIC_CHECKS[t] for t in tracks), gap
+        assert versions.SGLANG_JAX.commit in gap.reason
+    assert metrics.gap("engine-requests", "sglang-jax") and metrics.gap("engine-requests", "sglang") is None
