@@ -1,7 +1,9 @@
 """inference-perf benchmark (ConfigMap + Job), created only when `benchmark.enabled` is on: it replays
 multi-turn, long-context sessions against the router and writes its reports to the bucket.
 
-Config keys follow the inference-perf schema engines.md §3 records (main is strict: unknown keys fail).
+Config keys follow the inference-perf schema
+(https://github.com/kubernetes-sigs/inference-perf/blob/7de5ef2/inference_perf/config/config.py; strict since
+kubernetes-sigs/inference-perf PR #667: unknown keys fail).
 """
 
 from __future__ import annotations

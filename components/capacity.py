@@ -83,7 +83,8 @@ def weight_staging(cfg: StackConfig) -> WeightStaging:
 FP32_BYTES = 4
 BF16_BYTES = 2
 KDA_CONV_KERNEL = 4
-"""Short-convolution kernel of KDA layers (Kimi Linear `short_conv_kernel_size`, model.md)."""
+"""Short-convolution kernel of KDA layers (Kimi Linear `short_conv_kernel_size`,
+https://huggingface.co/moonshotai/Kimi-Linear-48B-A3B-Instruct/blob/main/config.json)."""
 KV_DTYPE_BYTES = {"fp8": 1, "bf16": 2}
 TPU_HOST_RAM_SHARE = 0.9
 """Share of the usable host RAM (seed: ~800 GiB per node) the HiCache host pool may take."""
@@ -116,7 +117,8 @@ class ServingCapacity:
 
     @property
     def lru_capacity_per_server(self) -> int:
-        """`approx-prefix-cache-producer` capacity: KV blocks per endpoint across HBM and host DRAM (llm-d.md §2.3)."""
+        """`approx-prefix-cache-producer` capacity: KV blocks per endpoint across HBM and host DRAM
+        (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/plugin.go)."""
         return (self.hbm_tokens + self.host_tokens) // self.endpoints_per_replica // self.block_tokens
 
 
@@ -201,6 +203,7 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
 
 
 def cpu_offload_bytes_per_engine(cfg: StackConfig) -> int:
-    """vLLM OffloadingConnector `cpu_bytes_to_use`: one instance per local DP engine (engines.md §1.3)."""
+    """vLLM OffloadingConnector `cpu_bytes_to_use`: one instance per local DP engine
+    (https://github.com/llm-d/llm-d/blob/3cfabd6/guides/pd-disaggregation/README.multi-tier.md)."""
     host = cfg.gpu.spec.host_memory_gb * 1e9 * cfg.gpu.hostOffloadPercent / 100
     return int(host // cfg.gpu.data_parallel_local)

@@ -1,8 +1,8 @@
 """Hardware, model and platform facts, each with its source, in one place.
 
-Everything else reads these constants instead of repeating literals. Sources are the fact sheets
-gathered for this project (`shared/reference/*.md` beside the checkout) and the upstream pages they
-cite; a fact marked "assumption" is not published and is overridable in config where it matters.
+Everything else reads these constants instead of repeating literals. Each fact names the upstream page
+or file it comes from; a fact marked "assumption" is not published and is overridable in config where it
+matters.
 """
 
 from __future__ import annotations
@@ -24,11 +24,13 @@ class VersionGate:
 
 GKE_VERSION_GATES: tuple[VersionGate, ...] = (
     VersionGate("A4X Max (GB300) node pools", "1.35.0-gke.2745000",
-                "gke.md §3 (AICR quoting the A4X Max GKE guide; 1.34 branch: 1.34.3-gke.1318000)"),
-    VersionGate("Ironwood tpu7x on Standard", "1.34.3-gke.1318000", "gke.md §3 (Cluster Toolkit gke-tpu-7x README)"),
-    VersionGate("GKE-managed DRANET", "1.34.1-gke.1829001", "gke.md §2.5 / §3"),
-    VersionGate("Volume Populator to Hyperdisk ML", "1.33.2-gke.4780000", "gke.md §3"),
-    VersionGate("Inference Extension CRDs installed by GKE", "1.34.0-gke.1626000", "gke.md §3 / §5"),
+                "AICR quoting the A4X Max GKE guide, 1.34 branch: 1.34.3-gke.1318000; "
+                "https://github.com/NVIDIA/aicr/blob/9b6263c1d690/docs/integrator/gke-a4x-max-networking.md"),
+    VersionGate("Ironwood tpu7x on Standard", "1.34.3-gke.1318000",
+                "https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/examples/gke-tpu-7x/README.md"),
+    VersionGate("GKE-managed DRANET", "1.34.1-gke.1829001", "https://docs.cloud.google.com/kubernetes-engine/docs/how-to/allocate-network-resources-dra"),
+    VersionGate("Volume Populator to Hyperdisk ML", "1.33.2-gke.4780000", "https://docs.cloud.google.com/kubernetes-engine/docs/concepts/about-volume-populator"),
+    VersionGate("Inference Extension CRDs installed by GKE", "1.34.0-gke.1626000", "https://llm-d.ai/docs/resources/gateway/gke"),
 )
 
 
@@ -51,7 +53,7 @@ GKE_VERSION_PREFIX = "1.35."
 # --------------------------------------------------------------------------- accelerators
 @dataclass(frozen=True)
 class GpuMachine:
-    """One NVL72 GPU machine family (gke.md §1.1, §1.2)."""
+    """One NVL72 GPU machine family (https://cloud.google.com/compute/docs/gpus)."""
 
     key: str
     machine_type: str
@@ -67,7 +69,9 @@ class GpuMachine:
     rdma_nics: int | None = None
     """MRDMA devices a whole-node pod claims; None claims all the node publishes."""
     node_labels: tuple[tuple[str, str], ...] = (("cloud.google.com/gke-networking-dra-driver", "true"),)
-    """Node labels that turn on GKE-managed DRANET (gke.md §2.3 for A4X Max, §2.4 for A4X)."""
+    """Node labels that turn on GKE-managed DRANET (A4X Max:
+    https://github.com/NVIDIA/aicr/blob/9b6263c1d690/docs/integrator/gke-a4x-max-networking.md; A4X:
+    https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/modules/compute/gke-node-pool/main.tf)."""
     hugepages_2m: int = 0
     """2 MiB hugepages pre-allocated per node (A4X Max: for the asapd-lite NIC daemon)."""
     asapd_instance_types: tuple[str, ...] = ()
@@ -76,21 +80,27 @@ class GpuMachine:
 
 NVL72_MAX_NODES = 18
 """An NVL72 sub-block is 18 nodes x 4 GPUs; a node pool in one `1x72` domain holds at most 18 nodes
-(Cluster Toolkit `examples/gke-a4x-max-bm/README.md`, gke.md §1.1)."""
+(https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/examples/gke-a4x-max-bm/README.md)."""
 NVL72_TOPOLOGY = "1x72"
-"""Workload-policy accelerator topology for an NVL72 domain (gke.md §2.1)."""
+"""Workload-policy accelerator topology for an NVL72 domain
+(https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/examples/gke-a4x-max-bm/gke-a4x-max-bm.yaml)."""
 
 GPU_MACHINES: dict[str, GpuMachine] = {
     "a4x-max": GpuMachine(
         key="a4x-max", machine_type="a4x-maxgpu-4g-metal", accelerator="nvidia-gb300", gpus_per_node=4,
         hbm_gb_per_gpu=279.0, host_memory_gb=960, vcpus=144, reservation_only=True, bare_metal=True,
-        # A4X Max zones are not published; gke.md §6 records third-party use of us-central1-b.
+        # A4X Max zones are not published
+        # (https://docs.cloud.google.com/ai-hypercomputer/docs/create/create-a4xmax-instances-in-bulk); third-party
+        # deployments use us-central1-b.
         zones=("us-central1-b",),
-        zones_source="gke.md §6: A4X Max zone list unpublished; observed in us-central1-b",
-        rdma_nics=8,  # a pod must request all 8 mrdma.google.com devices (gke.md §2.3, §2.6)
+        zones_source="A4X Max zone list unpublished (https://docs.cloud.google.com/ai-hypercomputer/docs/create/"
+                     "create-a4xmax-instances-in-bulk); observed in us-central1-b",
+        # a pod must request all 8 mrdma.google.com devices
+        # (https://github.com/NVIDIA/aicr/blob/9b6263c1d690/docs/integrator/gke-a4x-max-networking.md)
+        rdma_nics=8,
         node_labels=(("cloud.google.com/gke-networking-dra-driver", "true"),
                      ("cloud.google.com/gke-dpv2-unified-cni", "cni-migration")),
-        hugepages_2m=4096,  # node system config hugepage_size2m (gke.md §1.1)
+        hugepages_2m=4096,  # node system config hugepage_size2m (Cluster Toolkit gke-a4x-max-bm.yaml)
         # Cluster Toolkit's asapd-lite installer selects both the Local-SSD and the no-Local-SSD shape.
         asapd_instance_types=("a4x-maxgpu-4g-metal", "a4x-maxgpu-4g-metal-nolssd"),
     ),
@@ -98,14 +108,15 @@ GPU_MACHINES: dict[str, GpuMachine] = {
         key="a4x", machine_type="a4x-highgpu-4g", accelerator="nvidia-gb200", gpus_per_node=4,
         hbm_gb_per_gpu=186.0, host_memory_gb=884, vcpus=140, reservation_only=True, bare_metal=False,
         zones=("us-central1-b",),
-        zones_source="gke.md §1.2 / §6: Cluster Toolkit CI runs A4X in us-central1-b",
+        zones_source="Cluster Toolkit CI runs A4X in us-central1-b: https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/tools/cloud-build/daily-tests/tests/gke-a4x.yml",
     ),
 }
 
 
 @dataclass(frozen=True)
 class TpuMachine:
-    """Ironwood host shape (gke.md §1.3)."""
+    """Ironwood host shape (https://cloud.google.com/tpu/docs/tpu7x,
+    https://docs.cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood)."""
 
     generation: str
     machine_type: str
@@ -126,19 +137,22 @@ IRONWOOD = TpuMachine(
     usable_host_memory_gib=800,  # seed post: "~800 GiB host RAM/node"
     vcpus=224,
     zones=("us-central1-c", "us-central1-ai1a"),
-    zones_source="gke.md §6: TPU regions-zones page (us-central1-c; us-central1-ai1a in one version)",
+    zones_source="https://docs.cloud.google.com/tpu/docs/regions-zones (us-central1-c; us-central1-ai1a in one "
+                 "version)",
 )
 
 TPU_MULTIHOST_TOPOLOGIES = ("2x2x2", "2x2x4")
-"""Multi-host Ironwood topologies with a source (gke.md §1.3-§1.4: XPK's tpu7x-16 = 2x2x2, the seed's
-2x2x4 = XPK tpu7x-32). A 2x2x1 slice is one host and takes no workload policy (xpk PR #825)."""
+"""Multi-host Ironwood topologies with a source: XPK's tpu7x-16 = 2x2x2, the seed's 2x2x4 = XPK tpu7x-32
+(https://github.com/AI-Hypercomputer/xpk/blob/367c838253be/src/xpk/core/system_characteristics.py). A 2x2x1 slice is one
+host and takes no workload policy (xpk PR #825)."""
 
 BOOT_DISK_GB_ACCELERATOR = 500
 BOOT_DISK_GB_CPU = 100
 """Boot disk sizes of the node pools (hyperdisk-balanced on accelerator nodes, pd-balanced on CPU nodes)."""
 
 WORKLOAD_POLICY_TYPE = "HIGH_THROUGHPUT"
-"""Only workload-policy type that carries an accelerator topology (gke.md §1.4)."""
+"""Only workload-policy type that carries an accelerator topology
+(https://docs.cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood)."""
 
 
 def topology_chips(topology: str) -> int:
@@ -149,22 +163,30 @@ def topology_chips(topology: str) -> int:
 
 
 # --------------------------------------------------------------------------- node labels and taints
-GPU_TAINT = ("nvidia.com/gpu", "present", "NO_SCHEDULE")  # Cluster Toolkit gpu_taint (gke.md §1.1)
-TPU_TAINT = ("google.com/tpu", "present", "NO_SCHEDULE")  # Cluster Toolkit tpu_taint (gke.md §1.3)
-ACCELERATOR_NETWORK_PROFILE = "auto"  # the only value the API accepts (gke.md §2.3)
+# Cluster Toolkit gpu_taint,
+# https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/modules/compute/gke-node-pool/main.tf
+GPU_TAINT = ("nvidia.com/gpu", "present", "NO_SCHEDULE")
+# Cluster Toolkit tpu_taint,
+# https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/modules/internal/tpu-definition/main.tf
+TPU_TAINT = ("google.com/tpu", "present", "NO_SCHEDULE")
+# the only value the API accepts
+# (https://github.com/NVIDIA/aicr/blob/9b6263c1d690/docs/integrator/gke-a4x-max-networking.md)
+ACCELERATOR_NETWORK_PROFILE = "auto"
 
 VOLUME_POPULATOR_COMPUTE_CLASS = "gcs-to-hdml-compute-class"
 """Compute class the Volume Populator transfer Job selects; on Standard without NAP a node pool must
-carry it as label and NoSchedule taint under `cloud.google.com/compute-class` (gke.md §4)."""
+carry it as label and NoSchedule taint under `cloud.google.com/compute-class`
+(https://docs.cloud.google.com/kubernetes-engine/docs/concepts/about-volume-populator)."""
 COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
 
-RESERVATION_AFFINITY_KEY = "compute.googleapis.com/reservation-name"  # gke.md §2.2
+# https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/modules/compute/gke-node-pool/reservation_definitions.tf
+RESERVATION_AFFINITY_KEY = "compute.googleapis.com/reservation-name"
 
 
 # --------------------------------------------------------------------------- model
 @dataclass(frozen=True)
 class ModelFacts:
-    """Kimi K3.1 Pro, from the seed post (model.md)."""
+    """Kimi K3.1 Pro, from the launch post (docs/seed-vs-reality.md lists where we depart from it)."""
 
     hf_id: str = "moonshotai/Kimi-K3.1-Pro"
     total_params: float = 2.8e12
@@ -187,7 +209,8 @@ HYPERDISK_ML_MIN_GIB = 4
 HYPERDISK_ML_MAX_GIB = 64 * 1024
 HYPERDISK_ML_MIN_MIBPS = 400
 HYPERDISK_ML_MAX_MIBPS = 1_200_000
-"""Hyperdisk ML limits: 4 GiB-64 TiB, 400-1,200,000 MiB/s (gke.md §4, Hyperdisk ML page)."""
+"""Hyperdisk ML limits: 4 GiB-64 TiB, 400-1,200,000 MiB/s
+(https://cloud.google.com/compute/docs/disks/hd-types/hyperdisk-ml)."""
 
 HYPERDISK_PER_VM_READ_MIBPS = 2400
 """Assumption (unverified secondary source, no Google page found): per-VM Hyperdisk read throughput on

@@ -15,7 +15,8 @@ from .identity import workload_pool
 from .network import PODS_RANGE, SERVICES_RANGE
 
 CLUSTER_TIMEOUTS = pulumi.CustomTimeouts(create="90m", update="90m", delete="60m")
-"""Explicit, because a short cap on slow accelerator clusters leaked whole clusters in CI (pulumi.md §3)."""
+"""Explicit, because a short cap on slow accelerator clusters leaked whole clusters in CI
+(https://github.com/NVIDIA/aicr/issues/2065)."""
 
 
 class GkeClusterArgs(Args):
@@ -110,7 +111,8 @@ class GkeCluster(Component):
             addons_config=gcp.container.ClusterAddonsConfigArgs(
                 http_load_balancing=gcp.container.ClusterAddonsConfigHttpLoadBalancingArgs(disabled=False),
                 gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(enabled=True),
-                # Required by Hyperdisk ML and the Volume Populator (gke.md §3).
+                # Required by Hyperdisk ML and the Volume Populator
+                # (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/about-volume-populator).
                 gce_persistent_disk_csi_driver_config=gcp.container.ClusterAddonsConfigGcePersistentDiskCsiDriverConfigArgs(
                     enabled=True),
             ),
@@ -162,7 +164,8 @@ class GkeCluster(Component):
 
 
 def _kubeconfig(endpoint: str, ca_certificate: Optional[str], cluster_name: str) -> str:
-    """Exec-auth kubeconfig: no credential is stored, `gke-gcloud-auth-plugin` fetches one (pulumi.md §2.3)."""
+    """Exec-auth kubeconfig: no credential is stored, `gke-gcloud-auth-plugin` fetches one
+    (https://github.com/pulumi/examples/blob/master/gcp-py-gke/__main__.py)."""
     context = f"gke-{cluster_name}"
     cluster: dict[str, str] = {"server": f"https://{endpoint}"}
     if ca_certificate:

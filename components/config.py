@@ -228,7 +228,8 @@ class GpuConfig(Section):
                         if catalog.KIMI.routed_experts % (n * self.spec.gpus_per_node) == 0]
                 _fail(self.key(f"{role}NodesPerGroup"), nodes,
                       f"{ep} expert-parallel ranks do not divide the {catalog.KIMI.routed_experts} routed experts "
-                      f"(engines.md §1.2); use one of {', '.join(map(str, fits))} nodes")
+                      f"(EP = TP x DP: https://github.com/vllm-project/vllm/blob/0170256/docs/serving/"
+                      f"expert_parallel_deployment.md); use one of {', '.join(map(str, fits))} nodes")
         if self.spec.gpus_per_node % self.tensorParallel:
             _fail(self.key("tensorParallel"), self.tensorParallel,
                   f"must divide the {self.spec.gpus_per_node} GPUs of a node (one pod runs GPUs/TP engines)")

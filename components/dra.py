@@ -2,7 +2,9 @@
 itself, the RDMA claim template for GKE-managed DRANET, and the asapd-lite NIC initializer.
 
 GPUs stay with GKE's device plugin (`nvidia.com/gpu`); the NVIDIA driver only serves ComputeDomains
-(`resources.gpus.enabled: false`), as Cluster Toolkit and AICR run it on A4X Max (gke.md §2.6).
+(`resources.gpus.enabled: false`), as Cluster Toolkit and AICR run it on A4X Max
+(https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/examples/gke-a4x-max-bm/nvidia-dra-driver.yaml,
+https://github.com/NVIDIA/aicr/blob/9b6263c1d690/docs/integrator/gke-a4x-max-networking.md).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from .versions import ASAPD_LITE_IMAGE, NVIDIA_DRA_DRIVER_CHART
 
 DRA_NAMESPACE = "nvidia-dra-driver-gpu"
 NVIDIA_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
-"""Where GKE installs the NVIDIA driver on COS nodes (gke.md §2.6)."""
+"""Where GKE installs the NVIDIA driver on COS nodes
+(https://github.com/NVIDIA/aicr/blob/9b6263c1d690/docs/integrator/gke-a4x-max-networking.md)."""
 CRITICAL_PRIORITY_CLASSES = ["system-node-critical", "system-cluster-critical"]
 ASAPD_HEALTH_PORT = 19540
 HUGEPAGE_BYTES = 2 * 2**20
@@ -100,7 +103,8 @@ class GpuDevices(Component):
             spec={
                 # The nodes of the domain: with IMEXDaemonsWithDNSNames on it only drives the Ready status, with
                 # it off pods wait until this many IMEX daemons joined; right in both modes (CRD description of
-                # numNodes, shared/crds/resource.nvidia.com_computedomains.yaml).
+                # numNodes,
+                # https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/deployments/helm/dra-driver-nvidia-gpu/crds/resource.nvidia.com_computedomains.yaml).
                 "numNodes": args.nodes,
                 "channel": {"resourceClaimTemplate": {"name": contract.COMPUTE_DOMAIN_CHANNEL_TEMPLATE}},
             },
@@ -125,7 +129,9 @@ class GpuDevices(Component):
         self.finish(compute_domain=contract.COMPUTE_DOMAIN, rdma_claim_template=contract.RDMA_CLAIM_TEMPLATE)
 
     def _asapd_lite(self, name: str, machine: catalog.GpuMachine) -> k8s.apps.v1.DaemonSet:
-        """Brings up the MRDMA NICs of A4X Max bare-metal nodes (gke.md §2.3); host access is inherent."""
+        """Brings up the MRDMA NICs of A4X Max bare-metal nodes
+        (https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/examples/gke-a4x-max-bm/asapd-lite-installer.yaml);
+        host access is inherent."""
         labels = {"k8s-app": "asapd-lite"}
         host_paths = {
             "sys": "/sys", "proc": "/proc", "udev-rules": "/etc/udev/rules.d", "run-udev": "/run/udev",

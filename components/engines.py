@@ -1,5 +1,5 @@
 """Model-server command lines, built as token lists so tests can check every flag against the engine's
-real parser dump (shared/engine-flags) and every JSON key against engines.md.
+real parser (tests/test_modelservers.py) and every JSON key against the engine's config classes.
 
 GPU: vLLM (pinned VLLM_VERSION), one `vllm serve` per LWS pod in llm-d's data-parallel hybrid-LB form:
 each pod runs GPUs/TP engines, the group forms one DP x EP domain (EP = TP x DP is derived by vLLM).
@@ -20,7 +20,8 @@ from .versions import SGLANG_JAX, VLLM
 
 Role = Literal["prefill", "decode"]
 
-# Shell variables the pod script defines or LWS/Kubernetes inject (engines.md §1.9).
+# Shell variables the pod script defines or LWS/Kubernetes inject
+# (https://github.com/kubernetes-sigs/lws/blob/30f8f66/site/content/en/docs/reference/labels-annotations-and-environment-variables.md).
 LEADER = "${LWS_LEADER_ADDRESS}"
 WORKER_INDEX = "${LWS_WORKER_INDEX}"
 POD_IP = "${POD_IP}"
@@ -28,8 +29,9 @@ START_RANK = "${START_RANK}"
 KV_EVENTS_BASE = "${KV_EVENTS_BASE}"
 
 DAY0_FLAG_VALUES = {
-    # Seed-post values the day-0 SGLang TPU build carries and no listed SGLang release accepts (engines.md §2.3,
-    # §2.4 choices): sparse-MLA attention on TPU and the raiden host-memory I/O backend.
+    # Seed-post values the day-0 SGLang TPU build carries and no listed SGLang release accepts
+    # (https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/server_args.py
+    # choices): sparse-MLA attention on TPU and the raiden host-memory I/O backend.
     ("--attention-backend", "pallas_tpu_mla_sparse"),
     ("--hicache-io-backend", "raiden"),
 }
@@ -59,13 +61,15 @@ def _json(value: dict) -> str:
 
 
 def kv_events_topic(model: str) -> str:
-    """`kv@<pod ip>:<port>@<model>`: the router splits on '@' (llm-d.md §4.1)."""
+    """`kv@<pod ip>:<port>@<model>`: the router splits on '@'
+    (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/kvevents/engineadapter/common.go)."""
     return f"{contract.KV_EVENTS_TOPIC_PREFIX}{POD_IP}:{contract.MODEL_SERVER_PORT}@{model}"
 
 
 # --------------------------------------------------------------------------- vLLM (GPU)
 def vllm_port(role: Role) -> int:
-    """Decode engines sit behind the routing sidecar, which takes the serving port (llm-d.md §3.2)."""
+    """Decode engines sit behind the routing sidecar, which takes the serving port
+    (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/sidecar/proxy/options.go)."""
     return contract.DECODE_ENGINE_PORT if role == "decode" else contract.MODEL_SERVER_PORT
 
 
@@ -74,7 +78,8 @@ def vllm_group_nodes(cfg: StackConfig, role: Role) -> int:
 
 
 def vllm_kv_transfer(cfg: StackConfig, role: Role) -> dict:
-    """NIXL for P/D plus the CPU offload tier, paired by MultiConnector (llm-d.md §3.3, engines.md §1.3)."""
+    """NIXL for P/D plus the CPU offload tier, paired by MultiConnector
+    (https://github.com/llm-d/llm-d/blob/5e758d8/guides/models/nemotron-3-ultra/modelserver/gpu/vllm/base/patch-decode.yaml)."""
     return {
         "kv_connector": "MultiConnector",
         "kv_role": "kv_both",
@@ -91,7 +96,8 @@ def vllm_kv_transfer(cfg: StackConfig, role: Role) -> dict:
 
 def vllm_kv_events(cfg: StackConfig) -> dict:
     # vLLM adds the global DP rank to the endpoint port; the script starts each pod at 5557 - START_RANK so its
-    # engines publish on 5557.. (engines.md §1.4).
+    # engines publish on 5557.. (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/distributed/kv_events.py
+    # offset_endpoint_port).
     return {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{KV_EVENTS_BASE}",
             "topic": kv_events_topic(catalog.KIMI.hf_id)}
 
@@ -122,14 +128,16 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "--data-parallel-start-rank", START_RANK,
         "--data-parallel-hybrid-lb",
         "--enable-expert-parallel",
-        # llm-d: high-throughput kernels for prefill, low-latency for decode (engines.md §1.2).
+        # llm-d: high-throughput kernels for prefill, low-latency for decode
+        # (https://github.com/llm-d/llm-d/blob/3318b75/guides/wide-ep-lws/manifests/modelserver/base/decode.yaml).
         "--all2all-backend", "deepep_high_throughput" if role == "prefill" else "deepep_low_latency",
         "--kv-cache-dtype", {"fp8": "fp8", "bf16": "bfloat16"}[cfg.model.kvCacheDtype],
         "--block-size", str(contract.KV_BLOCK_TOKENS),
         "--max-model-len", str(cfg.context_length),
         *(["--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS)] if role == "prefill" else []),
         "--gpu-memory-utilization", f"{gpu.gpuMemoryPercent / 100:.2f}",
-        # The hybrid KV-cache manager keeps KDA state and MLA pages together, also for offloading (engines.md §1.1).
+        # The hybrid KV-cache manager keeps KDA state and MLA pages together, also for offloading
+        # (https://github.com/llm-d/llm-d/blob/4bd65c4/guides/pd-disaggregation/modelserver/gpu/vllm/multi-tier/patch-prefill.yaml).
         VLLM.hybrid_kv_flag,
         "--kv-transfer-config", _json(vllm_kv_transfer(cfg, role)),
         "--kv-events-config", _json(vllm_kv_events(cfg)),
@@ -166,7 +174,8 @@ def sglang_speculative(cfg: StackConfig) -> list[str]:
 
 
 def sglang_command(cfg: StackConfig) -> Command:
-    """One launch_server per pod; rank 0 serves HTTP, other ranks a health endpoint (engines.md §2.6)."""
+    """One launch_server per pod; rank 0 serves HTTP, other ranks a health endpoint
+    (https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/entrypoints/engine.py)."""
     tpu = cfg.tpu
     day0 = tpu.engineProfile == "day0"
     kv_events = {"publisher": "zmq", "endpoint": f"tcp://*:{contract.KV_EVENTS_PORT}",
@@ -181,7 +190,8 @@ def sglang_command(cfg: StackConfig) -> Command:
         "--nnodes", str(tpu.hosts_per_slice),
         "--node-rank", WORKER_INDEX,
         "--dist-init-addr", f"{LEADER}:{contract.SGLANG_DIST_INIT_PORT}",
-        # tp = every JAX device of the slice (2 TensorCores per chip); ep splits the 896 experts (engines.md §2.7).
+        # tp = every JAX device of the slice (2 TensorCores per chip); ep splits the 896 experts
+        # (https://github.com/sgl-project/sglang-jax/blob/cddbf6f/python/sgl_jax/srt/server_args.py).
         "--tp-size", str(tpu.tensorParallel),
         "--ep-size", str(tpu.expertParallel),
         "--kv-cache-dtype", {"fp8": "fp8_e4m3", "bf16": "bf16"}[cfg.model.kvCacheDtype],
@@ -202,11 +212,13 @@ def sglang_command(cfg: StackConfig) -> Command:
     else:
         argv += [
             # sglang-jax has no --enable-hierarchical-cache: `--hicache-storage none` turns on the host tier
-            # without a storage backend (engines.md §2.7).
+            # without a storage backend
+            # (https://github.com/sgl-project/sglang-jax/blob/cddbf6f/python/sgl_jax/srt/server_args.py).
             "--hicache-storage", "none",
             "--hicache-ratio", str(tpu.hicacheRatio),
             "--hicache-write-policy", "write_through",
-            # sglang-jax has no kimi_k3 parser; `kimi` is the Kimi reasoning parser it does ship (engines.md §2.7).
+            # sglang-jax has no kimi_k3 parser; `kimi` is the Kimi reasoning parser it does ship
+            # (https://github.com/sgl-project/sglang-jax/blob/cddbf6f/python/sgl_jax/srt/reasoning_parser.py).
             "--reasoning-parser", "kimi",
         ]
     argv += ["--enable-metrics", "--kv-events-config", _json(kv_events), *sglang_speculative(cfg)]

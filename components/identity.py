@@ -21,7 +21,8 @@ def workload_pool(project: str) -> str:
 
 
 def workload_principal(project_number: StrInput, pool: StrInput, namespace: str, ksa: str) -> pulumi.Output[str]:
-    """IAM member for a Kubernetes service account under Workload Identity Federation (gke.md §4).
+    """IAM member for a Kubernetes service account under Workload Identity Federation
+    (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/about-volume-populator).
 
     Pass the pool as the cluster's output: the pool exists only once a cluster with Workload Identity
     does, and a grant naming it earlier fails with "Identity Pool does not exist"."""

@@ -18,7 +18,8 @@ from .versions import ROUTING_SIDECAR_IMAGE, SGLANG_JAX, VLLM
 
 READY_TIMEOUT_S = 2 * 3600
 """How long `pulumi up` waits for the serving sets: image pulls, a 1.56 TB weight load (10 min at the default
-throughput), engine start and compilation. llm-d allows 45 min for a decode pod's start alone (pulumi.md §2.5)."""
+throughput), engine start and compilation. llm-d allows 45 min for a decode pod's start alone
+(https://github.com/llm-d/llm-d/blob/main/guides/wide-ep-lws/manifests/modelserver/gke-a4x/decode.yaml)."""
 STARTUP_PROBE_PERIOD_S = 10
 STARTUP_PROBE_FAILURES = 360
 """60 minutes of startup probing before the kubelet restarts a loading engine."""
@@ -26,7 +27,8 @@ GIB = 2**30
 PROCESS_MEMORY_GIB = 128
 """Memory an engine process needs besides its offload buffers (assumption; llm-d requests 300-600Gi per GPU pod)."""
 SHM_BASE_GIB = 2
-"""/dev/shm for inter-process buffers, "roughly 32MB per local DP" rounded up (llm-d.md §3.2)."""
+"""/dev/shm for inter-process buffers, "roughly 32MB per local DP" rounded up
+(https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml)."""
 
 
 def model_label() -> str:
@@ -59,7 +61,8 @@ def common_env() -> list[k8s.core.v1.EnvVarArgs]:
         k8s.core.v1.EnvVarArgs(name=contract.HF_TOKEN_KEY, value_from=k8s.core.v1.EnvVarSourceArgs(
             secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(
                 name=contract.HF_TOKEN_SECRET, key=contract.HF_TOKEN_KEY))),
-        # Block hashes must agree between engine restarts and with the router (llm-d.md §4.1).
+        # Block hashes must agree between engine restarts and with the router
+        # (https://github.com/llm-d/llm-d/blob/2206840/guides/precise-prefix-cache-aware/modelserver/gpu/vllm/patch-vllm.yaml).
         _env("PYTHONHASHSEED", "0"),
     ]
 
@@ -87,7 +90,8 @@ def probes(port: int) -> dict[str, k8s.core.v1.ProbeArgs]:
 
 
 def await_annotations(*conditions: str) -> dict[str, str]:
-    """Pulumi waits until every condition holds (pulumi.md §2.5: a JSON array of waitFor forms)."""
+    """Pulumi waits until every condition holds (a JSON array of waitFor forms:
+    https://github.com/pulumi/pulumi-kubernetes/blob/v4.32.0/provider/pkg/metadata/overrides.go)."""
     return {"pulumi.com/waitFor": json.dumps(list(conditions)), "pulumi.com/timeoutSeconds": str(READY_TIMEOUT_S)}
 
 
@@ -96,7 +100,8 @@ def ready_replicas(path: str, count: int) -> str:
 
 
 def rollout() -> dict[str, Any]:
-    """No surge: accelerator nodes are all in use, a surge pod would never schedule (llm-d.md §5 known issue)."""
+    """No surge: accelerator nodes are all in use, a surge pod would never schedule
+    (https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml)."""
     return {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxSurge": 0, "maxUnavailable": 1}}
 
 
@@ -109,7 +114,8 @@ def pod_template(labels: dict[str, str], spec: k8s.core.v1.PodSpecArgs,
 # --------------------------------------------------------------------------- GPU
 def gpu_memory_gib(cfg: StackConfig) -> tuple[int, int]:
     """(shm size, memory request) of a vLLM pod. The CPU offload tier is mmap'ed in /dev/shm, so shm holds it
-    (llm-d GLM-5.2 guide, llm-d.md §3.3)."""
+    (llm-d GLM-5.2 guide,
+    https://github.com/llm-d/llm-d/blob/325cc98/guides/wide-ep/modelserver/gpu/vllm-glm-5.2/base/disaggregatedset.yaml)."""
     offload_gib = -(-cfg.gpu.spec.host_memory_gb * 10**9 * cfg.gpu.hostOffloadPercent // 100 // GIB)
     shm = offload_gib + SHM_BASE_GIB
     return shm, shm + PROCESS_MEMORY_GIB
@@ -141,13 +147,15 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
             *common_env(),
             _field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP"),
             _env("VLLM_ENGINE_READY_TIMEOUT_S", "3600"),
-            # Keep-alive above the routing sidecar's 90 s idle timeout (llm-d.md §3.2).
+            # Keep-alive above the routing sidecar's 90 s idle timeout
+            # (https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml).
             _env("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "120"),
-            _env("USER", "llm-d"),  # vLLM >= 0.20 needs a user name (vllm issue 44548, engines.md §1.8)
+            _env("USER", "llm-d"),  # vLLM >= 0.20 needs a user name (https://github.com/vllm-project/vllm/issues/44548)
             _env("GLOO_SOCKET_IFNAME", "eth0"),
             _env("NCCL_SOCKET_IFNAME", "eth0"),
             # Multi-node NVLink inside the NVL72 domain, as llm-d's GB200 DeepSeek-V4 guide runs it: NCCL and
-            # NVSHMEM over MNNVL, NIXL's KV transfer over UCX CUDA IPC across the domain (engines.md §1.8).
+            # NVSHMEM over MNNVL, NIXL's KV transfer over UCX CUDA IPC across the domain
+            # (https://github.com/llm-d/llm-d/blob/6b047cf/guides/models/deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml).
             _env("NCCL_MNNVL_ENABLE", "1"),
             _env("NCCL_NVLS_ENABLE", "1"),
             _env("NCCL_CUMEM_ENABLE", "1"),
@@ -164,7 +172,8 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
             limits={"memory": f"{memory_gib}Gi", "nvidia.com/gpu": str(machine.gpus_per_node)},
             claims=[k8s.core.v1.ResourceClaimArgs(name=c.name) for c in claims],
         ),
-        # DeepEP/NVSHMEM needs privileged containers on GKE (llm-d.md §5 GKE notes).
+        # DeepEP/NVSHMEM needs privileged containers on GKE
+        # (https://github.com/llm-d/llm-d/blob/60be8bb/docs/infrastructure/providers/gke/README.md).
         security_context=k8s.core.v1.SecurityContextArgs(privileged=True),
         volume_mounts=[models_mount, shm_mount,
                        k8s.core.v1.VolumeMountArgs(name="nvidia", mount_path="/usr/local/nvidia")],
@@ -178,7 +187,9 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
             args=[f"--port={contract.MODEL_SERVER_PORT}", f"--model-server-port={contract.DECODE_ENGINE_PORT}",
                   "--kv-connector=nixlv2", "--secure-proxy=false"],
             ports=[k8s.core.v1.ContainerPortArgs(name="serve", container_port=contract.MODEL_SERVER_PORT)],
-            restart_policy="Always",  # native sidecar (llm-d.md §3.2)
+            # native sidecar, as
+            # https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml
+            restart_policy="Always",
             security_context=k8s.core.v1.SecurityContextArgs(allow_privilege_escalation=False, run_as_non_root=True,
                                                               run_as_user=65532),
             resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "1", "memory": "1Gi"}),
@@ -188,7 +199,8 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
         init_containers=init or None,
         containers=[engine],
         resource_claims=claims,
-        # CUDA IPC between the engines of a pod and across the domain (llm-d GB200 DeepSeek-V4 guide, llm-d.md §3.2).
+        # CUDA IPC between the engines of a pod and across the domain (llm-d GB200 DeepSeek-V4 guide,
+        # https://github.com/llm-d/llm-d/blob/6b047cf/guides/models/deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml).
         host_ipc=True,
         node_selector={"cloud.google.com/gke-accelerator": machine.accelerator,
                        "gke.networks.io/accelerator-network-profile": catalog.ACCELERATOR_NETWORK_PROFILE},
@@ -232,7 +244,9 @@ class VllmDisaggregatedSet(Component):
         super().__init__("modelserver", "VllmDisaggregatedSet", name, opts)
         cfg = args.config
         # Ready replicas per role, from status.roleStatuses: the set's Available condition arrived in lws after
-        # the v0.10.0 tag (llm-d.md §3.1), so the pinned controller may not set it.
+        # the v0.10.0 tag
+        # (https://github.com/kubernetes-sigs/lws/blob/060ab4d/api/disaggregatedset/v1/disaggregatedset_types.go), so
+        # the pinned controller may not set it.
         ready = [ready_replicas(f'.status.roleStatuses[?(@.name=="{role}")]', count)
                  for role, count in (("prefill", cfg.gpu.prefillGroups), ("decode", cfg.gpu.decodeGroups))]
         self.set = k8s.apiextensions.CustomResource(
@@ -244,7 +258,8 @@ class VllmDisaggregatedSet(Component):
                                                 annotations=await_annotations(*ready)),
             spec={
                 "roles": [vllm_role(cfg, "prefill"), vllm_role(cfg, "decode")],
-                # Co-locate a slice's roles in one NVLink sub-block (llm-d.md §5 GKE notes).
+                # Co-locate a slice's roles in one NVLink sub-block
+                # (https://github.com/llm-d/llm-d/blob/main/docs/operations/disaggregation/disaggregatedset.md).
                 "placementPolicy": {"type": "ExclusiveTopology", "topology": "cloud.google.com/gce-topology-subblock"},
             },
             opts=self.child(custom_timeouts=pulumi.CustomTimeouts(create="130m", update="130m")),
@@ -314,9 +329,11 @@ class SglangLeaderWorkerSet(Component):
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=args.name, namespace=args.namespace, labels={"llm-d.ai/guide": catalog.GUIDE_NAME},
                 annotations={
-                    # Available alone has been seen True with workers still Pending (pulumi.md §2.5).
+                    # Available alone has been seen True with workers still Pending
+                    # (https://github.com/dsx-ai-factory/workload-map/issues/228).
                     **await_annotations("condition=Available", ready_replicas(".status", cfg.tpu.slices)),
-                    # One group per slice node pool: a group never straddles two slices (llm-d.md §3.5).
+                    # One group per slice node pool: a group never straddles two slices
+                    # (https://github.com/llm-d/llm-d/blob/54523a5/guides/tiered-prefix-cache/modelserver/tpu/base/vllm/multi-host/patch-vllm.yaml).
                     "leaderworkerset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool",
                 }),
             spec={

@@ -22,7 +22,8 @@ class ScrapeTarget(Args):
 
 def serving_targets(track: str) -> list[ScrapeTarget]:
     """Where each serving pod exposes engine metrics: on GPU, decode pods run vLLM behind the routing
-    sidecar, so prefill and decode are scraped on different ports (llm-d.md §3.2)."""
+    sidecar, so prefill and decode are scraped on different ports
+    (https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml)."""
     if track == "gpu":
         return [
             ScrapeTarget(name="prefill", match_labels={**contract.SERVING_LABELS, contract.ROLE_LABEL: "prefill"},

@@ -24,7 +24,7 @@ class NetworkArgs(Args):
     services_cidr: str
     """Secondary range for Services."""
     proxy_only_cidr: str
-    """Proxy-only subnet that regional GKE Gateways (gke-l7-rilb) need (gke.md §5)."""
+    """Proxy-only subnet that regional GKE Gateways (gke-l7-rilb) need (https://llm-d.ai/docs/resources/gateway/gke)."""
 
 
 class Network(Component):

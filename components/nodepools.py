@@ -16,7 +16,8 @@ from . import catalog
 from .base import Args, Component, StrInput
 
 POOL_TIMEOUTS = pulumi.CustomTimeouts(create="120m", update="120m", delete="60m")
-"""Accelerator pools take long to create and drain; TF default is 2 h since 7.42 (pulumi.md §3)."""
+"""Accelerator pools take long to create and drain; TF default is 2 h since 7.42
+(https://github.com/hashicorp/terraform-provider-google/blob/main/CHANGELOG.md)."""
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
@@ -53,7 +54,8 @@ def _node_config(common: PoolCommon, **fields) -> gcp.container.NodePoolNodeConf
 
 def _reservation(project: str, name: str, block: Optional[str] = None,
                  sub_block: Optional[str] = None) -> gcp.container.NodePoolNodeConfigReservationAffinityArgs:
-    """SPECIFIC_RESERVATION affinity; without it a specific-only reservation is not used (gke.md §2.2)."""
+    """SPECIFIC_RESERVATION affinity; without it a specific-only reservation is not used
+    (https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/modules/compute/gke-node-pool/reservation_definitions.tf)."""
     path = name if name.startswith("projects/") else f"projects/{project}/reservations/{name}"
     if block:
         path += f"/reservationBlocks/{block}"
@@ -90,7 +92,8 @@ class CpuPools(Component):
     """The system pool (controllers, router, monitoring) and the Volume Populator transfer pool.
 
     On Standard without node auto-provisioning the transfer Job only schedules on a pool labelled
-    and tainted with its compute class (gke.md §4).
+    and tainted with its compute class
+    (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/about-volume-populator).
     """
 
     def __init__(self, name: str, common: PoolCommon, pools: Sequence[CpuPoolArgs],
@@ -180,13 +183,16 @@ class GpuNodePool(Component):
             node_config=_node_config(
                 common,
                 machine_type=machine.machine_type,
-                # A4X machines attach no Persistent Disk; boot from Hyperdisk Balanced (gke.md §1.1).
+                # A4X machines attach no Persistent Disk; boot from Hyperdisk Balanced
+                # (https://docs.cloud.google.com/ai-hypercomputer/docs/create/create-a4xmax-instances-in-bulk).
                 disk_type="hyperdisk-balanced",
                 disk_size_gb=catalog.BOOT_DISK_GB_ACCELERATOR,
                 guest_accelerators=[gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
                     type=machine.accelerator,
                     count=machine.gpus_per_node,
-                    # GB300 needs driver >= R580.95.05; AICR installs `latest` (gke.md §1.1, §8.3).
+                    # GB300 needs driver >= R580.95.05; AICR installs `latest`
+                    # (https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/examples/gke-a4x-max-bm/README.md,
+                    # https://github.com/NVIDIA/aicr/blob/9b6263c1d690/docs/integrator/gke-a4x-max-networking.md).
                     gpu_driver_installation_config=gcp.container
                     .NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(gpu_driver_version="LATEST"),
                 )],
@@ -222,7 +228,7 @@ class TpuSlices(Component):
 
     tpu7x rejects COMPACT group placement; the pool names the workload policy and its topology, and
     GKE reads the placement policy back without a type, so the field is guarded against a diff that
-    would otherwise replace the pools on every apply (gke.md §1.4, §8.1).
+    would otherwise replace the pools on every apply (https://github.com/vllm-project/ci-infra/pull/547).
     """
 
     def __init__(self, name: str, common: PoolCommon, args: TpuSlicesArgs,

@@ -3,7 +3,7 @@ LeaderWorkerSet controller (with DisaggregatedSet on the GPU track).
 
 Gateway API and Inference Extension CRDs are not applied here: GKE installs them from the cluster's
 Gateway API channel, and the Inference Extension CRDs from 1.34.0-gke.1626000, below the pinned
-minimum (gke.md §3, §5); applying an upstream copy as well would fight GKE's.
+minimum (https://llm-d.ai/docs/resources/gateway/gke); applying an upstream copy as well would fight GKE's.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class PlatformArgs(Args):
 
 def lws_values(disaggregated_set: bool) -> dict[str, Any]:
     # The chart always installs the DisaggregatedSet CRD and controller; the switch adds its webhook
-    # and RBAC (lws charts/lws/values.yaml, llm-d.md §3.1). Left out entirely on the TPU track.
+    # and RBAC (https://github.com/kubernetes-sigs/lws/blob/060ab4d/charts/lws/values.yaml). Left out entirely on the
+    # TPU track.
     return {"enableDisaggregatedSet": True} if disaggregated_set else {}
 
 
@@ -39,7 +40,8 @@ class Platform(Component):
     """`lws` is what every LeaderWorkerSet/DisaggregatedSet must depend on: Chart v4 waits for each
     rendered object (the controller Deployment, its webhook) to be ready. Chart v4 applies the chart's
     `crds/` as ordinary objects with server-side apply, so a chart upgrade also upgrades the CRDs,
-    which `helm upgrade` would not (lws installation docs, llm-d.md §3.1)."""
+    which `helm upgrade` would not
+    (https://github.com/kubernetes-sigs/lws/blob/060ab4d/site/content/en/docs/installation/_index.md)."""
 
     def __init__(self, name: str, args: PlatformArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("platform", "Platform", name, opts)

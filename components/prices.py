@@ -22,8 +22,10 @@ class Price:
     source: str
 
 
-GPU_NODE_HOUR = Price(None, "node-hour", "not published: A4X Max / A4X are reservation-only (gke.md §1.1, §6)")
-TPU_CHIP_HOUR = Price(None, "chip-hour", "not published: Ironwood access through the account team (gke.md §6)")
+GPU_NODE_HOUR = Price(None, "node-hour", "not published: A4X Max / A4X are reservation-only "
+                      "(https://docs.cloud.google.com/ai-hypercomputer/docs/create/create-a4xmax-instances-in-bulk)")
+TPU_CHIP_HOUR = Price(None, "chip-hour", "not published: Ironwood access through the account team "
+                      "(https://docs.cloud.google.com/tpu/docs/regions-zones)")
 CPU_NODE_HOUR = Price(None, "node-hour", "not found for n2-standard-8 / c3-standard-44 in the stored pricing pages")
 GKE_CLUSTER_HOUR = Price(0.10, "cluster-hour", "cloud.google.com/kubernetes-engine/pricing (all regions)")
 NAT_GATEWAY_VM_HOUR = Price(0.0014, "VM-hour", "cloud.google.com/nat/pricing: $0.0014 per VM, $0.044 flat above 32 VMs")

@@ -2,7 +2,8 @@
 config per track, and in gateway mode a GKE Gateway with an HTTPRoute to the InferencePool.
 
 Layers mirror llm-d's `recipes/router/base.values.yaml`, `features/monitoring.values.yaml` and the
-guide's override file (llm-d.md §1.3), as typed data instead of files.
+guide's override file (https://github.com/llm-d/llm-d-router/blob/v0.10.0/config/charts/README.md), as typed data
+instead of files.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from .versions import (
 )
 
 RELEASE_NAME = catalog.GUIDE_NAME
-"""The chart names the EPP Service `<release>-epp` and the InferencePool `<release>` (llm-d.md §1.3)."""
+"""The chart names the EPP Service `<release>-epp` and the InferencePool `<release>`
+(https://github.com/llm-d/llm-d-router/blob/v0.10.0/config/charts/routerlib/templates/_helpers.tpl)."""
 EPP_SERVICE = f"{RELEASE_NAME}-epp"
 """The chart's EPP Service; `StackConfig.client_url` builds the same name from the guide name."""
 PLUGINS_FILE = f"{catalog.GUIDE_NAME}.yaml"
@@ -53,7 +55,8 @@ def chart_ref(cfg: StackConfig) -> ChartRef:
 # --------------------------------------------------------------------------- scheduling
 def prefix_producer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
     """Approximate prefix model sized across HBM and host DRAM: autoTune would count HBM blocks only
-    (router issue #1650, llm-d.md §2.3)."""
+    (https://github.com/llm-d/llm-d-router/issues/1650,
+    https://github.com/llm-d/llm-d/blob/5e758d8/guides/models/qwen3-coder-480b/router/qwen3-coder-480b.values.yaml)."""
     return {"type": "approx-prefix-cache-producer", "parameters": {
         "autoTune": False,
         "blockSizeTokens": contract.KV_BLOCK_TOKENS,
@@ -70,7 +73,8 @@ def endpoint_picker_config(cfg: StackConfig, capacity: ServingCapacity) -> dict[
         {"type": "prefix-cache-affinity-filter",
          "parameters": {"peakPrefillThroughput": cfg.router.peakPrefillThroughput}},
         {"type": "token-load-scorer"},
-        # Feeds token-load-scorer and the affinity filter; exact only with one EPP replica (llm-d.md §2.2).
+        # Feeds token-load-scorer and the affinity filter; exact only with one EPP replica
+        # (https://github.com/llm-d/llm-d/blob/5e758d8/guides/models/nemotron-3-ultra/router/nemotron-3-ultra.values.yaml).
         {"type": "inflight-load-producer"},
     ]
     affinity_then_load = [{"pluginRef": "prefix-cache-affinity-filter"}, {"pluginRef": "token-load-scorer"}]
@@ -231,7 +235,8 @@ class CalibrationArgs(Args):
     endpoint: str
     """Base URL of the router as clients reach it."""
     chunk_tokens: int
-    """Prompt size of each sample; llm-d's method divides it by the median TTFT (llm-d.md §2.3)."""
+    """Prompt size of each sample; llm-d's method divides it by the median TTFT
+    (https://github.com/llm-d/llm-d/tree/main/guides/recipes/router/calibration)."""
 
 
 class PrefillCalibration(Component):

@@ -14,7 +14,8 @@ REQUIRED_APIS = (
     "container.googleapis.com",        # GKE
     "iam.googleapis.com",              # service accounts and Workload Identity
     "storage.googleapis.com",          # checkpoint bucket
-    "networkservices.googleapis.com",  # GKE Inference Gateway (gke.md §5)
+    # GKE Inference Gateway (https://cloud.google.com/kubernetes-engine/docs/how-to/deploy-gke-inference-gateway)
+    "networkservices.googleapis.com",
     "monitoring.googleapis.com",       # Managed Prometheus
     "logging.googleapis.com",          # node and control-plane logs
 )

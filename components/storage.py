@@ -10,7 +10,8 @@ import pulumi_gcp as gcp
 from .base import Args, Component, StrInput
 
 CHECKPOINT_READER_ROLE = "roles/storage.objectViewer"
-"""Role the Volume Populator guide grants on the bucket (gke.md §4)."""
+"""Role the Volume Populator guide grants on the bucket
+(https://docs.cloud.google.com/kubernetes-engine/docs/concepts/about-volume-populator)."""
 RESULTS_WRITER_ROLE = "roles/storage.objectCreator"
 """Create objects only (inference-perf uploads its reports under timestamped names), and only under the
 results prefix: the condition names objects as `projects/_/buckets/<bucket>/objects/<prefix>`, the form

@@ -17,7 +17,8 @@ class ChartRef:
 LWS_CHART = ChartRef(
     chart="oci://registry.k8s.io/lws/charts/lws",
     version="0.11.1",
-    why="llm-d guides require LWS v0.11.1 or newer with enableDisaggregatedSet=true (llm-d.md §3.1, §5)",
+    why="llm-d guides require LWS v0.11.1 or newer with enableDisaggregatedSet=true "
+        "(https://github.com/llm-d/llm-d/blob/main/guides/pd-disaggregation/README.md)",
 )
 LWS_MIN_VERSION = "0.11.1"
 
@@ -25,12 +26,14 @@ NVIDIA_DRA_DRIVER_CHART = ChartRef(
     chart="nvidia-dra-driver-gpu",
     version="25.8.0",
     repo="https://helm.ngc.nvidia.com/nvidia",
-    why="Cluster Toolkit pins v25.8.0 for A4X Max ComputeDomains; the llm-d GKE guide installs 25.8.0 (gke.md §2.6, "
-        "llm-d.md §5)",
+    why="Cluster Toolkit pins v25.8.0 for A4X Max ComputeDomains (https://github.com/GoogleCloudPlatform/"
+        "cluster-toolkit/blob/1047080375af/examples/gke-a4x-max-bm/nvidia-dra-driver.yaml); the llm-d GKE guide "
+        "installs 25.8.0 (https://github.com/llm-d/llm-d/blob/60be8bb/docs/infrastructure/providers/gke/README.md)",
 )
 
 ASAPD_LITE_IMAGE = "us-docker.pkg.dev/gce-ai-infra/asapd-lite/asapd-lite:v0.0.8"
-"""Initializes the MRDMA NICs on A4X Max nodes; the tag Cluster Toolkit ships (gke.md §2.3)."""
+"""Initializes the MRDMA NICs on A4X Max nodes; the tag Cluster Toolkit ships
+(https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/examples/gke-a4x-max-bm/asapd-lite-installer.yaml)."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,8 @@ class VllmRelease:
     image: str
     hybrid_kv_flag: str
     """Spelling of "keep the hybrid KV-cache manager on": `--no-disable-hybrid-kv-cache-manager` up to 0.23,
-    `--enable-hybrid-kv-cache-manager` in 0.33 (engines.md §1.1)."""
+    `--enable-hybrid-kv-cache-manager` in 0.33
+    (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/engine/arg_utils.py)."""
     why: str
 
 
@@ -48,8 +52,10 @@ VLLM = VllmRelease(
     image="docker.io/vllm/vllm-openai:v0.33.0",
     hybrid_kv_flag="--enable-hybrid-kv-cache-manager",
     why="newest release with a parser dump (engine-flags/vllm-0.33.0.tsv); first with the kimi_k3 reasoning parser "
-        "and kimi_k3_mtp (engines.md §1.5, §1.7). Upstream vllm-openai images run on GB200 Arm nodes in llm-d's "
-        "DeepSeek-V4 guide (engines.md §4)",
+        "and kimi_k3_mtp (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/reasoning/__init__.py, "
+        "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/config/speculative.py). Upstream vllm-openai images "
+        "run on GB200 Arm nodes in llm-d's DeepSeek-V4 guide (https://github.com/llm-d/llm-d/blob/6b047cf/guides/"
+        "models/deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml)",
 )
 
 
@@ -71,7 +77,7 @@ SGLANG_JAX = SglangJaxBuild(
     commit="cddbf6f",
     image="us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:jax0.8.1-rev1",
     why="SGLang's TPU engine; the flag list in engine-flags/sglang-jax-main-cddbf6f.txt is from this commit, and "
-        "the image is the one its GKE guide uses (engines.md §2.7, §4)",
+        "the image is the one its GKE guide uses (https://github.com/sgl-project/sglang-jax/blob/cddbf6f/docs/deployment/gke-indexed-job.md)",
 )
 
 SGLANG_DAY0_FLAGS_VERSION = "0.5.23"
@@ -79,21 +85,26 @@ SGLANG_DAY0_FLAGS_VERSION = "0.5.23"
 
 ROUTER_VERSION = "v0.10.0"
 """llm-d-router release (tag 2026-08-17): chart, EPP image and disaggregation sidecar move together
-(llm-d.md §1.2 recommends pinning a real tag over the floating `v0` channel)."""
+(llm-d's env.sh floats on the `v0` channel, https://github.com/llm-d/llm-d/blob/14ecef0/guides/env.sh; a real tag keeps
+it reproducible)."""
 ROUTER_STANDALONE_CHART = ChartRef(chart="oci://ghcr.io/llm-d/charts/llm-d-router-standalone", version=ROUTER_VERSION,
-                                   why="EPP + Envoy proxy; default router mode (llm-d.md §1.2-§1.3)")
+                                   why="EPP + Envoy proxy; default router mode (https://github.com/llm-d/llm-d-router/blob/v0.10.0/config/charts/README.md)")
 ROUTER_GATEWAY_CHART = ChartRef(chart="oci://ghcr.io/llm-d/charts/llm-d-router-gateway", version=ROUTER_VERSION,
-                                why="EPP + InferencePool for a GKE Gateway (llm-d.md §1.2-§1.3)")
+                                why="EPP + InferencePool for a GKE Gateway (https://github.com/llm-d/llm-d-router/blob/v0.10.0/config/charts/README.md)")
 EPP_IMAGE = ("ghcr.io/llm-d", "llm-d-router-endpoint-picker", ROUTER_VERSION)
 """(registry, repository, tag): the chart's default tag is the moving `main`, so the tag is pinned in values."""
 ROUTING_SIDECAR_IMAGE = f"ghcr.io/llm-d/llm-d-router-disagg-sidecar:{ROUTER_VERSION}"
-"""P/D routing sidecar on decode pods (renamed from llm-d-routing-sidecar; llm-d.md §3.6)."""
+"""P/D routing sidecar on decode pods (renamed from llm-d-routing-sidecar;
+https://github.com/llm-d/llm-d/blob/8f5f073/guides/recipes/modelserver/components/images/routing-sidecar/kustomization.yaml)."""
 EPP_CONFIG_API_VERSION = "llm-d.ai/v1alpha1"
-"""The only EndpointPickerConfig apiVersion the router registers at v0.10.0 (llm-d.md §2.1 caveat)."""
+"""The only EndpointPickerConfig apiVersion the router registers at v0.10.0
+(https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/epp/config/loader/configloader.go)."""
 CALIBRATION_IMAGE = "docker.io/library/python:3.11-slim"
-"""The router calibration Job runs a plain Python image (llm-d.md §2.3)."""
+"""The router calibration Job runs a plain Python image
+(https://github.com/llm-d/llm-d/tree/main/guides/recipes/router/calibration)."""
 
 INFERENCE_PERF_IMAGE = "quay.io/inference-perf/inference-perf:v0.7.0"
-"""Upstream inference-perf image (engines.md §3: quay.io/inference-perf/inference-perf, tags up to v0.7.0
-seen in the wild). Assumption: the v0.7.0 image carries the schema engines.md read at main (strict keys,
+"""Upstream inference-perf image (quay.io/inference-perf/inference-perf,
+https://github.com/kubernetes-sigs/inference-perf/blob/7de5ef2/README.md; tags up to
+v0.7.0 seen in the wild). Assumption: the v0.7.0 image carries the schema of main at 7de5ef2 (strict keys,
 conversation_replay), which the package list of 2026-11 shows released as 0.7.0 after that read."""

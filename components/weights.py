@@ -1,5 +1,6 @@
 """Weight staging: GKE Volume Populator copies the checkpoint from the bucket into a ReadOnlyMany
-Hyperdisk ML volume that every model server mounts at /models (gke.md §4)."""
+Hyperdisk ML volume that every model server mounts at /models
+(https://docs.cloud.google.com/kubernetes-engine/docs/concepts/about-volume-populator)."""
 
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ class WeightStaging(Component):
                     api_group=DATA_SOURCE_API.split("/")[0], kind="GCPDataSource", name=source_name),
             ),
             # Depending on the data source makes Pulumi delete the claim first: a claim deleted after its
-            # source hangs on the populator's temporary claim (gke.md §4).
+            # source hangs on the populator's temporary claim
+            # (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/about-volume-populator).
             opts=self.child(depends_on=[self.data_source]),
         )
         self.finish(claim=self.claim.metadata.name)

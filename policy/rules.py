@@ -53,7 +53,10 @@ GKE_METADATA = "GKE_METADATA"
 DEFAULT_COMPUTE_SA_SUFFIX = "-compute@developer.gserviceaccount.com"
 
 # Machine types that can only be provisioned against a reservation, from the project's hardware catalog
-# (gke.md §1.1 A4X Max and §1.2 A4X: "reservation-bound only"); reservation affinity shape from gke.md §2.2.
+# ("reservation-bound only":
+# https://docs.cloud.google.com/ai-hypercomputer/docs/create/create-a4xmax-instances-in-bulk); reservation affinity
+# shape from
+# https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/modules/compute/gke-node-pool/reservation_definitions.tf.
 RESERVATION_ONLY_MACHINE_TYPES = frozenset(
     machine.machine_type for machine in catalog.GPU_MACHINES.values() if machine.reservation_only)
 SPECIFIC_RESERVATION = "SPECIFIC_RESERVATION"

@@ -91,12 +91,14 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
      "kimi-k3-1:gcp.zone = 'europe-west4-a': must be a zone of gcp.region 'us-central1', e.g. 'us-central1-c'"),
     ("tpu", {"gcp__zone": "us-central1-b"},
      "kimi-k3-1:gcp.zone = 'us-central1-b': tpu7x-standard-4t is known in us-central1-c, us-central1-ai1a "
-     "(source: gke.md §6: TPU regions-zones page (us-central1-c; us-central1-ai1a in one version)); if your "
+     "(source: https://docs.cloud.google.com/tpu/docs/regions-zones (us-central1-c; us-central1-ai1a in one "
+     "version)); if your "
      "reservation is elsewhere, set kimi-k3-1:gcp.allowUnlistedZone=true"),
     # 3-node groups = 12 EP ranks; 896 routed experts do not split evenly.
     ("gpu", {"gpu__prefillNodesPerGroup": 3},
      "kimi-k3-1:gpu.prefillNodesPerGroup = 3: 12 expert-parallel ranks do not divide the 896 routed experts "
-     "(engines.md §1.2); use one of 1, 2, 4, 7, 8, 14, 16 nodes"),
+     "(EP = TP x DP: https://github.com/vllm-project/vllm/blob/0170256/docs/serving/expert_parallel_deployment.md); "
+     "use one of 1, 2, 4, 7, 8, 14, 16 nodes"),
     # Names.
     ("gpu", {"gcp__project": "My_Project"},
      "kimi-k3-1:gcp.project = 'My_Project': a project ID is 6-30 characters of a-z, 0-9 and '-', "

@@ -42,7 +42,8 @@ TRACKS = ("gpu", "tpu")
 ROLES = ("engine", "prefill", "decode", "router")
 DEFAULT_ROLE = "engine"
 
-SHORT_PROMPT = "How are you today?"  # the guides' own smoke request (llm-d.md §6.2)
+# The guides' own smoke request (https://github.com/llm-d/llm-d/blob/main/guides/wide-ep/guide.yaml).
+SHORT_PROMPT = "How are you today?"
 SHORT_MAX_TOKENS = 16
 CHAT_MAX_TOKENS = 64  # room for a reasoning parser to hand back visible text
 LONG_MAX_TOKENS = 8
