@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from . import catalog, contract
+from . import catalog, contract, hardening
 from .base import Args, Component, StrInput
 from .config import StackConfig
 from .versions import INFERENCE_PERF_IMAGE
@@ -24,6 +24,7 @@ CONFIG_MOUNT = "/etc/inference-perf"
 SERVICE_ACCOUNT = f"{catalog.GUIDE_NAME}-benchmark"
 JOB_NAME = f"{catalog.GUIDE_NAME}-inference-perf"
 RESULTS_PREFIX = "benchmarks"
+SCRATCH_PATH = "/scratch"
 
 
 def inference_perf_config(cfg: StackConfig, base_url: str, bucket: str, results_path: str) -> dict[str, Any]:
@@ -81,40 +82,55 @@ class Benchmark(Component):
         models = k8s.core.v1.VolumeArgs(name="models", persistent_volume_claim=k8s.core.v1
                                         .PersistentVolumeClaimVolumeSourceArgs(claim_name=contract.MODELS_PVC,
                                                                                read_only=True))
+        scratch, scratch_mount = hardening.scratch_volume("scratch", SCRATCH_PATH, "4Gi")
         self.job = k8s.batch.v1.Job(
             f"{name}-job",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=JOB_NAME, namespace=args.namespace,
                                                 annotations={"pulumi.com/skipAwait": "true"}),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=0,  # a second attempt would mix two runs in one report folder
-                template=k8s.core.v1.PodTemplateSpecArgs(spec=k8s.core.v1.PodSpecArgs(
-                    restart_policy="Never",
-                    service_account_name=self.account.metadata.name,
-                    # The transfer pool's C3 nodes attach Hyperdisk ML (the populator writes it from there);
-                    # the system pool's N2 machines may not, and the tokenizer is read from that volume.
-                    node_selector={catalog.COMPUTE_CLASS_LABEL: catalog.VOLUME_POPULATOR_COMPUTE_CLASS},
-                    tolerations=[k8s.core.v1.TolerationArgs(
-                        key=catalog.COMPUTE_CLASS_LABEL, operator="Equal",
-                        value=catalog.VOLUME_POPULATOR_COMPUTE_CLASS, effect="NoSchedule")],
-                    containers=[k8s.core.v1.ContainerArgs(
-                        name="inference-perf",
-                        image=INFERENCE_PERF_IMAGE,
-                        command=["inference-perf"],
-                        args=["--config_file", f"{CONFIG_MOUNT}/{CONFIG_FILE}"],
-                        resources=k8s.core.v1.ResourceRequirementsArgs(
-                            requests={"cpu": "4", "memory": "16Gi"}, limits={"memory": "16Gi"}),
-                        volume_mounts=[
-                            k8s.core.v1.VolumeMountArgs(name="config", mount_path=CONFIG_MOUNT, read_only=True),
-                            k8s.core.v1.VolumeMountArgs(name="models", mount_path=contract.MODELS_MOUNT_PATH,
-                                                        read_only=True),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        labels={**contract.LOAD_CLIENT_LABELS, **contract.BENCHMARK_NAME_LABEL}),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        restart_policy="Never",
+                        service_account_name=self.account.metadata.name,
+                        # Workload Identity needs the service account name, not its API token (the GKE metadata server
+                        # identifies the pod); the Job never calls the Kubernetes API.
+                        automount_service_account_token=False,
+                        security_context=hardening.pod_context(),
+                        # The transfer pool's C3 nodes attach Hyperdisk ML (the populator writes it from there);
+                        # the system pool's N2 machines may not, and the tokenizer is read from that volume.
+                        node_selector={catalog.COMPUTE_CLASS_LABEL: catalog.VOLUME_POPULATOR_COMPUTE_CLASS},
+                        tolerations=[k8s.core.v1.TolerationArgs(
+                            key=catalog.COMPUTE_CLASS_LABEL, operator="Equal",
+                            value=catalog.VOLUME_POPULATOR_COMPUTE_CLASS, effect="NoSchedule")],
+                        containers=[k8s.core.v1.ContainerArgs(
+                            name="inference-perf",
+                            image=INFERENCE_PERF_IMAGE,
+                            command=["inference-perf"],
+                            args=["--config_file", f"{CONFIG_MOUNT}/{CONFIG_FILE}"],
+                            # Read-only root filesystem: reports, caches and HOME go to the scratch volume.
+                            working_dir=SCRATCH_PATH,
+                            env=[k8s.core.v1.EnvVarArgs(name="HOME", value=SCRATCH_PATH)],
+                            security_context=hardening.container_context(),
+                            resources=k8s.core.v1.ResourceRequirementsArgs(
+                                requests={"cpu": "4", "memory": "16Gi"}, limits={"memory": "16Gi"}),
+                            volume_mounts=[
+                                k8s.core.v1.VolumeMountArgs(name="config", mount_path=CONFIG_MOUNT, read_only=True),
+                                k8s.core.v1.VolumeMountArgs(name="models", mount_path=contract.MODELS_MOUNT_PATH,
+                                                            read_only=True),
+                                scratch_mount,
+                            ],
+                        )],
+                        volumes=[
+                            k8s.core.v1.VolumeArgs(name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                                name=self.config_map.metadata.name)),
+                            models,
+                            scratch,
                         ],
-                    )],
-                    volumes=[
-                        k8s.core.v1.VolumeArgs(name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
-                            name=self.config_map.metadata.name)),
-                        models,
-                    ],
-                )),
+                    ),
+                ),
             ),
             opts=self.child(),
         )

@@ -63,6 +63,16 @@ NIXL_SIDE_CHANNEL_PORT = 5600
 DATA_PARALLEL_RPC_PORT = 5555
 SGLANG_DIST_INIT_PORT = 20000
 
+LOAD_CLIENT_LABELS = {"app.kubernetes.io/part-of": catalog.GUIDE_NAME, "app.kubernetes.io/component": "load-client"}
+"""Labels of the in-cluster load Jobs (benchmark, calibration): the router's NetworkPolicy admits them."""
+BENCHMARK_NAME_LABEL = {"app.kubernetes.io/name": "inference-perf"}
+"""The benchmark Job's pods, the one load client that also writes to Cloud Storage."""
+
+EPP_EXT_PROC_PORT = 9002
+EPP_GRPC_HEALTH_PORT = 9003
+"""EPP gRPC ext-proc and health ports (router chart `_deployment.yaml` containerPort 9002 and
+`grpcHealthPort | default 9003`); a GKE Gateway's proxies call the ext-proc port."""
+
 ROUTER_PROXY_PORT = 8081
 """Envoy listener of the standalone router; the chart's Service maps port 80 to it
 (https://github.com/llm-d/llm-d-router/blob/v0.10.0/config/charts/llm-d-router-standalone/values.yaml)."""

@@ -180,6 +180,7 @@ class GpuDevices(Component):
                     metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
                     spec=k8s.core.v1.PodSpecArgs(
                         priority_class_name="system-node-critical",
+                        automount_service_account_token=False,  # it never calls the Kubernetes API
                         host_network=True,
                         host_pid=True,
                         affinity=on_machine,

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import catalog, contract, engines
+from . import catalog, contract, engines, hardening
 from .base import Args, Component, StrInput
 from .config import StackConfig
 from .dra import NVIDIA_DRIVER_ROOT
@@ -173,8 +173,9 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
             claims=[k8s.core.v1.ResourceClaimArgs(name=c.name) for c in claims],
         ),
         # DeepEP/NVSHMEM needs privileged containers on GKE
-        # (https://github.com/llm-d/llm-d/blob/60be8bb/docs/infrastructure/providers/gke/README.md).
-        security_context=k8s.core.v1.SecurityContextArgs(privileged=True),
+        # (https://github.com/llm-d/llm-d/blob/60be8bb/docs/infrastructure/providers/gke/README.md): a listed
+        # exception (components/hardening.py EXCEPTIONS, docs/security.md).
+        security_context=hardening.privileged_context(),
         volume_mounts=[models_mount, shm_mount,
                        k8s.core.v1.VolumeMountArgs(name="nvidia", mount_path="/usr/local/nvidia")],
         **probes(port),
@@ -190,9 +191,12 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
             # native sidecar, as
             # https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml
             restart_policy="Always",
-            security_context=k8s.core.v1.SecurityContextArgs(allow_privilege_escalation=False, run_as_non_root=True,
-                                                              run_as_user=65532),
-            resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "1", "memory": "1Gi"}),
+            # Pod hardening, see docs/security.md: the restricted profile and a memory limit; upstream sets only
+            # allowPrivilegeEscalation false and runAsNonRoot on this container.
+            security_context=hardening.container_context(),
+            resources=k8s.core.v1.ResourceRequirementsArgs(
+                requests={"cpu": "1", "memory": hardening.SIDECAR_MEMORY},
+                limits={"memory": hardening.SIDECAR_MEMORY}),
         ))
     gpu_key, _, _ = catalog.GPU_TAINT
     return k8s.core.v1.PodSpecArgs(
@@ -295,6 +299,8 @@ def sglang_pod(cfg: StackConfig, image: str, memory_gib: int) -> k8s.core.v1.Pod
                 limits={"memory": f"{memory_gib}Gi", "google.com/tpu": chips},
             ),
             volume_mounts=[models_mount, shm_mount],
+            # Root and a writable root filesystem stay (components/hardening.py ROOT_IMAGES); the rest is hardened.
+            security_context=hardening.root_engine_context(),
             **probes(contract.MODEL_SERVER_PORT),
         )],
         node_selector={"cloud.google.com/gke-tpu-accelerator": catalog.IRONWOOD.accelerator_label,

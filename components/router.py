@@ -15,7 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from . import catalog, contract
+from . import catalog, contract, hardening
 from .base import Args, Component, StrInput
 from .capacity import ServingCapacity
 from .config import StackConfig
@@ -252,7 +252,7 @@ class PrefillCalibration(Component):
             opts=self.child(),
         )
         env = {"ENDPOINT": args.endpoint, "MODEL": catalog.KIMI.hf_id,
-               "CHUNK_TOKENS": str(args.chunk_tokens)}
+               "CHUNK_TOKENS": str(args.chunk_tokens), "PYTHONDONTWRITEBYTECODE": "1"}
         self.job = k8s.batch.v1.Job(
             f"{name}-job",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{catalog.GUIDE_NAME}-calibration", namespace=args.namespace,
@@ -260,18 +260,25 @@ class PrefillCalibration(Component):
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=1,
                 ttl_seconds_after_finished=86400,
-                template=k8s.core.v1.PodTemplateSpecArgs(spec=k8s.core.v1.PodSpecArgs(
-                    restart_policy="Never",
-                    automount_service_account_token=False,
-                    containers=[k8s.core.v1.ContainerArgs(
-                        name="calibrate", image=CALIBRATION_IMAGE, command=["python3", "/calibration/calibrate.py"],
-                        env=[k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()],
-                        volume_mounts=[k8s.core.v1.VolumeMountArgs(name="script", mount_path="/calibration")],
-                        resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "500m", "memory": "256Mi"}),
-                    )],
-                    volumes=[k8s.core.v1.VolumeArgs(name="script", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
-                        name=script.metadata.name))],
-                )),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(contract.LOAD_CLIENT_LABELS)),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        restart_policy="Never",
+                        automount_service_account_token=False,
+                        security_context=hardening.pod_context(),
+                        containers=[k8s.core.v1.ContainerArgs(
+                            name="calibrate", image=CALIBRATION_IMAGE, command=["python3", "/calibration/calibrate.py"],
+                            env=[k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()],
+                            volume_mounts=[k8s.core.v1.VolumeMountArgs(name="script", mount_path="/calibration",
+                                                                       read_only=True)],
+                            resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "500m", "memory": "256Mi"},
+                                                                           limits={"memory": "512Mi"}),
+                            security_context=hardening.container_context(),
+                        )],
+                        volumes=[k8s.core.v1.VolumeArgs(name="script", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                            name=script.metadata.name))],
+                    ),
+                ),
             ),
             opts=self.child(),
         )

@@ -13,6 +13,7 @@ from components.config import StackConfig
 from components.identity import NodeIdentity, NodeIdentityArgs, workload_principal
 from components.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
 from components.naming import label_value, resource_labels
+from components.netpol import NetworkPolicies, NetworkPoliciesArgs
 from components.network import Network, NetworkArgs
 from components.nodepools import CpuPoolArgs, CpuPools, PoolCommon, transfer_pool
 from components.platform import Platform, PlatformArgs
@@ -109,6 +110,10 @@ def build_foundation(cfg: StackConfig) -> Foundation:
             namespace=platform.namespace.metadata.name, prefix=catalog.GUIDE_NAME,
             targets=(*serving_targets(cfg.track), router_target())), in_cluster)
 
+    # Ingress to the namespace is denied by default; only the flows serving needs are allowed (docs/security.md).
+    NetworkPolicies("netpol", NetworkPoliciesArgs(
+        namespace=platform.namespace.metadata.name, config=cfg, api_server=api_server_cidrs(cluster)), in_cluster)
+
     serving = capacity.serving_capacity(cfg)
     router = Router("router", RouterArgs(
         namespace=platform.namespace.metadata.name, config=cfg, capacity=serving,
@@ -132,6 +137,12 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("benchmarkResultsUri", pulumi.Output.concat(bucket.uri, "/", results_path(cfg)))
     return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket, platform, weights, router,
                       serving, in_cluster, on_system_nodes)
+
+
+def api_server_cidrs(cluster: GkeCluster) -> tuple[pulumi.Output, ...]:
+    """The control plane's private and public endpoints as /32s: pods' API calls reach one of them."""
+    private = cluster.cluster.private_cluster_config.apply(lambda c: c.private_endpoint if c else None)
+    return tuple(address.apply(lambda ip: f"{ip}/32") for address in (private, cluster.cluster.endpoint))
 
 
 def export_node_pools(foundation: Foundation, accelerator_pools: list) -> None:

@@ -143,6 +143,9 @@ class PlanMocks(mocks.Mocks):
             octet = int(_digest(name)[:2], 16) % 200 + 20
             state.update(
                 endpoint=f"34.118.{octet}.2",
+                # Private clusters also get an internal endpoint from the node subnet (pods reach the API there).
+                privateClusterConfig={**(state.get("privateClusterConfig") or {}),
+                                      "privateEndpoint": f"10.0.15.{octet}", "publicEndpoint": f"34.118.{octet}.2"},
                 masterVersion=state.get("minMasterVersion", GKE_MASTER_VERSION),
                 selfLink=f"https://container.googleapis.com/v1/{rid}",
                 masterAuth={"clusterCaCertificate": base64.b64encode(
