@@ -77,6 +77,15 @@ class GpuMachine:
     asapd_instance_types: tuple[str, ...] = ()
     """Instance types the asapd-lite DaemonSet initializes (bare-metal A4X Max only)."""
 
+    @property
+    def shielded_gke_nodes(self) -> bool:
+        """Whether a cluster holding this machine can keep Shielded GKE Nodes on. Cluster Toolkit's A4X Max
+        bare-metal blueprint turns the cluster setting off and added a module variable for that alone
+        (examples/gke-a4x-max-bm/gke-a4x-max-bm.yaml `enable_shielded_nodes: false`, PR #5211,
+        https://github.com/GoogleCloudPlatform/cluster-toolkit @1047080375afbb44da4b596be314634e7486af4a); no
+        Google page found states bare-metal support either way (docs/security.md)."""
+        return not self.bare_metal
+
 
 NVL72_MAX_NODES = 18
 """An NVL72 sub-block is 18 nodes x 4 GPUs; a node pool in one `1x72` domain holds at most 18 nodes

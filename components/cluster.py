@@ -39,6 +39,9 @@ class GkeClusterArgs(Args):
     deletion_protection: bool
     dcgm_metrics: bool
     """Add NVIDIA DCGM metrics to Managed Prometheus (GPU track)."""
+    shielded_nodes: bool
+    """Shielded GKE Nodes for the whole cluster; off only when a pool's machine cannot join such a cluster
+    (catalog.GpuMachine.shielded_gke_nodes)."""
     node_service_account: StrInput
     """Service account of the transient default pool, so even it never runs as the Compute default."""
     labels: dict[str, str]
@@ -91,6 +94,8 @@ class GkeCluster(Component):
                 service_account=args.node_service_account,
                 oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
                 workload_metadata_config=gcp.container.ClusterNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
+                shielded_instance_config=gcp.container.ClusterNodeConfigShieldedInstanceConfigArgs(
+                    enable_secure_boot=True, enable_integrity_monitoring=True),
             ),
             min_master_version=master_version,
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
@@ -134,7 +139,7 @@ class GkeCluster(Component):
             control_plane_endpoints_config=gcp.container.ClusterControlPlaneEndpointsConfigArgs(
                 dns_endpoint_config=gcp.container.ClusterControlPlaneEndpointsConfigDnsEndpointConfigArgs(
                     allow_external_traffic=args.dns_endpoint)),
-            enable_shielded_nodes=True,
+            enable_shielded_nodes=args.shielded_nodes,
             deletion_protection=args.deletion_protection,
             resource_labels=args.labels,
             opts=self.child(

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from . import catalog, contract
+from . import catalog, cidrs, contract
 
 PROJECT = "kimi-k3-1"
 """Pulumi project name, and so the config namespace."""
@@ -153,6 +153,10 @@ class ClusterConfig(Section):
                 _fail(self.key("authorizedNetworks"), cidr, "expected IPv4 CIDRs such as '203.0.113.7/32'")
             if net.prefixlen == 0:
                 _fail(self.key("authorizedNetworks"), cidr, "0.0.0.0/0 opens the control plane to the internet")
+            if cidrs.reaches_internet(cidr):
+                _fail(self.key("authorizedNetworks"), cidr,
+                      f"public ranges wider than a /{cidrs.WIDEST_PUBLIC_PREFIX} open the control plane to the "
+                      "internet; list the addresses you run pulumi from")
         if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", self.maintenanceWindowStart):
             _fail(self.key("maintenanceWindowStart"), self.maintenanceWindowStart,
                   "expected UTC 'HH:MM' such as '03:00'")

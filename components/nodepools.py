@@ -41,9 +41,15 @@ def _taint(spec: tuple[str, str, str]) -> gcp.container.NodePoolNodeConfigTaintA
 
 
 def _node_config(common: PoolCommon, **fields) -> gcp.container.NodePoolNodeConfigArgs:
-    """Node config every pool shares: own service account, Workload Identity metadata server, COS."""
+    """Node config every pool shares: own service account, Workload Identity metadata server, COS, and secure
+    boot with integrity monitoring. Cluster Toolkit's gke-node-pool module sets both on every pool it makes,
+    its A4X Max bare-metal and tpu7x blueprints included (modules/compute/gke-node-pool/main.tf
+    `shielded_instance_config`, https://github.com/GoogleCloudPlatform/cluster-toolkit
+    @1047080375afbb44da4b596be314634e7486af4a); docs/security.md."""
     return gcp.container.NodePoolNodeConfigArgs(
         service_account=common.service_account,
+        shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+            enable_secure_boot=True, enable_integrity_monitoring=True),
         oauth_scopes=[CLOUD_PLATFORM_SCOPE],
         workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
         image_type="COS_CONTAINERD",
@@ -110,8 +116,6 @@ class CpuPools(Component):
                     disk_size_gb=catalog.BOOT_DISK_GB_CPU,
                     labels=pool.labels or None,
                     taints=[_taint(t) for t in pool.taints] or None,
-                    shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
-                        enable_secure_boot=True, enable_integrity_monitoring=True),
                 ),
                 opts=self.child(custom_timeouts=POOL_TIMEOUTS),
             )

@@ -22,7 +22,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the project root, for components.catalog
 
-from pulumi_policy import ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
+from pulumi_policy import (
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
 from pulumi_policy.proxy import (
     UNKNOWN_ARCHIVE_VALUE,
     UNKNOWN_ARRAY_VALUE,
@@ -34,9 +40,11 @@ from pulumi_policy.proxy import (
     UnknownValueError,
 )
 
-from components import catalog  # noqa: E402
+from components import catalog, cidrs, hardening  # noqa: E402
 
 Check = Callable[[str, Mapping[str, Any]], list[str]]
+StackCheck = Callable[[Sequence[tuple[str, Mapping[str, Any]]]], list[str]]
+"""A check over the whole stack: (resource type, inputs) of every resource."""
 
 # --------------------------------------------------------------------------- resource types
 BUCKET = "gcp:storage/bucket:Bucket"
@@ -46,9 +54,24 @@ BUCKET_IAM_POLICY = "gcp:storage/bucketIAMPolicy:BucketIAMPolicy"
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
 K8S_SECRET = "kubernetes:core/v1:Secret"
+K8S_NAMESPACE = "kubernetes:core/v1:Namespace"
+K8S_NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+FIREWALL = "gcp:compute/firewall:Firewall"
+IAM_GRANT = re.compile(r"^gcp:[^:]+/i[aA][mM](Member|Binding|Policy):")
+"""Every pulumi_gcp IAM grant resource (project, folder, organization, bucket, service account, ...)."""
 
 # --------------------------------------------------------------------------- facts the rules enforce
 PUBLIC_MEMBERS = frozenset({"allUsers", "allAuthenticatedUsers"})
+DOMAIN_MEMBER_PREFIX = "domain:"
+"""A grant to `domain:<name>` gives every account of a Google Workspace domain access."""
+PRIMITIVE_ROLES = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
+"""Basic roles (https://cloud.google.com/iam/docs/roles-overview#basic): project-wide, far beyond any one need."""
+MODEL_NAMESPACE_LABEL = "llm-d.ai/guide"
+"""Label of the model namespace (components/platform.py), which must carry a default-deny ingress policy."""
+SHIELDED_NODES_UNSUPPORTED = frozenset(
+    machine.machine_type for machine in catalog.GPU_MACHINES.values() if not machine.shielded_gke_nodes)
+"""Machine types a Shielded GKE Nodes cluster cannot hold (catalog.GpuMachine.shielded_gke_nodes)."""
+POD_FIELDS = ("hostNetwork", "hostPID", "hostIPC")
 GKE_METADATA = "GKE_METADATA"
 DEFAULT_COMPUTE_SA_SUFFIX = "-compute@developer.gserviceaccount.com"
 
@@ -178,8 +201,11 @@ def check_bucket_not_public(resource_type: str, props: Mapping[str, Any]) -> lis
         return []
     role = props.get("role")
     grant = f" role {_show(role)}" if isinstance(role, str) and not is_unknown(role) else ""
-    return [f"grants{grant} to {member} on bucket {_show(props.get('bucket'))}: buckets must not be public"
-            for member in members if isinstance(member, str) and member in PUBLIC_MEMBERS]
+    bucket = _show(props.get("bucket"))
+    return [f"grants{grant} to {member} on bucket {bucket}: buckets must not be public"
+            for member in members if isinstance(member, str) and member in PUBLIC_MEMBERS] + [
+            f"grants{grant} to {member} on bucket {bucket}: buckets must not be open to a whole domain"
+            for member in members if isinstance(member, str) and member.startswith(DOMAIN_MEMBER_PREFIX)]
 
 
 def _policy_members(policy_data: Any) -> list[Any]:
@@ -255,13 +281,86 @@ def check_no_default_service_account(resource_type: str, props: Mapping[str, Any
 
 
 def check_shielded_nodes(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    """The cluster enables Shielded GKE Nodes."""
+    """Every node pool (a NodePool, a Cluster's inline or default pool) turns on secure boot and integrity
+    monitoring. Cluster Toolkit sets both on every pool, bare-metal A4X Max and tpu7x included
+    (components/nodepools.py); whether the cluster may turn Shielded GKE Nodes off is `check_stack_shielded_cluster`."""
+    violations: list[str] = []
+    for path, node_config in _node_configs(resource_type, props):
+        if is_unknown(node_config):
+            continue
+        for option in ("enableSecureBoot", "enableIntegrityMonitoring"):
+            value = _get(node_config, "shieldedInstanceConfig", option)
+            if value is not True and not is_unknown(value):
+                violations.append(f"{path}.shieldedInstanceConfig.{option} is {_show(value)}, must be true")
+    return violations
+
+
+def check_control_plane_not_public(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """No authorized network of the control plane's IP endpoint reaches the internet: no public range wider
+    than a /24 (0.0.0.0/0, or its two /1 halves), and not every Google Cloud public address."""
     if resource_type != CLUSTER:
         return []
-    shielded = props.get("enableShieldedNodes")
-    if shielded is True or is_unknown(shielded):
+    config = props.get("masterAuthorizedNetworksConfig")
+    violations = []
+    blocks = _get(config, "cidrBlocks")
+    for index, block in enumerate(blocks if _is_list(blocks) else []):
+        cidr = _get(block, "cidrBlock")
+        if isinstance(cidr, str) and not is_unknown(cidr) and cidrs.reaches_internet(cidr):
+            violations.append(f"masterAuthorizedNetworksConfig.cidrBlocks[{index}].cidrBlock {_show(cidr)} opens the "
+                              f"control plane to the internet (public ranges up to a /{cidrs.WIDEST_PUBLIC_PREFIX})")
+    if _get(config, "gcpPublicCidrsAccessEnabled") is True:
+        violations.append("masterAuthorizedNetworksConfig.gcpPublicCidrsAccessEnabled is true: every Google Cloud "
+                          "public address may reach the control plane")
+    return violations
+
+
+def check_no_legacy_auth(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """No legacy ABAC, client certificates or basic auth on the cluster: RBAC and IAM only."""
+    if resource_type != CLUSTER:
         return []
-    return [f"enableShieldedNodes is {_show(shielded)}, must be true"]
+    violations = []
+    if props.get("enableLegacyAbac") is True:
+        violations.append("enableLegacyAbac is true: legacy ABAC bypasses RBAC; leave it off")
+    if _get(props, "masterAuth", "clientCertificateConfig", "issueClientCertificate") is True:
+        violations.append("masterAuth.clientCertificateConfig.issueClientCertificate is true: use IAM, not a "
+                          "client certificate")
+    for key in ("username", "password"):
+        if _get(props, "masterAuth", key):
+            violations.append(f"masterAuth.{key} is set: basic authentication is legacy; use IAM")
+    return violations
+
+
+def check_no_primitive_roles(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """No IAM grant the stack makes uses a basic role (owner, editor, viewer), on any resource or identity."""
+    if not IAM_GRANT.match(resource_type):
+        return []
+    roles: list[tuple[str, Any]] = [("role", props.get("role"))]
+    document = props.get("policyData")
+    if isinstance(document, str) and not is_unknown(document):
+        try:
+            bindings = _get(json.loads(document), "bindings")
+        except ValueError:
+            bindings = None
+        roles += [(f"policyData.bindings[{i}].role", _get(b, "role"))
+                  for i, b in enumerate(bindings if _is_list(bindings) else [])]
+    member = props.get("member") or props.get("members")
+    to = f" to {_show(member)}" if member and not is_unknown(member) else ""
+    return [f"{path} is {_show(role)}{to}: basic roles are project-wide; grant a predefined role"
+            for path, role in roles if isinstance(role, str) and role in PRIMITIVE_ROLES]
+
+
+def check_firewall_ingress(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """No ingress firewall rule that allows traffic from the internet (0.0.0.0/0 or any public range wider than
+    a /24 other than Google's health-check and IAP ranges)."""
+    if resource_type != FIREWALL:
+        return []
+    direction = props.get("direction") or "INGRESS"
+    if direction != "INGRESS" or not props.get("allows") or props.get("disabled") is True:
+        return []
+    ranges = props.get("sourceRanges")
+    return [f"sourceRanges[{i}] {_show(cidr)} lets the internet in; allow only the addresses that need it"
+            for i, cidr in enumerate(ranges if _is_list(ranges) else [])
+            if isinstance(cidr, str) and not is_unknown(cidr) and cidrs.reaches_internet(cidr)]
 
 
 def check_reservation_affinity(resource_type: str, props: Mapping[str, Any]) -> list[str]:
@@ -376,6 +475,101 @@ def _env_violations(path: str, env_name: str, entry: Mapping[str, Any]) -> list[
             f'use valueFrom.secretKeyRef {{name: "{HF_SECRET_NAME}"}}']
 
 
+def _kind(resource_type: str, props: Mapping[str, Any]) -> str:
+    kind = props.get("kind")
+    return kind if isinstance(kind, str) else resource_type.rsplit(":", 1)[-1]
+
+
+def _pod_specs(props: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every pod spec inside an object: a mapping with a `containers` list (pods, templates, custom resources)."""
+    for path, mapping in _mappings(props):
+        if _is_list(mapping.get("containers")):
+            yield path, mapping
+
+
+def check_pod_privileges(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """Privileged containers, host namespaces and host paths only where components/hardening.py EXCEPTIONS
+    lists the object kind, the container and the field (each exception has its reason and source there)."""
+    if not _is_kubernetes(resource_type) or resource_type.startswith("kubernetes:helm.sh/"):
+        return []
+    kind = _kind(resource_type, props)
+    violations: list[str] = []
+    for path, spec in _pod_specs(props):
+        containers = [c for key in ("initContainers", "containers")
+                      for c in (spec.get(key) if _is_list(spec.get(key)) else []) if isinstance(c, Mapping)]
+        names = [str(c.get("name")) for c in containers]
+        allowed_anywhere = {f for name in names if (e := hardening.exemption(kind, name)) for f in e.fields}
+        found: list[tuple[str, str]] = []  # (field, where)
+        for container in containers:
+            name = str(container.get("name"))
+            exempt = hardening.exemption(kind, name)
+            allowed = exempt.fields if exempt else frozenset()
+            context = container.get("securityContext")
+            if _get(context, "privileged") is True and "privileged" not in allowed:
+                found.append(("privileged", f"container {name!r}"))
+            added = _get(context, "capabilities", "add")
+            if _is_list(added) and added and "privileged" not in allowed:
+                found.append((f"capabilities.add {list(added)}", f"container {name!r}"))
+            if _get(context, "allowPrivilegeEscalation") is True and "privileged" not in allowed:
+                found.append(("allowPrivilegeEscalation", f"container {name!r}"))
+        for field in POD_FIELDS:
+            if spec.get(field) is True and field not in allowed_anywhere:
+                found.append((field, "the pod"))
+        volumes = spec.get("volumes")
+        for volume in volumes if _is_list(volumes) else []:
+            host_path = isinstance(volume, Mapping) and volume.get("hostPath") is not None
+            if host_path and "hostPath" not in allowed_anywhere:
+                found.append(("hostPath", f"volume {volume.get('name')!r}"))
+        where = f"{path}: " if path else ""
+        violations += [f"{where}{field} on {owner} of {kind}: not in the pod-hardening exceptions "
+                       "(components/hardening.py)" for field, owner in found]
+    return violations
+
+
+# --------------------------------------------------------------------------- whole-stack checks
+def _inputs_of(resources: Sequence[tuple[str, Mapping[str, Any]]], resource_type: str) -> list[Mapping[str, Any]]:
+    return [props for kind, props in resources if kind == resource_type and isinstance(props, Mapping)]
+
+
+def check_stack_shielded_cluster(resources: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Clusters keep Shielded GKE Nodes on, unless the stack has a node pool whose machine cannot join such a
+    cluster (SHIELDED_NODES_UNSUPPORTED: bare-metal A4X Max)."""
+    machines = {_get(p, "nodeConfig", "machineType") for p in _inputs_of(resources, NODE_POOL)}
+    needs_off = sorted(m for m in machines if isinstance(m, str) and m in SHIELDED_NODES_UNSUPPORTED)
+    violations = []
+    for props in _inputs_of(resources, CLUSTER):
+        shielded = props.get("enableShieldedNodes")
+        if shielded is True or is_unknown(shielded) or needs_off:
+            continue
+        violations.append(f"cluster {_show(props.get('name'))}: enableShieldedNodes is {_show(shielded)}, must be "
+                          "true (no node pool of the stack uses a machine that requires it off)")
+    return violations
+
+
+def _is_default_deny_ingress(props: Mapping[str, Any]) -> bool:
+    selector = _get(props, "spec", "podSelector")
+    empty = isinstance(selector, Mapping) and not selector.get("matchLabels") and not selector.get("matchExpressions")
+    types = _get(props, "spec", "policyTypes")
+    return empty and _is_list(types) and "Ingress" in types and not _get(props, "spec", "ingress")
+
+
+def check_stack_default_deny(resources: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """The model namespace (labelled `llm-d.ai/guide`) has a NetworkPolicy that selects every pod and allows no
+    ingress, so only the allow policies' flows reach its pods (components/netpol.py)."""
+    guarded = {_get(p, "metadata", "namespace") for p in _inputs_of(resources, K8S_NETWORK_POLICY)
+               if _is_default_deny_ingress(p)}
+    violations = []
+    for props in _inputs_of(resources, K8S_NAMESPACE):
+        name = _get(props, "metadata", "name")
+        labels = _get(props, "metadata", "labels")
+        if not isinstance(labels, Mapping) or MODEL_NAMESPACE_LABEL not in labels or is_unknown(name):
+            continue
+        if name not in guarded:
+            violations.append(f"namespace {_show(name)} has no default-deny ingress NetworkPolicy (podSelector {{}}, "
+                              "policyTypes [Ingress], no ingress rules)")
+    return violations
+
+
 # --------------------------------------------------------------------------- Pulumi policy wrappers
 def to_plain(value: Any) -> Any:
     """Copy the engine's props (read-only proxies that raise on unknown values) into plain dicts and lists,
@@ -422,7 +616,19 @@ CHECKS: dict[str, tuple[Check, str]] = {
     "gke-no-default-service-account": (
         check_no_default_service_account,
         "GKE nodes never run as the Compute Engine default service account."),
-    "gke-shielded-nodes": (check_shielded_nodes, "GKE clusters enable Shielded GKE Nodes."),
+    "gke-shielded-nodes": (
+        check_shielded_nodes, "Every GKE node pool enables secure boot and integrity monitoring."),
+    "gke-control-plane-not-public": (
+        check_control_plane_not_public,
+        "No control-plane authorized network reaches the internet (public ranges up to a /24)."),
+    "gke-no-legacy-auth": (check_no_legacy_auth, "No legacy ABAC, client certificates or basic auth."),
+    "iam-no-primitive-roles": (
+        check_no_primitive_roles, "No IAM grant uses a basic role (roles/owner, roles/editor, roles/viewer)."),
+    "firewall-no-internet-ingress": (
+        check_firewall_ingress, "No ingress firewall rule allows traffic from the internet."),
+    "k8s-pod-privileges": (
+        check_pod_privileges,
+        "Privileged containers, host namespaces and host paths only where components/hardening.py lists them."),
     "k8s-pinned-images": (
         check_pinned_images,
         'Container images (pods, custom resources, Helm values) pin a tag or digest, never "latest".'),
@@ -435,7 +641,28 @@ CHECKS: dict[str, tuple[Check, str]] = {
 }
 """Policy name -> (pure check, description). `POLICIES` below and the tests are built from this."""
 
-POLICIES: list[ResourceValidationPolicy] = [
-    ResourceValidationPolicy(name=name, description=description, validate=_validator(check))
-    for name, (check, description) in CHECKS.items()
+STACK_CHECKS: dict[str, tuple[StackCheck, str]] = {
+    "gke-shielded-cluster": (
+        check_stack_shielded_cluster,
+        "Clusters keep Shielded GKE Nodes on unless a node pool's machine requires it off (bare-metal A4X Max)."),
+    "k8s-namespace-default-deny": (
+        check_stack_default_deny, "The model namespace has a default-deny ingress NetworkPolicy."),
+}
+"""Checks that need the whole stack: policy name -> (pure check, description)."""
+
+
+def _stack_validator(check: StackCheck) -> Callable[[StackValidationArgs, ReportViolation], None]:
+    def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+        resources = [(r.resource_type, to_plain(r.props)) for r in args.resources]
+        for message in check(resources):
+            report_violation(message, None)
+
+    return validate
+
+
+POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
+    *(ResourceValidationPolicy(name=name, description=description, validate=_validator(check))
+      for name, (check, description) in CHECKS.items()),
+    *(StackValidationPolicy(name=name, description=description, validate=_stack_validator(check))
+      for name, (check, description) in STACK_CHECKS.items()),
 ]

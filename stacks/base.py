@@ -63,6 +63,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
         maintenance_window_start=cfg.cluster.maintenanceWindowStart,
         maintenance_exclusion_start=cfg.cluster.maintenanceExclusionStart,
         deletion_protection=cfg.cluster.deletionProtection, dcgm_metrics=cfg.track == "gpu",
+        shielded_nodes=cfg.track != "gpu" or cfg.gpu.spec.shielded_gke_nodes,
         node_service_account=nodes.email, labels=labels),
         # Nodes must not come up before their service account holds its role.
         pulumi.ResourceOptions(provider=provider, depends_on=[*services.resources, *nodes.grants]))

@@ -122,6 +122,9 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
      "from, e.g. [\"203.0.113.7/32\"]"),
     ("gpu", {"cluster__authorizedNetworks": ["0.0.0.0/0"]},
      "kimi-k3-1:cluster.authorizedNetworks = '0.0.0.0/0': 0.0.0.0/0 opens the control plane to the internet"),
+    ("gpu", {"cluster__authorizedNetworks": ["203.0.113.7/32", "128.0.0.0/1"]},
+     "kimi-k3-1:cluster.authorizedNetworks = '128.0.0.0/1': public ranges wider than a /24 open the control plane "
+     "to the internet; list the addresses you run pulumi from"),
     # Versions and limits.
     ("gpu", {"cluster__versionPrefix": "1.34."},
      f"kimi-k3-1:cluster.versionPrefix = '1.34.': both tracks need GKE >= {catalog.GKE_MIN_VERSION}; "

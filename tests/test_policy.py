@@ -50,12 +50,16 @@ def bucket(**overrides: Any) -> dict[str, Any]:
     return {"name": "b", "publicAccessPrevention": "enforced", "uniformBucketLevelAccess": True, **overrides}
 
 
+SHIELDED = {"enableSecureBoot": True, "enableIntegrityMonitoring": True}
+
+
 def cluster(**overrides: Any) -> dict[str, Any]:
     props = {
         "enableShieldedNodes": True,
         "privateClusterConfig": {"enablePrivateNodes": True, "enablePrivateEndpoint": False},
         "workloadIdentityConfig": {"workloadPool": "my-gcp-project.svc.id.goog"},
-        "nodeConfig": {"serviceAccount": NODE_SA, "workloadMetadataConfig": {"mode": "GKE_METADATA"}},
+        "nodeConfig": {"serviceAccount": NODE_SA, "workloadMetadataConfig": {"mode": "GKE_METADATA"},
+                       "shieldedInstanceConfig": SHIELDED},
         "removeDefaultNodePool": True,
     }
     props.update(overrides)
@@ -63,7 +67,8 @@ def cluster(**overrides: Any) -> dict[str, Any]:
 
 
 def node_pool(machine: str = "n2-standard-8", **node_config: Any) -> dict[str, Any]:
-    config = {"machineType": machine, "serviceAccount": NODE_SA, "workloadMetadataConfig": {"mode": "GKE_METADATA"}}
+    config = {"machineType": machine, "serviceAccount": NODE_SA, "workloadMetadataConfig": {"mode": "GKE_METADATA"},
+              "shieldedInstanceConfig": SHIELDED}
     config.update(node_config)
     return {"name": "pool", "nodeConfig": {k: v for k, v in config.items() if v is not None}}
 
@@ -109,6 +114,10 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("bucket-not-public", "gcp:storage/bucketIAMBinding:BucketIAMBinding",
      {"bucket": "b", "role": "roles/storage.objectViewer", "members": ["user:a@example.com", "allAuthenticatedUsers"]},
      ['grants role "roles/storage.objectViewer" to allAuthenticatedUsers on bucket "b": buckets must not be public']),
+    ("bucket-not-public", "gcp:storage/bucketIAMMember:BucketIAMMember",
+     {"bucket": "b", "role": "roles/storage.admin", "member": "domain:example.com"},
+     ['grants role "roles/storage.admin" to domain:example.com on bucket "b": buckets must not be open to a whole '
+      "domain"]),
     ("bucket-not-public", "gcp:storage/bucketIAMPolicy:BucketIAMPolicy",
      {"bucket": "b", "policyData": json.dumps({"bindings": [{"role": "roles/storage.objectViewer",
                                                              "members": ["allUsers"]}]})},
@@ -154,10 +163,71 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("gke-no-default-service-account", CLUSTER, cluster(nodeConfig=None),
      ["nodeConfig.serviceAccount is not set, so nodes run as the Compute Engine default service account; "
       "set a dedicated node service account"]),
-    # ---- gke-shielded-nodes
+    # ---- gke-shielded-nodes (node pools; the cluster-wide switch is the stack check gke-shielded-cluster)
     ("gke-shielded-nodes", CLUSTER, cluster(), []),
-    ("gke-shielded-nodes", CLUSTER, cluster(enableShieldedNodes=False), ["enableShieldedNodes is false, must be true"]),
     ("gke-shielded-nodes", NODE_POOL, node_pool(), []),
+    ("gke-shielded-nodes", NODE_POOL,
+     node_pool("tpu7x-standard-4t", shieldedInstanceConfig={"enableSecureBoot": False}),
+     ["nodeConfig.shieldedInstanceConfig.enableSecureBoot is false, must be true",
+      "nodeConfig.shieldedInstanceConfig.enableIntegrityMonitoring is not set, must be true"]),
+    ("gke-shielded-nodes", CLUSTER, cluster(nodePools=[node_pool(), node_pool(shieldedInstanceConfig=None)]),
+     ["nodePools[1].nodeConfig.shieldedInstanceConfig.enableSecureBoot is not set, must be true",
+      "nodePools[1].nodeConfig.shieldedInstanceConfig.enableIntegrityMonitoring is not set, must be true"]),
+    # ---- gke-control-plane-not-public
+    ("gke-control-plane-not-public", CLUSTER, cluster(masterAuthorizedNetworksConfig={"cidrBlocks": [
+        {"cidrBlock": "203.0.113.7/32"}, {"cidrBlock": "10.0.0.0/8"}]}), []),
+    ("gke-control-plane-not-public", CLUSTER, cluster(masterAuthorizedNetworksConfig={"cidrBlocks": [
+        {"cidrBlock": "0.0.0.0/1"}, {"cidrBlock": "128.0.0.0/1"}], "gcpPublicCidrsAccessEnabled": True}),
+     ['masterAuthorizedNetworksConfig.cidrBlocks[0].cidrBlock "0.0.0.0/1" opens the control plane to the internet '
+      "(public ranges up to a /24)",
+      'masterAuthorizedNetworksConfig.cidrBlocks[1].cidrBlock "128.0.0.0/1" opens the control plane to the internet '
+      "(public ranges up to a /24)",
+      "masterAuthorizedNetworksConfig.gcpPublicCidrsAccessEnabled is true: every Google Cloud public address may "
+      "reach the control plane"]),
+    # ---- gke-no-legacy-auth
+    ("gke-no-legacy-auth", CLUSTER, cluster(enableLegacyAbac=False), []),
+    ("gke-no-legacy-auth", CLUSTER, cluster(enableLegacyAbac=True, masterAuth={
+        "clientCertificateConfig": {"issueClientCertificate": True}, "username": "admin"}),
+     ["enableLegacyAbac is true: legacy ABAC bypasses RBAC; leave it off",
+      "masterAuth.clientCertificateConfig.issueClientCertificate is true: use IAM, not a client certificate",
+      "masterAuth.username is set: basic authentication is legacy; use IAM"]),
+    # ---- iam-no-primitive-roles
+    ("iam-no-primitive-roles", "gcp:projects/iAMMember:IAMMember",
+     {"project": "p", "role": "roles/container.defaultNodeServiceAccount", "member": f"serviceAccount:{NODE_SA}"}, []),
+    ("iam-no-primitive-roles", "gcp:projects/iAMMember:IAMMember",
+     {"project": "p", "role": "roles/owner", "member": f"serviceAccount:{NODE_SA}"},
+     [f'role is "roles/owner" to "serviceAccount:{NODE_SA}": basic roles are project-wide; grant a predefined role']),
+    ("iam-no-primitive-roles", "gcp:serviceaccount/iAMBinding:IAMBinding",
+     {"serviceAccountId": "x", "role": "roles/editor", "members": ["user:a@example.com"]},
+     ['role is "roles/editor" to ["user:a@example.com"]: basic roles are project-wide; grant a predefined role']),
+    ("iam-no-primitive-roles", "gcp:projects/iAMPolicy:IAMPolicy",
+     {"project": "p", "policyData": json.dumps({"bindings": [{"role": "roles/viewer", "members": ["domain:x.com"]}]})},
+     ['policyData.bindings[0].role is "roles/viewer": basic roles are project-wide; grant a predefined role']),
+    # ---- firewall-no-internet-ingress
+    ("firewall-no-internet-ingress", "gcp:compute/firewall:Firewall",
+     {"network": "n", "allows": [{"protocol": "tcp", "ports": ["80"]}],
+      "sourceRanges": ["35.191.0.0/16", "10.0.0.0/8"]},
+     []),
+    ("firewall-no-internet-ingress", "gcp:compute/firewall:Firewall",
+     {"network": "n", "direction": "EGRESS", "allows": [{"protocol": "tcp"}], "destinationRanges": ["0.0.0.0/0"]}, []),
+    ("firewall-no-internet-ingress", "gcp:compute/firewall:Firewall",
+     {"network": "n", "allows": [{"protocol": "tcp", "ports": ["22"]}], "sourceRanges": ["0.0.0.0/0"]},
+     ['sourceRanges[0] "0.0.0.0/0" lets the internet in; allow only the addresses that need it']),
+    # ---- k8s-pod-privileges
+    ("k8s-pod-privileges", DEPLOYMENT, deployment(), []),
+    ("k8s-pod-privileges", "kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet",
+     {"kind": "DisaggregatedSet", "spec": {"roles": [{"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {
+         "hostIPC": True, "volumes": [{"name": "nvidia", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}}],
+         "containers": [{"name": "vllm", "securityContext": {"privileged": True}}]}}}}}]}}, []),
+    ("k8s-pod-privileges", DEPLOYMENT,
+     {"kind": "Deployment", "spec": {"template": {"spec": {"hostNetwork": True, "containers": [
+         {"name": "vllm", "securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}}]}}}},
+     ["spec.template.spec: privileged on container 'vllm' of Deployment: not in the pod-hardening exceptions "
+      "(components/hardening.py)",
+      "spec.template.spec: capabilities.add ['SYS_ADMIN'] on container 'vllm' of Deployment: not in the "
+      "pod-hardening exceptions (components/hardening.py)",
+      "spec.template.spec: hostNetwork on the pod of Deployment: not in the pod-hardening exceptions "
+      "(components/hardening.py)"]),
     # ---- k8s-pinned-images
     ("k8s-pinned-images", DEPLOYMENT, deployment(), []),
     ("k8s-pinned-images", DEPLOYMENT, deployment(image="ghcr.io/llm-d/llm-d@sha256:" + "a" * 64), []),
@@ -296,7 +366,7 @@ def test_pack_lists_every_rule(monkeypatch):
     assert built["name"] == "kimi-k3-1-policies"
     assert built["enforcement_level"] is EnforcementLevel.MANDATORY
     assert built["policies"] is rules.POLICIES
-    assert [p.name for p in built["policies"]] == list(rules.CHECKS)
+    assert [p.name for p in built["policies"]] == [*rules.CHECKS, *rules.STACK_CHECKS]
     assert all(p.description for p in built["policies"])
 
 
@@ -341,3 +411,154 @@ def test_committed_stacks_exercise_every_policy(plan_resources):
     gke = copy.deepcopy(next(r for r in plan_resources["gpu"] if r["type"] == CLUSTER)["inputs"])
     gke["privateClusterConfig"]["enablePrivateNodes"] = False
     assert rules.check_private_nodes(CLUSTER, gke) == ["privateClusterConfig.enablePrivateNodes is false, must be true"]
+
+
+# --------------------------------------------------------------------------- unsafe changes to the real plans
+def all_violations(resources: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Every resource and stack policy over a plan's resources: policy name -> its messages."""
+    found: dict[str, list[str]] = {}
+    for resource in resources:
+        for name, (check, _) in rules.CHECKS.items():
+            found.setdefault(name, []).extend(check(resource["type"], resource["inputs"]))
+    pairs = [(r["type"], r["inputs"]) for r in resources]
+    for name, (stack_check, _) in rules.STACK_CHECKS.items():
+        found.setdefault(name, []).extend(stack_check(pairs))
+    return {name: messages for name, messages in found.items() if messages}
+
+
+def test_committed_stacks_pass_every_stack_policy(plan_resources):
+    assert {stack: all_violations(resources) for stack, resources in plan_resources.items()} == {"gpu": {}, "tpu": {}}
+
+
+def _one(resources: list[dict[str, Any]], type_token: str, name: str | None = None) -> dict[str, Any]:
+    found = [r for r in resources if r["type"] == type_token and (name is None or name in r["name"])]
+    assert found, f"no {type_token} {name or ''} in the plan"
+    return found[0]["inputs"]
+
+
+def _grant_owner_to_nodes(resources):
+    _one(resources, "gcp:projects/iAMMember:IAMMember", "nodes-")["role"] = "roles/owner"
+
+
+def _open_control_plane(*cidrs):
+    def mutate(resources):
+        _one(resources, CLUSTER)["masterAuthorizedNetworksConfig"] = {
+            "cidrBlocks": [{"cidrBlock": c, "displayName": "x"} for c in cidrs]}
+    return mutate
+
+
+def _legacy_abac(resources):
+    _one(resources, CLUSTER)["enableLegacyAbac"] = True
+
+
+def _bucket_to_domain(resources):
+    grant = copy.deepcopy(_one(resources, "gcp:storage/bucketIAMMember:BucketIAMMember"))
+    grant.update(role="roles/storage.admin", member="domain:example.com")
+    resources.append({"type": "gcp:storage/bucketIAMMember:BucketIAMMember", "name": "x", "inputs": grant})
+
+
+def _bucket_public(resources):
+    _one(resources, "gcp:storage/bucketIAMMember:BucketIAMMember")["member"] = "allUsers"
+
+
+def _shielded_off(option):
+    def mutate(resources):
+        pool = next(r for r in resources if r["type"] == NODE_POOL
+                    and r["inputs"]["nodeConfig"]["machineType"] not in ("n2-standard-8", "c3-standard-44"))
+        pool["inputs"]["nodeConfig"]["shieldedInstanceConfig"][option] = False
+    return mutate
+
+
+def _cluster_shielded_off(resources):
+    _one(resources, CLUSTER)["enableShieldedNodes"] = False
+
+
+def _gpu_vm_pool_with_shielded_cluster_off(resources):
+    """The exception is tight: the GPU cluster may turn Shielded GKE Nodes off only for bare-metal A4X Max."""
+    for resource in resources:
+        if resource["type"] == NODE_POOL and resource["inputs"]["nodeConfig"]["machineType"] == "a4x-maxgpu-4g-metal":
+            resource["inputs"]["nodeConfig"]["machineType"] = "a4x-highgpu-4g"
+
+
+def _privileged_pod(resources):
+    namespace = _one(resources, "kubernetes:core/v1:Namespace", "guide")["metadata"]["name"]
+    resources.append({"type": DEPLOYMENT, "name": "debug", "inputs": {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "debug", "namespace": namespace},
+        "spec": {"template": {"spec": {"hostPID": True, "containers": [
+            {"name": "shell", "image": "debian:13", "securityContext": {"privileged": True}}]}}}}})
+
+
+def _privileged_sidecar(resources):
+    serving = next(r for r in resources if r["type"].endswith((":DisaggregatedSet", ":LeaderWorkerSet")))
+    spec = next(path for path, mapping in rules._mappings(serving["inputs"]) if "containers" in mapping)
+    pod = serving["inputs"]
+    for part in spec.replace("]", "").replace("[", ".").split("."):
+        pod = pod[int(part)] if part.isdigit() else pod[part]
+    pod["hostNetwork"] = True
+
+
+def _ssh_from_internet(resources):
+    resources.append({"type": "gcp:compute/firewall:Firewall", "name": "allow-ssh", "inputs": {
+        "name": "allow-ssh", "network": "kimi", "direction": "INGRESS",
+        "allows": [{"protocol": "tcp", "ports": ["22"]}], "sourceRanges": ["0.0.0.0/0"]}})
+
+
+def _drop_default_deny(resources):
+    resources[:] = [r for r in resources if not (
+        r["type"] == "kubernetes:networking.k8s.io/v1:NetworkPolicy" and rules._is_default_deny_ingress(r["inputs"]))]
+
+
+UNSAFE_CHANGES = [
+    # (stack, change, policy that must catch it)
+    ("gpu", _grant_owner_to_nodes, "iam-no-primitive-roles"),
+    ("tpu", _open_control_plane("0.0.0.0/0"), "gke-control-plane-not-public"),
+    ("gpu", _open_control_plane("0.0.0.0/1", "128.0.0.0/1"), "gke-control-plane-not-public"),
+    ("tpu", _legacy_abac, "gke-no-legacy-auth"),
+    ("gpu", _bucket_to_domain, "bucket-not-public"),
+    ("tpu", _bucket_public, "bucket-not-public"),
+    ("gpu", _shielded_off("enableSecureBoot"), "gke-shielded-nodes"),
+    ("tpu", _shielded_off("enableIntegrityMonitoring"), "gke-shielded-nodes"),
+    ("tpu", _cluster_shielded_off, "gke-shielded-cluster"),
+    ("gpu", _gpu_vm_pool_with_shielded_cluster_off, "gke-shielded-cluster"),
+    ("gpu", _privileged_pod, "k8s-pod-privileges"),
+    ("tpu", _privileged_pod, "k8s-pod-privileges"),
+    ("gpu", _privileged_sidecar, "k8s-pod-privileges"),
+    ("tpu", _privileged_sidecar, "k8s-pod-privileges"),
+    ("gpu", _ssh_from_internet, "firewall-no-internet-ingress"),
+    ("gpu", _drop_default_deny, "k8s-namespace-default-deny"),
+    ("tpu", _drop_default_deny, "k8s-namespace-default-deny"),
+]
+
+
+@pytest.mark.parametrize("stack, change, policy", UNSAFE_CHANGES,
+                         ids=[f"{s}-{p}-{i}" for i, (s, _, p) in enumerate(UNSAFE_CHANGES)])
+def test_unsafe_change_to_a_real_plan_is_caught(plan_resources, stack, change, policy):
+    resources = copy.deepcopy(plan_resources[stack])
+    change(resources)
+    assert policy in all_violations(resources)
+
+
+def test_gpu_cluster_turns_shielded_nodes_off_only_for_bare_metal(plan_resources):
+    gke = {stack: _one(plan_resources[stack], CLUSTER) for stack in STACKS}
+    assert gke["gpu"]["enableShieldedNodes"] is False and gke["tpu"]["enableShieldedNodes"] is True
+    assert rules.SHIELDED_NODES_UNSUPPORTED == {"a4x-maxgpu-4g-metal"}
+
+
+def test_every_exception_is_used_exactly_by_a_committed_plan(plan_resources):
+    """The allow-list is not stale: each exempt container really uses every field its exception grants."""
+    from components import hardening
+
+    used: dict[tuple[str, str], set[str]] = {}
+    for resource in plan_resources["gpu"]:
+        if not resource["type"].startswith("kubernetes:") or resource["type"].startswith("kubernetes:helm.sh/"):
+            continue
+        kind = rules._kind(resource["type"], resource["inputs"])
+        for _, spec in rules._pod_specs(resource["inputs"]):
+            pod_fields = {f for f in rules.POD_FIELDS if spec.get(f) is True}
+            pod_fields |= {"hostPath"} if any("hostPath" in v for v in spec.get("volumes") or []) else set()
+            for container in spec["containers"]:
+                if hardening.exemption(kind, container["name"]):
+                    mine = {"privileged"} if (container.get("securityContext") or {}).get("privileged") else set()
+                    used.setdefault((kind, container["name"]), set()).update(mine | pod_fields)
+    assert used == {(e.kind, e.container): set(e.fields) for e in hardening.EXCEPTIONS}
+    assert all(e.reason and "http" in e.source for e in hardening.EXCEPTIONS)
