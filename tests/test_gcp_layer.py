@@ -155,7 +155,13 @@ def test_cluster_settings(plans, stack):
     # IP endpoint closed to the internet (no CIDRs); users and CI reach the IAM-guarded DNS endpoint.
     assert c["masterAuthorizedNetworksConfig"] == {"cidrBlocks": []}
     assert c["controlPlaneEndpointsConfig"] == {"dnsEndpointConfig": {"allowExternalTraffic": True}}
-    assert c["enableShieldedNodes"] is True
+    # Off only on the A4X Max (bare-metal) cluster, as Cluster Toolkit's A4X Max blueprint runs it (docs/security.md);
+    # every pool still sets secure boot and integrity monitoring.
+    assert c["enableShieldedNodes"] is (stack == "tpu")
+    assert c["nodeConfig"]["shieldedInstanceConfig"] == {"enableSecureBoot": True, "enableIntegrityMonitoring": True}
+    for pool in plan.of_type(NODE_POOL):
+        assert pool["inputs"]["nodeConfig"]["shieldedInstanceConfig"] == {
+            "enableSecureBoot": True, "enableIntegrityMonitoring": True}, pool["name"]
     assert c["removeDefaultNodePool"] is True
     assert c["deletionProtection"] is False
     assert c["releaseChannel"] == {"channel": "REGULAR"}
@@ -291,3 +297,7 @@ def test_billable_resources_carry_stack_labels(plans, stack):
         assert resource["inputs"]["nodeConfig"]["resourceLabels"]["pulumi-stack"] == stack
     assert plan.one(CLUSTER)["inputs"]["resourceLabels"]["llm-d-guide"] == "kimi-k3-1"
     assert plan.one("gcp:storage/bucket:Bucket")["inputs"]["labels"]["accelerator-track"] == stack
+
+
+def test_shielded_gke_nodes_stay_on_for_the_a4x_vm_fallback(variants):
+    assert variants["gpu2"].one(CLUSTER)["inputs"]["enableShieldedNodes"] is True
