@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
 import re
 import typing
 from typing import Any, ClassVar, Literal, Optional
@@ -24,18 +25,25 @@ from . import catalog, cidrs, contract
 PROJECT = "kimi-k3-1"
 """Pulumi project name, and so the config namespace."""
 
+PROVIDER_NAMESPACES = ("gcp", "kubernetes", "pulumi")
+"""Config namespaces besides the project's that a stack file may use: the providers this program creates
+(their own settings, e.g. `gcp:project`) and Pulumi's (`pulumi:tags`); any other is a typo
+(https://www.pulumi.com/docs/iac/concepts/config/)."""
+
 SECRET_KEYS = ("hfToken",)
 """Keys that only ever arrive as secrets; read with `pulumi.Config.require_secret`, never validated into
 models, so their values cannot appear in an error message."""
 
 
 class ConfigError(Exception):
-    """A user error in stack config: reported on one or two lines, without a traceback."""
+    """A user error in stack config: reported on one line, without a traceback. `key` is a project key
+    (shown with the project namespace) unless it already carries a namespace of its own."""
 
     def __init__(self, key: str, value: Any, problem: str):
         self.key, self.value, self.problem = key, value, problem
         shown = "(unset)" if value is None else json.dumps(value) if not isinstance(value, str) else repr(value)
-        super().__init__(f"{PROJECT}:{key} = {shown}: {problem}")
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        super().__init__(f"{full} = {shown}: {problem}")
 
 
 def _fail(key: str, value: Any, problem: str) -> None:
@@ -53,13 +61,44 @@ class Section(BaseModel):
 
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+GCE_NAMING = "https://cloud.google.com/compute/docs/naming-resources"
+"""Compute Engine names (reservations, blocks, machine types, networks): 1-63 characters matching
+[a-z]([-a-z0-9]*[a-z0-9])?."""
+GKE_CLUSTER_NAMING = "https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters"
+"""GKE cluster names: up to 40 lowercase letters, digits and hyphens, starting with a letter, ending alphanumeric."""
+PROJECT_ID_RULES = "https://cloud.google.com/resource-manager/docs/creating-managing-projects"
+BUCKET_NAMING = "https://cloud.google.com/storage/docs/naming-buckets"
+SERVICE_ACCOUNT_ID_RULES = "https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/create"
+"""Service account IDs: 6-30 characters of a-z, 0-9 and '-'."""
 
 
-def _check_name(key: str, value: str, max_len: int) -> None:
+def _check_name(key: str, value: str, max_len: int, rules: str = GCE_NAMING) -> None:
     """GCP resource names: lowercase letters, digits, hyphens; start with a letter; bounded length."""
     if len(value) > max_len or not _NAME.match(value):
         _fail(key, value, f"must be 1-{max_len} characters of a-z, 0-9 and '-', start with a letter "
-                          "and not end with '-'")
+                          f"and not end with '-' ({rules})")
+
+
+def _check_project_id(key: str, value: str) -> None:
+    if not re.fullmatch(r"[a-z][-a-z0-9]{4,28}[a-z0-9]", value):
+        _fail(key, value, f"a project ID is 6-30 characters of a-z, 0-9 and '-', starting with a letter and not "
+                          f"ending with '-' ({PROJECT_ID_RULES})")
+
+
+def check_bucket_name(key: str, value: str) -> None:
+    """Cloud Storage's bucket name requirements, all of them, so `pulumi up` cannot fail on one."""
+    problem = None
+    parts = value.split(".")
+    if not re.fullmatch(r"[a-z0-9][-_.a-z0-9]*[a-z0-9]", value):
+        problem = "only a-z, 0-9, '-', '_' and '.', starting and ending with a letter or digit"
+    elif not 3 <= len(value) <= (222 if "." in value else 63) or any(not 1 <= len(p) <= 63 for p in parts):
+        problem = "3-63 characters (up to 222 with dots, each dot-separated part 1-63)"
+    elif re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}", value):
+        problem = "must not look like an IP address"
+    elif value.startswith("goog") or re.search(r"g[o0][o0]g[l1]e", value):
+        problem = "must not begin with 'goog' or contain 'google' or a close misspelling"
+    if problem:
+        _fail(key, value, f"not a valid bucket name: {problem} ({BUCKET_NAMING})")
 
 
 class GcpConfig(Section):
@@ -74,9 +113,7 @@ class GcpConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> GcpConfig:
-        if not re.fullmatch(r"[a-z][-a-z0-9]{4,28}[a-z0-9]", self.project):
-            _fail(self.key("project"), self.project,
-                  "a project ID is 6-30 characters of a-z, 0-9 and '-', starting with a letter")
+        _check_project_id(self.key("project"), self.project)
         if not re.fullmatch(r"[a-z]+-[a-z]+[0-9]+", self.region):
             _fail(self.key("region"), self.region, "expected a region such as 'us-central1'")
         zone_region = re.sub(r"-(ai)?[0-9]*[a-z]$", "", self.zone)
@@ -136,7 +173,7 @@ class ClusterConfig(Section):
     @model_validator(mode="after")
     def _check(self) -> ClusterConfig:
         if self.name is not None:
-            _check_name(self.key("name"), self.name, 40)
+            _check_name(self.key("name"), self.name, 40, GKE_CLUSTER_NAMING)
         if not re.fullmatch(r"1\.[0-9]+\.", self.versionPrefix):
             _fail(self.key("versionPrefix"), self.versionPrefix, "expected a minor line such as '1.35.'")
         minimum = catalog.parse_gke_version(catalog.GKE_MIN_VERSION)[:2]
@@ -169,6 +206,11 @@ class ClusterConfig(Section):
 class NodePoolConfig(Section):
     machineType: str
     nodeCount: int = Field(ge=1, le=16)
+
+    @model_validator(mode="after")
+    def _check(self) -> NodePoolConfig:
+        _check_name(self.key("machineType"), self.machineType, 63)
+        return self
 
 
 class SystemPoolConfig(NodePoolConfig):
@@ -237,9 +279,21 @@ class GpuConfig(Section):
         if self.spec.gpus_per_node % self.tensorParallel:
             _fail(self.key("tensorParallel"), self.tensorParallel,
                   f"must divide the {self.spec.gpus_per_node} GPUs of a node (one pod runs GPUs/TP engines)")
+        _check_reservation(self)
         if self.reservationSubBlock and not self.reservationBlock:
             _fail(self.key("reservationSubBlock"), self.reservationSubBlock, "needs gpu.reservationBlock too")
         return self
+
+
+def _check_reservation(section: Section) -> None:
+    """Reservation names go into a reservation URL (projects/P/reservations/R[/reservationBlocks/B...]): each
+    part must be a Compute Engine name, the project a project ID."""
+    for field in ("reservation", "reservationBlock", "reservationSubBlock"):
+        value = getattr(section, field, None)
+        if value is not None:
+            _check_name(section.key(field), value, 63)
+    if section.reservationProject is not None:
+        _check_project_id(section.key("reservationProject"), section.reservationProject)
 
 
 class TpuConfig(Section):
@@ -294,6 +348,7 @@ class TpuConfig(Section):
         if self.tensorParallel % self.expertParallel:
             _fail(self.key("expertParallel"), self.expertParallel,
                   f"must divide tpu.tensorParallel ({self.tensorParallel})")
+        _check_reservation(self)
         return self
 
 
@@ -305,7 +360,8 @@ class KubernetesConfig(Section):
     @model_validator(mode="after")
     def _check(self) -> KubernetesConfig:
         if len(self.namespace) > 63 or not _NAME.match(self.namespace):
-            _fail(self.key("namespace"), self.namespace, "a namespace is 1-63 characters of a-z, 0-9 and '-'")
+            _fail(self.key("namespace"), self.namespace, "a namespace is 1-63 characters of a-z, 0-9 and '-' "
+                  "(https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#dns-label-names)")
         return self
 
 
@@ -351,11 +407,11 @@ class CostConfig(Section):
             if value is None:
                 continue
             try:
-                ok = float(value) >= 0
+                ok = math.isfinite(float(value)) and float(value) >= 0
             except ValueError:
                 ok = False
             if not ok:
-                _fail(self.key(field), value, "expected a non-negative decimal such as '42.50' (USD)")
+                _fail(self.key(field), value, "expected a finite, non-negative decimal such as '42.50' (USD)")
         return self
 
     def price(self, field: str) -> Optional[float]:
@@ -382,9 +438,8 @@ class StorageConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> StorageConfig:
-        if self.bucketName is not None and not re.fullmatch(r"[a-z0-9][-_a-z0-9]{1,61}[a-z0-9]", self.bucketName):
-            _fail(self.key("bucketName"), self.bucketName,
-                  "a bucket name is 3-63 characters of a-z, 0-9, '-' and '_', starting and ending alphanumeric")
+        if self.bucketName is not None:
+            check_bucket_name(self.key("bucketName"), self.bucketName)
         if not self.checkpointPrefix.endswith("/") or self.checkpointPrefix.startswith("/"):
             _fail(self.key("checkpointPrefix"), self.checkpointPrefix, "a folder path such as 'models/kimi/' "
                                                                       "(trailing '/', no leading '/')")
@@ -507,8 +562,20 @@ class StackConfig(BaseModel):
                                             "address, e.g. http://10.0.0.10")
         if self.track == "gpu" and self.model.speculative == "nextn":
             _fail("model.speculative", "nextn", "vLLM has no NEXTN drafter; use mtp or dflash on the gpu track")
-        _check_name("cluster.name", self.cluster_name, 40)
-        _check_name("cluster.name", f"{self.cluster_name}-nodes", 30)
+        _check_name("cluster.name", self.cluster_name, 40, GKE_CLUSTER_NAMING)
+        # The node service account's ID is <cluster>-nodes.
+        _check_name("cluster.name", f"{self.cluster_name}-nodes", 30, SERVICE_ACCOUNT_ID_RULES)
+        if self.storage.bucketName is None:
+            check_bucket_name("gcp.project", self.bucket_name)  # the default bucket name derives from it
+        b = self.benchmark
+        session = b.systemPromptTokens + b.turnsPerConversation * (b.inputTokensPerTurn + b.outputTokensPerTurn)
+        if session > self.context_length:
+            key = "benchmark.systemPromptTokens" if b.systemPromptTokens >= self.context_length \
+                else "benchmark.turnsPerConversation"
+            _fail(key, getattr(b, key.split(".")[1]),
+                  f"a session of {b.systemPromptTokens} system + {b.turnsPerConversation} turns x "
+                  f"({b.inputTokensPerTurn} in + {b.outputTokensPerTurn} out) = {session:,} tokens exceeds the "
+                  f"served context of {self.context_length:,} (model.contextLength)")
         return self
 
     @property
@@ -559,6 +626,8 @@ def _nest(raw: dict[str, Any]) -> dict[str, Any]:
                 value = json.loads(value)
             except json.JSONDecodeError:
                 raise ConfigError(key, value, "expected a list, e.g. [\"203.0.113.7/32\"]") from None
+        else:
+            _check_scalar(key, value)
         if type(None) in typing.get_args(annotation) and (value == "" or (value in ("0", 0) and int in typing.get_args(
                 annotation))):
             value = None  # Pulumi.yaml's stand-in default for "unset": "" (strings) or 0 (integers), tools/schema.py
@@ -568,6 +637,37 @@ def _nest(raw: dict[str, Any]) -> dict[str, Any]:
         else:
             nested[key] = value
     return nested
+
+
+def _check_scalar(key: str, value: Any) -> None:
+    """Pulumi hands a YAML list or map to the program as JSON text, and `.inf`/`.nan` as text a float() accepts:
+    neither may reach a key that takes one name or a number."""
+    text = value.strip() if isinstance(value, str) else value
+    if isinstance(text, (list, dict)) or (isinstance(text, str) and len(text) > 1
+                                              and text[0] in "[{" and text[-1] in "]}"):
+        raise ConfigError(key, value, "expected a single value, not a YAML list or map")
+    if isinstance(text, str) and text.lower().lstrip("+-") in (".inf", ".nan"):
+        text = text.replace(".", "")  # YAML's spelling, should it arrive as text
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        return
+    if not math.isfinite(number):
+        raise ConfigError(key, value, "expected a finite number")
+
+
+def check_namespaces(keys: typing.Iterable[str]) -> None:
+    """Every stack key must belong to this project or to a namespace the program uses (PROVIDER_NAMESPACES);
+    a key under any other namespace would be ignored silently, so it is an error, with a did-you-mean."""
+    known = (PROJECT, *PROVIDER_NAMESPACES)
+    for full in sorted(keys):
+        namespace, sep, rest = full.partition(":")
+        if not sep or namespace in known:
+            continue
+        close = difflib.get_close_matches(namespace, known, n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]}:{rest}?" if close else \
+            f"this program reads {PROJECT}:, {', '.join(n + ':' for n in PROVIDER_NAMESPACES)} keys only"
+        raise ConfigError(full, None, f"unknown namespace {namespace!r}; {hint}")
 
 
 def _describe_pydantic(err: ValidationError, raw: dict[str, Any]) -> ConfigError:
@@ -605,6 +705,7 @@ def raw_project_config() -> dict[str, Any]:
     from pulumi.runtime import config as runtime_config
 
     merged = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    check_namespaces(merged)
     prefix = f"{PROJECT}:"
     return {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
 

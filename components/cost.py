@@ -34,9 +34,16 @@ def hourly_costs(cfg: StackConfig) -> list[CostLine]:
         lines.append(CostLine(f"{chips} {catalog.IRONWOOD.generation} chips", chip and chip * chips,
                               "kimi-k3-1:cost.tpuChipHourUsd" if chip is None else f"{chip:g} $/chip-hour"))
     cpu_nodes = cfg.systemPool.nodeCount + cfg.transferPool.nodeCount
-    cpu = _priced(cfg.cost.price("cpuNodeHourUsd"), prices.CPU_NODE_HOUR)
-    lines.append(CostLine(f"{cpu_nodes} CPU nodes (system, weights-transfer)", cpu and cpu * cpu_nodes,
-                          "kimi-k3-1:cost.cpuNodeHourUsd" if cpu is None else f"{cpu:g} $/node-hour"))
+    override = cfg.cost.price("cpuNodeHourUsd")
+    for pool, spec in (("system", cfg.systemPool), ("weights-transfer", cfg.transferPool)):
+        if not spec.nodeCount:
+            continue
+        table = prices.cpu_node_hour(spec.machineType)
+        cpu = _priced(override, table)
+        basis = ("kimi-k3-1:cost.cpuNodeHourUsd" if cpu is None
+                 else f"{cpu:g} $/node-hour, " + ("kimi-k3-1:cost.cpuNodeHourUsd" if override is not None
+                                                  else table.source))
+        lines.append(CostLine(f"{spec.nodeCount} x {spec.machineType} ({pool})", cpu and cpu * spec.nodeCount, basis))
     staging = capacity.weight_staging(cfg)
     disk_capacity, disk_throughput = prices.hyperdisk_ml_monthly(staging.volume_gib, staging.throughput_mibps)
     lines.append(CostLine(f"Hyperdisk ML {staging.volume_gib} GiB capacity", disk_capacity / prices.HOURS_PER_MONTH,
@@ -70,11 +77,17 @@ def cost_per_million_tokens(usd_per_hour: float, output_tokens_per_second: float
     return usd_per_hour / (output_tokens_per_second * 3600) * 1e6
 
 
+def headline(lines: list[CostLine]) -> str:
+    """The priced total and, as prominently, every item without a price and the key that gives it one:
+    a total that silently left out the accelerators would understate the stack many times over."""
+    amount, _ = total(lines)
+    unpriced = [f"{line.item} unpriced: set {line.basis}" for line in lines if line.usd_per_hour is None]
+    return f"${amount:,.2f}/h" + "".join(f" + {item}" for item in unpriced)
+
+
 def summary_lines(cfg: StackConfig) -> list[str]:
     lines = hourly_costs(cfg)
-    amount, complete = total(lines)
-    out = [f"cost estimate (prices of {prices.TABLE_DATE}): ${amount:,.2f}/hour"
-           + ("" if complete else " plus the unpriced items below")]
+    out = [f"cost estimate (list prices of {prices.TABLE_DATE}): {headline(lines)}"]
     for line in lines:
         price = "price unknown, set " + line.basis if line.usd_per_hour is None else f"${line.usd_per_hour:,.2f}/h"
         out.append(f"  {line.item}: {price}")

@@ -1,9 +1,10 @@
 """List prices for the cost estimate: one table, each figure with its source and the date it was read.
 
-Compiled 2026-11-29 from stored copies of Google's pricing pages and secondary sources. No public list
-price was found for A4X Max, A4X, Ironwood (tpu7x) or the CPU machine types used here: those rows are
-None and the estimate asks for `kimi-k3-1:cost.*` (negotiated or current prices). Treat every figure as
-an estimate and check the Google Cloud pricing pages for your region.
+Compiled 2026-11-29/30 from stored copies of Google's pricing pages and secondary sources. No public list
+price was found for A4X Max, A4X or Ironwood (tpu7x): those rows are None and the estimate names them as
+unpriced until `kimi-k3-1:cost.*` gives one (negotiated or current prices). The CPU machine types carry
+Google's published on-demand prices for Iowa (us-central1). Treat every figure as an estimate and check the
+Google Cloud pricing pages for your region.
 """
 
 from __future__ import annotations
@@ -26,7 +27,29 @@ GPU_NODE_HOUR = Price(None, "node-hour", "not published: A4X Max / A4X are reser
                       "(https://docs.cloud.google.com/ai-hypercomputer/docs/create/create-a4xmax-instances-in-bulk)")
 TPU_CHIP_HOUR = Price(None, "chip-hour", "not published: Ironwood access through the account team "
                       "(https://docs.cloud.google.com/tpu/docs/regions-zones)")
-CPU_NODE_HOUR = Price(None, "node-hour", "not found for n2-standard-8 / c3-standard-44 in the stored pricing pages")
+VM_PRICING = "https://cloud.google.com/compute/vm-instance-pricing"
+VM_PRICES_READ = "2026-11-30"
+CPU_MACHINE_HOUR: dict[str, float] = {
+    # On-demand ("Default") price per hour in Iowa (us-central1), from the N2 and C3 standard tables of
+    # VM_PRICING, read VM_PRICES_READ from a stored copy of the page. Other regions cost more or less.
+    "n2-standard-2": 0.097118,
+    "n2-standard-4": 0.194236,
+    "n2-standard-8": 0.388472,
+    "n2-standard-16": 0.776944,
+    "n2-standard-32": 1.553888,
+    "c3-standard-4": 0.201608,
+    "c3-standard-8": 0.403216,
+    "c3-standard-22": 1.108844,
+    "c3-standard-44": 2.217688,
+    "c3-standard-88": 4.435376,
+}
+CPU_PRICE_SOURCE = f"{VM_PRICING} (us-central1 on-demand, read {VM_PRICES_READ})"
+
+
+def cpu_node_hour(machine_type: str) -> Price:
+    """Published on-demand price of a CPU machine type; None for a type the table does not list."""
+    return Price(CPU_MACHINE_HOUR.get(machine_type), "node-hour",
+                 CPU_PRICE_SOURCE if machine_type in CPU_MACHINE_HOUR else f"{machine_type} is not in the table")
 GKE_CLUSTER_HOUR = Price(0.10, "cluster-hour", "cloud.google.com/kubernetes-engine/pricing (all regions)")
 NAT_GATEWAY_VM_HOUR = Price(0.0014, "VM-hour", "cloud.google.com/nat/pricing: $0.0014 per VM, $0.044 flat above 32 VMs")
 NAT_GATEWAY_MAX_HOUR = 0.044

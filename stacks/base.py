@@ -132,9 +132,11 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("routerMode", cfg.router.mode)
     if cfg.router.mode == "gateway":
         pulumi.export("gatewayName", GATEWAY_NAME)
-    hourly, complete = cost.total(cost.hourly_costs(cfg))
+    costs = cost.hourly_costs(cfg)
+    hourly, complete = cost.total(costs)
     pulumi.export("hourlyCostUsd", round(hourly, 2))
     pulumi.export("hourlyCostComplete", complete)
+    pulumi.export("hourlyCost", cost.headline(costs))
     pulumi.export("benchmarkResultsUri", pulumi.Output.concat(bucket.uri, "/", results_path(cfg)))
     return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket, platform, weights, router,
                       serving, in_cluster, on_system_nodes)

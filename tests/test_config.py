@@ -102,16 +102,19 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
     # Names.
     ("gpu", {"gcp__project": "My_Project"},
      "kimi-k3-1:gcp.project = 'My_Project': a project ID is 6-30 characters of a-z, 0-9 and '-', "
-     "starting with a letter"),
+     "starting with a letter and not ending with '-' "
+     "(https://cloud.google.com/resource-manager/docs/creating-managing-projects)"),
     ("gpu", {"cluster__name": "a-very-long-cluster-name-that-exceeds-forty"},
      "kimi-k3-1:cluster.name = 'a-very-long-cluster-name-that-exceeds-forty': must be 1-40 characters of a-z, "
-     "0-9 and '-', start with a letter and not end with '-'"),
+     "0-9 and '-', start with a letter and not end with '-' "
+     "(https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters)"),
     ("gpu", {"cluster__name": "kimi-k3-1-gpu-benchmark-stack"},
      "kimi-k3-1:cluster.name = 'kimi-k3-1-gpu-benchmark-stack-nodes': must be 1-30 characters of a-z, 0-9 and "
-     "'-', start with a letter and not end with '-'"),
+     "'-', start with a letter and not end with '-' "
+     "(https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/create)"),
     ("gpu", {"storage__bucketName": "Weights!"},
-     "kimi-k3-1:storage.bucketName = 'Weights!': a bucket name is 3-63 characters of a-z, 0-9, '-' and '_', "
-     "starting and ending alphanumeric"),
+     "kimi-k3-1:storage.bucketName = 'Weights!': not a valid bucket name: only a-z, 0-9, '-', '_' and '.', "
+     "starting and ending with a letter or digit (https://cloud.google.com/storage/docs/naming-buckets)"),
     # Network ranges.
     ("gpu", {"network__podsCidr": "10.0.8.0/21"},
      "kimi-k3-1:network.podsCidr = '10.0.8.0/21': overlaps network.nodesCidr '10.0.0.0/20'; ranges must be disjoint"),

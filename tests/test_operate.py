@@ -105,8 +105,8 @@ def test_unpriced_accelerators_name_the_key_to_set(plans, stack, key):
 def test_cost_config_rejects_non_numbers():
     with pytest.raises(ConfigError) as info:
         parse("gpu", cost__gpuNodeHourUsd="lots")
-    assert str(info.value) == ("kimi-k3-1:cost.gpuNodeHourUsd = 'lots': expected a non-negative decimal such as "
-                               "'42.50' (USD)")
+    assert str(info.value) == ("kimi-k3-1:cost.gpuNodeHourUsd = 'lots': expected a finite, non-negative decimal "
+                               "such as '42.50' (USD)")
 
 
 def test_cost_per_million_tokens():

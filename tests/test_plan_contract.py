@@ -102,7 +102,8 @@ def test_failed_run_writes_nothing_and_keeps_previous_plan(plan_root, tmp_path):
     ({"kimi-k3-1:tpu.slicez": 2}, "kimi-k3-1:tpu.slicez"),                      # unknown key
     ({"kimi-k3-1:gcp.project": None}, "kimi-k3-1:gcp.project"),                # missing required key
     ({"kimi-k3-1:tpu.slices": 64}, "kimi-k3-1:tpu.slices"),                     # out of range
-    ({"kimi-k3-1:hfToken": None}, "kimi-k3-1:hfToken"),                        # missing secret
+    ({"kimi-k31:gcp.zone": "us-central1-c"}, "kimi-k31:gcp.zone"),             # misspelt namespace
+    ({"kimi-k3-1:benchmark.conversations": float("inf")}, "benchmark.conversations"),  # YAML .inf
 ])
 def test_malformed_stack_fails_cleanly(tmp_path, change, key):
     config = dict(stack_document("tpu")["config"])
@@ -119,6 +120,14 @@ def test_malformed_stack_fails_cleanly(tmp_path, change, key):
     assert "Traceback" not in proc.stderr + proc.stdout
     assert len(proc.stderr.strip().splitlines()) <= 2, proc.stderr
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_unset_secret_is_fed_the_sentinel_and_named(plans):
+    """Committed stack files carry no token: the plan runs on the sentinel, as `pulumi up` would stop on the
+    CLI's missing-configuration message, and the summary says which secret to set."""
+    for stack in STACKS:
+        assert "hfToken" not in stack_document(stack)["config"].__repr__()
+        assert any("kimi-k3-1:hfToken is not set" in line for line in plans[stack].summary.splitlines()), stack
 
 
 def test_hugging_face_token_never_written(variants):

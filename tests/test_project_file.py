@@ -42,7 +42,32 @@ def test_committed_stack_files_use_only_project_keys():
     for stack in STACKS:
         config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
         assert all(key.startswith(f"{PROJECT}:") for key in config), stack
-        assert config[f"{PROJECT}:hfToken"].keys() == {"secure"}, "the token is only ever a secure value"
+
+
+
+def secure_values(value, path: str = "") -> list[str]:
+    """Paths of every `secure:` value in a stack document."""
+    if isinstance(value, dict):
+        if "secure" in value:
+            return [path or "<root>"]
+        return [hit for k, v in value.items() for hit in secure_values(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, list):
+        return [hit for i, v in enumerate(value) for hit in secure_values(v, f"{path}[{i}]")]
+    return []
+
+
+def test_committed_stack_files_carry_no_secure_values():
+    """A `secure:` value is ciphertext for one stack's key: a placeholder cannot be decrypted, and the first
+    `pulumi preview` of a user who has not set the token yet would fail on it instead of on the CLI's
+    "missing configuration value" for the required key (https://github.com/pulumi/pulumi/issues/21797)."""
+    assert secure_values({"config": {"a:b": {"secure": "x"}, "a:c": [{"secure": "y"}]}}) == [
+        "config.a:b", "config.a:c[0]"]
+    for stack in STACKS:
+        path = ROOT / f"Pulumi.{stack}.yaml"
+        assert secure_values(yaml.safe_load(path.read_text())) == [], stack
+        assert "secure:" not in path.read_text(), stack
+        for key in SECRET_KEYS:
+            assert f"{PROJECT}:{key}" not in yaml.safe_load(path.read_text())["config"], (stack, key)
 
 
 def test_entry_points_run_after_every_definition():

@@ -51,7 +51,7 @@ def stack_config(path: Path, project: dict[str, Any]) -> tuple[dict[str, str], l
     try:
         document = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise SystemExit(f"error: {path.name} is not valid YAML: {str(err).splitlines()[0]}") from None
+        raise SystemExit(f"error: {yaml_error_line(path, err)}") from None
     raw = document.get("config") or {}
     if not isinstance(raw, dict):
         raise SystemExit(f"error: {path.name}: 'config' must be a mapping of keys to values")
@@ -72,7 +72,31 @@ def stack_config(path: Path, project: dict[str, Any]) -> tuple[dict[str, str], l
     for key, schema in (project.get("config") or {}).items():
         if isinstance(schema, dict) and "default" in schema:
             config.setdefault(f"{name}:{key}", _as_config_string(schema["default"]))
+    # A required secret the stack has not set yet (committed stack files carry none): `pulumi up` stops with
+    # the CLI's own "missing configuration value" message; the plan goes on with the sentinel, so it still
+    # shows where the secret is used and that it stays masked.
+    for key in sorted(declared_secret - set(config)):
+        config[key] = SECRET_SENTINEL
+        secret_keys.append(key)
     return config, sorted(secret_keys)
+
+
+def unset_secrets(path: Path, project: dict[str, Any]) -> list[str]:
+    """Secret keys the project requires that the stack file does not set (the plan fed them the sentinel)."""
+    raw = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    name = project["name"]
+    present = {key if ":" in key else f"{name}:{key}" for key in raw}
+    return sorted(f"{name}:{k}" for k, v in (project.get("config") or {}).items()
+                  if isinstance(v, dict) and v.get("secret") and f"{name}:{k}" not in present)
+
+
+def yaml_error_line(path: Path, err: yaml.YAMLError) -> str:
+    """`file:line:column: problem` for a YAML syntax error, the way compilers report one."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    where = f"{path.name}:{mark.line + 1}:{mark.column + 1}" if mark else path.name
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    return f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
 
 
 def _as_config_string(value: Any) -> str:
@@ -215,7 +239,10 @@ def render(stack_file: Path) -> dict[str, Any]:
         "resources": resources,
         "manifests": [m for m in map(_manifest, resources) if m is not None],
         "outputs": _clean(json_format.MessageToDict(outputs), "outputs"),
-        "summary": summary_lines(load_config()),
+        "summary": summary_lines(load_config()) + [
+            f"{key} is not set: pulumi up stops until you run "
+            f"`pulumi config set --secret {key.split(':', 1)[1]} <value>`"
+            for key in unset_secrets(stack_file, project)],
     }
     check_no_secret_leak(document)
     return document

@@ -1,0 +1,158 @@
+"""Mistakes a user makes in a stack file stop before any resource exists, with one line naming the key.
+
+Each case starts from a small valid config of its own (not the committed stack files) and changes one thing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.config import ConfigError, check_namespaces, parse_config
+from tests.conftest import run_plan
+from tools.render import yaml_error_line
+
+BASE = {
+    "gpu": {"track": "gpu", "gcp.project": "my-gcp-project", "gcp.zone": "us-central1-b",
+            "gpu.reservation": "my-a4x-max-reservation"},
+    "tpu": {"track": "tpu", "gcp.project": "my-gcp-project", "gcp.zone": "us-central1-c",
+            "tpu.reservation": "my-tpu7x-reservation"},
+}
+GCE = "(https://cloud.google.com/compute/docs/naming-resources)"
+PROJECT_RULES = "(https://cloud.google.com/resource-manager/docs/creating-managing-projects)"
+BUCKET_RULES = "(https://cloud.google.com/storage/docs/naming-buckets)"
+GKE_RULES = "(https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters)"
+
+
+def error(track: str, **changes: Any) -> str:
+    raw = dict(BASE[track])
+    for key, value in changes.items():
+        raw[key.replace("__", ".")] = value if isinstance(value, str) else json.dumps(value)
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    message = str(info.value)
+    assert "\n" not in message, message
+    return message
+
+
+def test_base_configs_are_valid():
+    for track in BASE:
+        parse_config(BASE[track])
+
+
+NAME = "must be 1-63 characters of a-z, 0-9 and '-', start with a letter and not end with '-'"
+
+
+@pytest.mark.parametrize("track,changes,expected", [
+    # Reservation names go into projects/P/reservations/R/reservationBlocks/B/...: one Compute Engine name each.
+    ("gpu", {"gpu__reservation": "My-Reservation"}, f"kimi-k3-1:gpu.reservation = 'My-Reservation': {NAME} {GCE}"),
+    ("gpu", {"gpu__reservation": "my reservation"}, f"kimi-k3-1:gpu.reservation = 'my reservation': {NAME} {GCE}"),
+    ("gpu", {"gpu__reservation": ["res-a", "res-b"]},
+     "kimi-k3-1:gpu.reservation = '[\"res-a\", \"res-b\"]': expected a single value, not a YAML list or map"),
+    ("tpu", {"tpu__reservation": "res_1"}, f"kimi-k3-1:tpu.reservation = 'res_1': {NAME} {GCE}"),
+    ("gpu", {"gpu__reservationProject": "Shared_Project"},
+     "kimi-k3-1:gpu.reservationProject = 'Shared_Project': a project ID is 6-30 characters of a-z, 0-9 and '-', "
+     f"starting with a letter and not ending with '-' {PROJECT_RULES}"),
+    ("tpu", {"tpu__reservationProject": "proj"},
+     "kimi-k3-1:tpu.reservationProject = 'proj': a project ID is 6-30 characters of a-z, 0-9 and '-', "
+     f"starting with a letter and not ending with '-' {PROJECT_RULES}"),
+    ("gpu", {"gpu__reservationBlock": "Block A"}, f"kimi-k3-1:gpu.reservationBlock = 'Block A': {NAME} {GCE}"),
+    ("gpu", {"gpu__reservationBlock": "block-a", "gpu__reservationSubBlock": "sub-"},
+     f"kimi-k3-1:gpu.reservationSubBlock = 'sub-': {NAME} {GCE}"),
+    # Machine types are Compute Engine names too.
+    ("gpu", {"systemPool__machineType": "N2-standard-8"},
+     f"kimi-k3-1:systemPool.machineType = 'N2-standard-8': {NAME} {GCE}"),
+    ("tpu", {"transferPool__machineType": "c3 standard 44"},
+     f"kimi-k3-1:transferPool.machineType = 'c3 standard 44': {NAME} {GCE}"),
+    # Cluster names (the network, node account and workload policies derive from them).
+    ("gpu", {"cluster__name": "Kimi"},
+     f"kimi-k3-1:cluster.name = 'Kimi': must be 1-40 characters of a-z, 0-9 and '-', start with a letter and not "
+     f"end with '-' {GKE_RULES}"),
+    ("gpu", {"cluster__name": "kimi-"},
+     f"kimi-k3-1:cluster.name = 'kimi-': must be 1-40 characters of a-z, 0-9 and '-', start with a letter and not "
+     f"end with '-' {GKE_RULES}"),
+    ("gpu", {"kubernetes__namespace": "Kimi"},
+     "kimi-k3-1:kubernetes.namespace = 'Kimi': a namespace is 1-63 characters of a-z, 0-9 and '-' "
+     "(https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#dns-label-names)"),
+    # Every Cloud Storage bucket name rule.
+    ("gpu", {"storage__bucketName": "Weights"},
+     "kimi-k3-1:storage.bucketName = 'Weights': not a valid bucket name: only a-z, 0-9, '-', '_' and '.', "
+     f"starting and ending with a letter or digit {BUCKET_RULES}"),
+    ("gpu", {"storage__bucketName": "ab"},
+     "kimi-k3-1:storage.bucketName = 'ab': not a valid bucket name: 3-63 characters (up to 222 with dots, each "
+     f"dot-separated part 1-63) {BUCKET_RULES}"),
+    ("gpu", {"storage__bucketName": "w" * 64},
+     f"kimi-k3-1:storage.bucketName = '{'w' * 64}': not a valid bucket name: 3-63 characters (up to 222 with dots, "
+     f"each dot-separated part 1-63) {BUCKET_RULES}"),
+    ("gpu", {"storage__bucketName": "weights..example.com"},
+     "kimi-k3-1:storage.bucketName = 'weights..example.com': not a valid bucket name: 3-63 characters (up to 222 "
+     f"with dots, each dot-separated part 1-63) {BUCKET_RULES}"),
+    ("gpu", {"storage__bucketName": "192.168.5.4"},
+     f"kimi-k3-1:storage.bucketName = '192.168.5.4': not a valid bucket name: must not look like an IP address "
+     f"{BUCKET_RULES}"),
+    ("gpu", {"storage__bucketName": "goog-weights"},
+     "kimi-k3-1:storage.bucketName = 'goog-weights': not a valid bucket name: must not begin with 'goog' or "
+     f"contain 'google' or a close misspelling {BUCKET_RULES}"),
+    ("gpu", {"storage__bucketName": "my-g00gle-weights"},
+     "kimi-k3-1:storage.bucketName = 'my-g00gle-weights': not a valid bucket name: must not begin with 'goog' or "
+     f"contain 'google' or a close misspelling {BUCKET_RULES}"),
+    # Numbers that are not finite.
+    ("gpu", {"cost__gpuNodeHourUsd": "inf"}, "kimi-k3-1:cost.gpuNodeHourUsd = 'inf': expected a finite number"),
+    ("gpu", {"cost__cpuNodeHourUsd": "nan"}, "kimi-k3-1:cost.cpuNodeHourUsd = 'nan': expected a finite number"),
+    ("tpu", {"cost__tpuChipHourUsd": "1e999"}, "kimi-k3-1:cost.tpuChipHourUsd = '1e999': expected a finite number"),
+    ("gpu", {"benchmark__conversations": "inf"}, "kimi-k3-1:benchmark.conversations = 'inf': expected a finite number"),
+    ("tpu", {"model__contextLength": ".inf"}, "kimi-k3-1:model.contextLength = '.inf': expected a finite number"),
+    # A benchmark session must fit the served context.
+    ("tpu", {"model__contextLength": 49152},
+     "kimi-k3-1:benchmark.turnsPerConversation = 8: a session of 32768 system + 8 turns x (2048 in + 512 out) = "
+     "53,248 tokens exceeds the served context of 49,152 (model.contextLength)"),
+    ("gpu", {"model__contextLength": 32768},
+     "kimi-k3-1:benchmark.systemPromptTokens = 32768: a session of 32768 system + 8 turns x (2048 in + 512 out) = "
+     "53,248 tokens exceeds the served context of 32,768 (model.contextLength)"),
+    ("gpu", {"benchmark__turnsPerConversation": 500},
+     "kimi-k3-1:benchmark.turnsPerConversation = 500: a session of 32768 system + 500 turns x (2048 in + 512 out) = "
+     "1,312,768 tokens exceeds the served context of 1,048,576 (model.contextLength)"),
+])
+def test_mistake_rejected_with_one_line(track, changes, expected):
+    assert error(track, **changes) == expected
+
+
+def test_session_that_fits_is_accepted():
+    # 32768 + 8 x 2560 = 53,248 tokens fit 65,536; with 49,152 they fit once the turns are fewer.
+    parse_config({**BASE["tpu"], "model.contextLength": "65536"})
+    parse_config({**BASE["tpu"], "model.contextLength": "49152", "benchmark.turnsPerConversation": "6"})
+
+
+@pytest.mark.parametrize("keys,expected", [
+    (["kimi-k31:gcp.zone"], "kimi-k31:gcp.zone = (unset): unknown namespace 'kimi-k31'; did you mean "
+                            "kimi-k3-1:gcp.zone?"),
+    (["gpc:project"], "gpc:project = (unset): unknown namespace 'gpc'; did you mean gcp:project?"),
+    (["kubernetse:context"], "kubernetse:context = (unset): unknown namespace 'kubernetse'; did you mean "
+                             "kubernetes:context?"),
+    (["aws:region"], "aws:region = (unset): unknown namespace 'aws'; this program reads kimi-k3-1:, gcp:, "
+                     "kubernetes:, pulumi: keys only"),
+])
+def test_unknown_namespace_rejected_with_did_you_mean(keys, expected):
+    with pytest.raises(ConfigError) as info:
+        check_namespaces(["kimi-k3-1:track", "gcp:project", "kubernetes:context", "pulumi:tags", *keys])
+    assert str(info.value) == expected
+
+
+def test_known_namespaces_pass():
+    check_namespaces(["kimi-k3-1:track", "gcp:project", "kubernetes:enableServerSideApply", "pulumi:tags"])
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path: Path):
+    bad = tmp_path / "Pulumi.typo.yaml"
+    bad.write_text("config:\n  kimi-k3-1:track: gpu\n  kimi-k3-1:gcp.zone: [us-central1-b\n")
+    with pytest.raises(yaml.YAMLError) as info:
+        yaml.safe_load(bad.read_text())
+    line = yaml_error_line(bad, info.value)
+    assert line.startswith("Pulumi.typo.yaml:4:1: not valid YAML: "), line
+    proc = run_plan(tmp_path / "out", "--stack-file", str(bad))
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == [f"plan typo: error: {line}"], proc.stderr
