@@ -1,0 +1,261 @@
+"""A small Hugging Face Hub for the copier's tests, on loopback: only the endpoints the copier and
+huggingface_hub call for it, with the Hub's error headers, Range support and injectable faults.
+
+Endpoints (shapes as huggingface_hub 2.4.0 reads them, `hf_api.py` ModelInfo/RepoSibling):
+  GET  /api/models/<repo>/revision/<rev>?blobs=true  -> {"id", "sha", "siblings": [{rfilename, size, blobId, lfs}]}
+  GET|HEAD /<repo>/resolve/<rev>/<path>               -> the bytes, 206 for a Range request
+Errors carry X-Error-Code (GatedRepo, RepoNotFound, RevisionNotFound, EntryNotFound) like the real Hub,
+which `huggingface_hub.utils.hf_raise_for_status` maps to typed errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import sys
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Optional
+from urllib.parse import unquote, urlsplit
+
+BLOCK = 1 << 16
+_BASE = hashlib.shake_256(b"fake hub content").digest(BLOCK)
+
+
+@dataclass
+class FakeFile:
+    size: int
+    seed: int = 0
+    lfs: bool = True
+    corrupt: bool = False
+    """Serve one flipped byte (the published hashes stay those of the true content)."""
+    sha256: str = ""
+    blob_sha1: str = ""
+
+    def __post_init__(self):
+        sha256 = hashlib.sha256()
+        git = hashlib.sha1(b"blob %d\0" % self.size)
+        for offset in range(0, self.size, 1 << 22):
+            piece = self.data(offset, min(1 << 22, self.size - offset), honest=True)
+            sha256.update(piece)
+            git.update(piece)
+        self.sha256, self.blob_sha1 = sha256.hexdigest(), git.hexdigest()
+
+    def data(self, offset: int, length: int, honest: bool = False) -> bytes:
+        """Position-dependent bytes: every 64 KiB block starts with its index and the file's seed."""
+        out = bytearray()
+        block = offset // BLOCK
+        while len(out) < length:
+            chunk = (block.to_bytes(8, "big") + self.seed.to_bytes(8, "big") + _BASE[16:])
+            start = offset + len(out) - block * BLOCK
+            out += chunk[start:start + length - len(out)]
+            block += 1
+        if self.corrupt and not honest and offset <= self.size // 2 < offset + length:
+            out[self.size // 2 - offset] ^= 0xFF
+        return bytes(out)
+
+    def sibling(self, path: str) -> dict:
+        entry = {"rfilename": path, "size": self.size}
+        if self.lfs:
+            entry["blobId"] = hashlib.sha1(f"pointer {self.sha256}".encode()).hexdigest()
+            entry["lfs"] = {"sha256": self.sha256, "size": self.size, "pointerSize": 134}
+        else:
+            entry["blobId"] = self.blob_sha1
+        return entry
+
+
+@dataclass
+class FakeRepo:
+    files: dict[str, FakeFile]
+    commit: str = "0123456789abcdef0123456789abcdef01234567"
+    gated: bool = False
+    allowed: set[str] = field(default_factory=set)
+    """Tokens whose account accepted the license of a gated repository."""
+
+
+@dataclass
+class Stats:
+    requests: list[tuple[str, Optional[str]]] = field(default_factory=list)
+    """(path, Range header) of every file request."""
+    served: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """Bytes of file content sent per path (cut connections count what was sent)."""
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.served.values())
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that hangs up mid-file (a cancelled or failed copy) is not a server error."""
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
+class FakeHub:
+    """`faults[path]` is a list of actions taken by the next requests of that file, one each:
+    an HTTP status (429, 500, 503), ("cut", n) to close the connection after n bytes of the body,
+    or "fail" for a 500 on every request from then on."""
+
+    def __init__(self, repos: dict[str, FakeRepo], tokens: set[str] = frozenset()):
+        self.repos, self.tokens = repos, set(tokens)
+        self.faults: dict[str, list] = defaultdict(list)
+        self.stats = Stats()
+        self._lock = threading.Lock()
+        self.server = _Server(("127.0.0.1", 0), _handler(self))
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+
+    def __enter__(self) -> FakeHub:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def next_fault(self, path: str):
+        with self._lock:
+            queue = self.faults.get(path)
+            if not queue:
+                return None
+            return queue[0] if queue[0] == "fail" else queue.pop(0)
+
+    def count(self, path: str, sent: int, range_header: Optional[str] = None, request: bool = False) -> None:
+        with self._lock:
+            if request:
+                self.stats.requests.append((path, range_header))
+            self.stats.served[path] += sent
+
+
+def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._route(head=True)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._route(head=False)
+
+        # routing -------------------------------------------------------------------------
+        def _route(self, head: bool) -> None:
+            path = unquote(urlsplit(self.path).path)
+            api = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/([^/]+)", path)
+            resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+            if api:
+                repo = self._repo(api.group(1), api.group(2))
+                if repo:
+                    self._json(200, {"id": api.group(1), "sha": repo.commit,
+                                     "siblings": [f.sibling(p) for p, f in sorted(repo.files.items())]})
+            elif resolve:
+                repo = self._repo(resolve.group(1), resolve.group(2))
+                if repo:
+                    file = repo.files.get(resolve.group(3))
+                    if file is None:
+                        self._error(404, "EntryNotFound", "Entry not found")
+                    else:
+                        self._file(repo, resolve.group(3), file, head)
+            else:
+                self._error(404, None, "Not Found")
+
+        def _repo(self, repo_id: str, revision: str) -> Optional[FakeRepo]:
+            auth = self.headers.get("Authorization", "")
+            token = auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+            if token is not None and token not in hub.tokens:
+                self._error(401, None, "Invalid credentials in Authorization header")
+                return None
+            repo = hub.repos.get(repo_id)
+            if repo is None:
+                self._error(404 if token else 401, "RepoNotFound", "Repository not found")
+                return None
+            if repo.gated and token not in repo.allowed:
+                self._error(403 if token else 401, "GatedRepo",
+                            f"Access to model {repo_id} is restricted. You must have access to it and be "
+                            "authenticated to access it.")
+                return None
+            if revision not in ("main", repo.commit):
+                self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+                return None
+            return repo
+
+        # responses ------------------------------------------------------------------------
+        def _json(self, status: int, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, status: int, code: Optional[str], message: str) -> None:
+            data = json.dumps({"error": message}).encode()
+            self.send_response(status)
+            if code:
+                self.send_header("X-Error-Code", code)
+            self.send_header("X-Error-Message", message)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        def _file(self, repo: FakeRepo, path: str, file: FakeFile, head: bool) -> None:
+            range_header = self.headers.get("Range")
+            fault = None if head else hub.next_fault(path)
+            if not head:
+                hub.count(path, 0, range_header, request=True)
+            if fault in (429, 500, 502, 503) or fault == "fail":
+                status = 500 if fault == "fail" else fault
+                self.send_response(status)
+                if status == 429:
+                    self.send_header("Retry-After", "0")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            start, end = 0, file.size - 1
+            match = re.fullmatch(r"bytes=(\d+)-(\d*)", range_header or "")
+            if match:
+                start = int(match.group(1))
+                end = min(int(match.group(2)), end) if match.group(2) else end
+            self.send_response(206 if match else 200)
+            if match:
+                self.send_header("Content-Range", f"bytes {start}-{end}/{file.size}")
+            self.send_header("Content-Length", str(end - start + 1))
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("X-Repo-Commit", repo.commit)
+            self.send_header("ETag", f'"{file.sha256 if file.lfs else file.blob_sha1}"')
+            if file.lfs:
+                self.send_header("X-Linked-Size", str(file.size))
+                self.send_header("X-Linked-Etag", f'"{file.sha256}"')
+            self.end_headers()
+            if head:
+                return
+            limit = fault[1] if isinstance(fault, tuple) and fault[0] == "cut" else None
+            offset, sent = start, 0
+            while offset <= end:
+                length = min(1 << 20, end - offset + 1)
+                if limit is not None:
+                    length = min(length, limit - sent)
+                    if length <= 0:
+                        hub.count(path, sent)
+                        self.wfile.flush()
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        self.close_connection = True
+                        return
+                self.wfile.write(file.data(offset, length))
+                offset += length
+                sent += length
+            hub.count(path, sent)
+
+    return Handler

@@ -1,0 +1,56 @@
+"""Copy a Hugging Face model repository at one commit into a Cloud Storage folder, verified and resumable.
+
+    python -m tools.stage_weights --repo-id moonshotai/Kimi-K3.1-Pro --revision <40-hex commit> \\
+        --dest gs://<bucket>/<prefix>/<commit>/ [--workers 16]
+
+The staging Job `pulumi up` creates runs this same command. Environment: HF_TOKEN (token for gated
+models), HF_ENDPOINT (another Hub), STORAGE_EMULATOR_HOST (a Cloud Storage emulator); Cloud Storage
+credentials are the application-default ones. Exit status 0 only when the destination holds a verified
+copy (manifest `.staged.json` written last); 1 on a staging failure, with one line saying what to do; 2 on
+bad arguments. A rerun copies only what is missing or wrong, and nothing when the copy is complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tools.stage_weights", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repo-id", required=True, help="model repository, e.g. moonshotai/Kimi-K3.1-Pro")
+    parser.add_argument("--revision", required=True, help="full 40-character commit hash to copy")
+    parser.add_argument("--dest", required=True, help="gs://BUCKET/FOLDER/ to copy into (trailing '/')")
+    parser.add_argument("--workers", type=int, default=8, help="files copied at once (default 8)")
+    parser.add_argument("--progress-seconds", type=float, default=10.0,
+                        help="seconds between progress lines (default 10)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # The client libraries load only now, so `--help` and argument errors need neither them nor a network.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.")
+    from tools.staging import StagingError
+    from tools.staging.copy import stage
+
+    def log(line: str) -> None:
+        print(f"stage_weights: {line}", flush=True)
+
+    try:
+        stage(args.repo_id, args.revision, args.dest, workers=args.workers, token=os.environ.get("HF_TOKEN") or None,
+              log=log, progress_s=args.progress_seconds)
+    except StagingError as err:
+        print(f"stage_weights: error: {err}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print("stage_weights: interrupted; a rerun resumes where this one stopped", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

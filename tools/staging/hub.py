@@ -1,0 +1,311 @@
+"""Hugging Face Hub side of the copier: one revision's files with the hashes the Hub publishes, and each
+file's bytes as a stream that resumes cut connections with HTTP Range requests and verifies what it hands on.
+
+Error mapping follows `huggingface_hub.utils.hf_raise_for_status` (the Hub's `X-Error-Code` header:
+GatedRepo, RepoNotFound, RevisionNotFound), huggingface_hub 2.4.0 `utils/_http.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import httpx2
+from huggingface_hub import HfApi, hf_hub_url
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+from . import IntegrityError, StagingError
+
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+"""Answers worth another try: rate limits and server-side failures."""
+READ_BYTES = 1 << 20
+"""Bytes taken from the socket at a time."""
+TIMEOUT = httpx2.Timeout(connect=30.0, read=120.0, write=60.0, pool=60.0)
+"""A stalled connection counts as cut after the read timeout (the shared session has none of its own)."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with jitter, bounded by the number of tries that made no progress."""
+
+    tries: int = 8
+    base_s: float = 1.0
+    max_s: float = 30.0
+
+    def wait(self, attempt: int, retry_after: Optional[float] = None) -> None:
+        delay = min(self.max_s, self.base_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+        if retry_after is not None:
+            delay = min(self.max_s, max(delay, retry_after))
+        time.sleep(delay)
+
+
+@dataclass(frozen=True)
+class HubFile:
+    path: str
+    size: int
+    lfs_sha256: Optional[str]
+    """SHA-256 of the content, published for LFS files (the LFS object id)."""
+    blob_id: Optional[str]
+    """Git object id; for a file stored in git itself it is the SHA-1 of `blob <size>\\0<content>`."""
+
+    @property
+    def hub_oid(self) -> str:
+        """The Hub's identity of the content: the LFS SHA-256, else the git blob id."""
+        return self.lfs_sha256 or self.blob_id or ""
+
+
+class Hub:
+    """The Hub at `endpoint` (default: HF_ENDPOINT, else huggingface.co) with an optional token (default: HF_TOKEN)."""
+
+    def __init__(self, repo_id: str, token: Optional[str] = None, endpoint: Optional[str] = None,
+                 backoff: Backoff = Backoff()):
+        self.repo_id = repo_id
+        self.api = HfApi(endpoint=endpoint, token=token)
+        self.endpoint = self.api.endpoint
+        self.token = token
+        self.backoff = backoff
+
+    def model_page(self) -> str:
+        return f"{self.endpoint}/{self.repo_id}"
+
+    def files(self, revision: str) -> tuple[str, list[HubFile]]:
+        """(commit, files) of `revision`: one metadata call that also resolves a branch to its commit."""
+        info = self._with_retries(lambda: self.api.model_info(
+            self.repo_id, revision=revision, files_metadata=True, timeout=TIMEOUT.read), revision)
+        files = [HubFile(path=s.rfilename, size=int(s.size or 0), lfs_sha256=(s.lfs or {}).get("sha256"),
+                         blob_id=s.blob_id) for s in info.siblings or []]
+        if not info.sha or not COMMIT.match(info.sha):
+            raise StagingError(f"the Hub returned no commit for {self.repo_id}@{revision}")
+        return info.sha, files
+
+    def resolve(self, revision: str = "main") -> str:
+        return self.files(revision)[0]
+
+    def _with_retries(self, call: Callable[[], Any], revision: str) -> Any:
+        for attempt in range(1, self.backoff.tries + 1):
+            try:
+                return call()
+            except HfHubHTTPError as err:
+                status = err.response.status_code if err.response is not None else None
+                if status not in RETRY_STATUS or attempt == self.backoff.tries:
+                    raise self.explain(err, revision) from None
+                self.backoff.wait(attempt, _retry_after(err.response))
+            except httpx2.TransportError as err:
+                if attempt == self.backoff.tries:
+                    raise StagingError(f"cannot reach the Hub at {self.endpoint}: {err}") from None
+                self.backoff.wait(attempt)
+        raise AssertionError("unreachable")
+
+    def explain(self, err: Exception, revision: str) -> StagingError:
+        """One actionable line for a Hub error (401/403 gated or bad token, 404 repository or revision)."""
+        response = getattr(err, "response", None)
+        status = response.status_code if response is not None else "?"
+        repo = self.repo_id
+        if isinstance(err, GatedRepoError):
+            return StagingError(
+                f"{repo} is gated and the token has no access to it (HTTP {status}): accept the model's license "
+                f"at {self.model_page()} while logged in as the token's owner, or use a token of an account "
+                "that has; the token comes from HF_TOKEN (the `hfToken` secret in the stack)")
+        if isinstance(err, RevisionNotFoundError):
+            return StagingError(f"revision {revision} does not exist in {repo} (HTTP {status}): set model.revision "
+                                f"to a commit listed at {self.model_page()}/commits/main")
+        if isinstance(err, RepositoryNotFoundError):
+            return StagingError(
+                f"repository {repo} was not found (HTTP {status}): check model.repoId; a private or gated "
+                "repository also answers this way when the token (HF_TOKEN) is missing or invalid")
+        if status == 401:
+            return StagingError(f"the Hub rejected the token (HTTP 401) for {repo}: set HF_TOKEN to a valid token")
+        if status == 403:
+            return StagingError(f"the token may not read {repo} (HTTP 403): use a token with read access and "
+                                f"accept the license at {self.model_page()}")
+        return StagingError(f"the Hub answered HTTP {status} for {repo}@{revision}: {str(err).strip()}")
+
+    def open(self, commit: str, file: HubFile, cancelled: threading.Event,
+             on_bytes: Callable[[int], None]) -> HubStream:
+        url = hf_hub_url(self.repo_id, file.path, revision=commit, endpoint=self.endpoint)
+        return HubStream(self, url, file, commit, cancelled, on_bytes)
+
+
+def _retry_after(response: Optional[httpx2.Response]) -> Optional[float]:
+    value = response.headers.get("Retry-After") if response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class _RetryError(Exception):
+    def __init__(self, reason: str, retry_after: Optional[float] = None):
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+class HubStream(io.RawIOBase):
+    """A file's bytes, fetched once and hashed as they arrive; read() raises IntegrityError instead of
+    returning the last bytes when size or hash is wrong, so an upload built on it never completes.
+
+    Memory: one socket read plus the last block handed out, which the upload may ask for again
+    (google-resumable-media seeks back to the last byte the server confirmed)."""
+
+    def __init__(self, hub: Hub, url: str, file: HubFile, commit: str, cancelled: threading.Event,
+                 on_bytes: Callable[[int], None]):
+        super().__init__()
+        self.hub, self.url, self.file, self.commit = hub, url, file, commit
+        self.cancelled, self.on_bytes = cancelled, on_bytes
+        self.sha256 = hashlib.sha256()
+        self.git_sha1 = None if file.lfs_sha256 else hashlib.sha1(b"blob %d\0" % file.size)
+        self.fetched = 0  # bytes received from the Hub, hashed
+        self.position = 0  # bytes handed to the reader
+        self.last: tuple[int, bytes] = (0, b"")  # the last block handed out, for a seek back
+        self.pending = b""
+        self.requests = 0
+        self._context: Any = None
+        self._chunks: Any = None
+
+    # io.RawIOBase protocol ---------------------------------------------------------------------
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        target = {io.SEEK_SET: offset, io.SEEK_CUR: self.position + offset,
+                  io.SEEK_END: self.file.size + offset}[whence]
+        if not self.last[0] <= target <= self.fetched:
+            raise OSError(f"{self.file.path}: cannot seek to {target}: only bytes {self.last[0]}-{self.fetched} "
+                          "are kept")
+        self.position = target
+        return target
+
+    def read(self, size: int = -1) -> bytes:
+        want = self.file.size - self.position if size is None or size < 0 else size
+        begin, (start, block) = self.position, self.last
+        parts = [block[begin - start:begin - start + want]] if begin < self.fetched else []
+        got = len(parts[0]) if parts else 0  # a re-read after a seek back is served from the kept block
+        while got < want and self.fetched < self.file.size:
+            piece = self._take(want - got)
+            parts.append(piece)
+            got += len(piece)
+        if self.fetched >= self.file.size:
+            self._verify()
+        out = b"".join(parts)
+        self.position = begin + len(out)
+        if self.position == self.fetched:
+            self.last = (begin, out)
+        return out
+
+    def close(self) -> None:
+        self._disconnect()
+        super().close()
+
+    # network -----------------------------------------------------------------------------------
+    def _take(self, limit: int) -> bytes:
+        attempt = 0
+        while True:
+            if self.cancelled.is_set():
+                raise StagingError(f"{self.file.path}: cancelled after another file failed")
+            try:
+                if not self.pending:
+                    self.pending = self._next_network_block()
+                piece, self.pending = self.pending[:limit], self.pending[limit:]
+                self.sha256.update(piece)
+                if self.git_sha1 is not None:
+                    self.git_sha1.update(piece)
+                self.fetched += len(piece)
+                if self.fetched > self.file.size:
+                    raise IntegrityError(f"{self.file.path}: the Hub sent more than the {self.file.size} bytes it "
+                                         "publishes; nothing was written for this file")
+                self.on_bytes(len(piece))
+                return piece
+            except (_RetryError, httpx2.TransportError) as err:
+                self._disconnect()
+                attempt += 1
+                if attempt >= self.hub.backoff.tries:
+                    raise StagingError(f"{self.file.path}: giving up after {attempt} tries without progress at byte "
+                                       f"{self.fetched} of {self.file.size}: {err}") from None
+                self.hub.backoff.wait(attempt, getattr(err, "retry_after", None))
+
+    def _next_network_block(self) -> bytes:
+        if self._chunks is None:
+            self._connect()
+        try:
+            block = next(self._chunks)
+        except StopIteration:
+            self._disconnect()
+            raise _RetryError(f"connection ended at byte {self.fetched} of {self.file.size}") from None
+        return block
+
+    def _connect(self) -> None:
+        headers = build_hf_headers(token=self.hub.token)
+        if self.fetched:
+            headers["Range"] = f"bytes={self.fetched}-"
+        self.requests += 1
+        self._context = get_session().stream("GET", self.url, headers=headers, timeout=TIMEOUT)
+        response = self._context.__enter__()
+        if response.status_code in RETRY_STATUS:
+            self._disconnect()
+            raise _RetryError(f"HTTP {response.status_code}", _retry_after(response))
+        if response.status_code >= 400:
+            response.read()
+            try:
+                hf_raise_for_status(response)
+            except Exception as err:  # typed Hub errors -> one actionable line
+                raise self.hub.explain(err, self.commit) from None
+            finally:
+                self._disconnect()
+        skip = 0
+        if self.fetched and response.status_code == 200:
+            skip = self.fetched  # the server ignored Range: drop what we already have
+        elif self.fetched:
+            match = re.match(r"bytes (\d+)-", response.headers.get("Content-Range", ""))
+            if not match or int(match.group(1)) != self.fetched:
+                self._disconnect()
+                raise _RetryError(f"unexpected Content-Range {response.headers.get('Content-Range')!r}")
+        self._chunks = _skip(response.iter_bytes(READ_BYTES), skip)
+
+    def _disconnect(self) -> None:
+        context, self._context, self._chunks = self._context, None, None
+        if context is not None:
+            try:
+                context.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - closing a broken connection may fail again; it is gone either way
+                pass
+
+    def _verify(self) -> None:
+        file = self.file
+        if self.fetched != file.size:
+            raise IntegrityError(f"{file.path}: received {self.fetched} bytes, the Hub publishes {file.size}; "
+                                 "nothing was written for this file")
+        if file.lfs_sha256 and self.sha256.hexdigest() != file.lfs_sha256:
+            raise IntegrityError(f"{file.path}: SHA-256 of the bytes received is {self.sha256.hexdigest()}, the Hub "
+                                 f"publishes {file.lfs_sha256}; nothing was written for this file")
+        if self.git_sha1 is not None and file.blob_id and self.git_sha1.hexdigest() != file.blob_id:
+            raise IntegrityError(f"{file.path}: git blob id of the bytes received is {self.git_sha1.hexdigest()}, the "
+                                 f"Hub publishes {file.blob_id}; nothing was written for this file")
+
+
+def _skip(chunks: Any, count: int) -> Any:
+    for chunk in chunks:
+        if count >= len(chunk):
+            count -= len(chunk)
+            continue
+        yield chunk[count:] if count else chunk
+        count = 0
