@@ -14,15 +14,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
+
+
+def commit(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{40}", value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a full 40-character commit hash (branches and tags move)")
+    return value
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tools.stage_weights", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo-id", required=True, help="model repository, e.g. moonshotai/Kimi-K3.1-Pro")
-    parser.add_argument("--revision", required=True, help="full 40-character commit hash to copy")
+    parser.add_argument("--revision", required=True, type=commit, help="full 40-character commit hash to copy")
     parser.add_argument("--dest", required=True, help="gs://BUCKET/FOLDER/ to copy into (trailing '/')")
     parser.add_argument("--workers", type=int, default=8, help="files copied at once (default 8)")
     parser.add_argument("--progress-seconds", type=float, default=10.0,

@@ -59,8 +59,8 @@ def metadata(hub_oid: str, sha256: str, revision: str) -> dict[str, str]:
 class Bucket:
     """One client per thread: the library's HTTP session is not documented as thread-safe."""
 
-    def __init__(self, dest: Destination, client_factory: Any = None):
-        self.dest = dest
+    def __init__(self, dest: Destination, client_factory: Any = None, chunk_bytes: int = CHUNK_BYTES):
+        self.dest, self.chunk_bytes = dest, chunk_bytes
         self._factory = client_factory or storage.Client
         self._local = threading.local()
 
@@ -93,7 +93,7 @@ class Bucket:
             probe.delete()
 
     def upload(self, name: str, stream: io.RawIOBase, size: int, meta: dict[str, str]) -> None:
-        blob = self.bucket.blob(name, chunk_size=CHUNK_BYTES)
+        blob = self.bucket.blob(name, chunk_size=self.chunk_bytes)
         blob.metadata = meta
         with self._explained("write"):
             try:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Optional
 
 from . import StagingError
-from .bucket import MANIFEST, Bucket, Destination, metadata
+from .bucket import CHUNK_BYTES, MANIFEST, Bucket, Destination, metadata
 from .hub import COMMIT, Backoff, Hub, HubFile
 from .progress import Progress, human_bytes, human_seconds
 
@@ -41,7 +41,8 @@ class Report:
 
 def stage(repo_id: str, revision: str, dest_uri: str, *, workers: int = 8, token: Optional[str] = None,
           endpoint: Optional[str] = None, log: Callable[[str], None] = print, progress_s: float = 10.0,
-          backoff: Backoff = DEFAULT_BACKOFF, client_factory: Any = None) -> Report:
+          backoff: Backoff = DEFAULT_BACKOFF, client_factory: Any = None,
+          chunk_bytes: int = CHUNK_BYTES) -> Report:
     """Make `dest_uri` hold a verified copy of `repo_id` at commit `revision`; raise StagingError otherwise."""
     if not COMMIT.match(revision):
         raise StagingError(f"--revision {revision!r}: a full 40-character commit hash (branches and tags move)")
@@ -49,7 +50,7 @@ def stage(repo_id: str, revision: str, dest_uri: str, *, workers: int = 8, token
         raise StagingError(f"--workers {workers}: at least 1")
     started = time.monotonic()
     dest = Destination.parse(dest_uri)
-    bucket = Bucket(dest, client_factory)
+    bucket = Bucket(dest, client_factory, chunk_bytes)
     objects = bucket.objects()
     manifest = bucket.read_manifest(objects)
     if _complete(manifest, objects, dest, repo_id, revision):
