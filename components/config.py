@@ -365,10 +365,30 @@ class KubernetesConfig(Section):
         return self
 
 
+_CHANNEL = re.compile(r"^projects/[^/\s]+/notificationChannels/[^/\s]+$")
+
+
 class MonitoringConfig(Section):
     prefix: ClassVar[str] = "monitoring"
     enabled: bool = Field(True, description="Create PodMonitoring objects so Managed Prometheus scrapes the "
-                                            "model servers and the router.")
+                                            "model servers and the router, and the Cloud Monitoring dashboard "
+                                            "and alert policies that read them.")
+    notificationChannels: list[str] = Field(
+        [], description="Existing notification channels the alert policies notify "
+                        "(projects/<project>/notificationChannels/<id>); empty: alerts show in the console only.")
+    alertErrorPercent: int = Field(5, ge=1, le=100, description="Alert when more than this percent of router "
+                                                                "requests fail for 10 minutes.")
+    alertKvCachePercent: int = Field(95, ge=50, le=100, description="Alert when KV-cache usage stays above this "
+                                                                    "percent for 15 minutes.")
+
+    @model_validator(mode="after")
+    def _check(self) -> MonitoringConfig:
+        for channel in self.notificationChannels:
+            if not _CHANNEL.match(channel):
+                _fail(self.key("notificationChannels"), channel,
+                      "expected a channel resource name such as 'projects/my-project/notificationChannels/123' "
+                      "(create the channel in Cloud Monitoring first)")
+        return self
 
 
 class BenchmarkConfig(Section):

@@ -16,6 +16,7 @@ from components.naming import label_value, resource_labels
 from components.netpol import NetworkPolicies, NetworkPoliciesArgs
 from components.network import Network, NetworkArgs
 from components.nodepools import CpuPoolArgs, CpuPools, PoolCommon, transfer_pool
+from components.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
 from components.platform import Platform, PlatformArgs
 from components.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
 from components.services import ProjectServices, ProjectServicesArgs
@@ -115,6 +116,14 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     NetworkPolicies("netpol", NetworkPoliciesArgs(
         namespace=platform.namespace.metadata.name, config=cfg, api_server=api_server_cidrs(cluster)), in_cluster)
 
+    if cfg.monitoring.enabled:
+        observability = Observability("observability", ObservabilityArgs(
+            project=cfg.gcp.project, track=cfg.track, cluster=cfg.cluster_name, namespace=cfg.kubernetes.namespace,
+            display_name=dashboard_name(cfg), notification_channels=tuple(cfg.monitoring.notificationChannels),
+            error_ratio=cfg.monitoring.alertErrorPercent / 100, kv_full=cfg.monitoring.alertKvCachePercent / 100,
+            labels=labels), after_apis)
+        pulumi.export("monitoringDashboardUrl", observability.url)
+
     serving = capacity.serving_capacity(cfg)
     router = Router("router", RouterArgs(
         namespace=platform.namespace.metadata.name, config=cfg, capacity=serving,
@@ -177,8 +186,25 @@ def summary(cfg: StackConfig) -> list[str]:
         f"weights cost (estimate): throughput ${throughput_cost:,.0f}/month "
         f"(${throughput_cost / prices.HOURS_PER_MONTH:.2f}/h), capacity ${capacity_cost:,.0f}/month",
         *capacity_lines(capacity.serving_capacity(cfg)),
+        *monitoring_lines(cfg),
         *cost.summary_lines(cfg),
     ]
+
+
+def monitoring_lines(cfg: StackConfig) -> list[str]:
+    if not cfg.monitoring.enabled:
+        return ["monitoring: off (no PodMonitorings, dashboard or alert policies)"]
+    scope = Scope.of(cfg.track, cfg.cluster_name, cfg.kubernetes.namespace)
+    channels = len(cfg.monitoring.notificationChannels)
+    return [f"dashboard: Cloud Monitoring > Dashboards > \"{dashboard_name(cfg)}\" "
+            f"({', '.join(g.title for g in groups(scope))}; link in output monitoringDashboardUrl)",
+            f"alerts: {len(alert_rules(scope, 0, 0))} policies, "
+            f"{f'{channels} notification channel(s)' if channels else 'no notification channel'}"]
+
+
+def dashboard_name(cfg: StackConfig) -> str:
+    """Unique per project as the cluster name is; the stack's name plays no part."""
+    return f"{catalog.GUIDE_NAME} on {cfg.cluster_name} ({cfg.track})"
 
 
 def capacity_lines(c: capacity.ServingCapacity) -> list[str]:

@@ -103,7 +103,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # name: (committed stack it starts from, config keys changed). Rendered together, once per session.
     "gpu-staging": ("gpu", {}),
     "bad": ("gpu", {}),
-    "gpu2": ("gpu", {"gpu.prefillGroups": 2, "gpu.decodeNodesPerGroup": 8, "gpu.machine": "a4x"}),
+    "gpu2": ("gpu", {"gpu.prefillGroups": 2, "gpu.decodeNodesPerGroup": 8, "gpu.machine": "a4x",
+                     "monitoring.notificationChannels": ["projects/my-gcp-project/notificationChannels/42"],
+                     "monitoring.alertKvCachePercent": 90}),
     "throwaway": ("tpu", {"storage.deleteCheckpointOnDestroy": True}),
     "quiet": ("tpu", {"monitoring.enabled": False, "kubernetes.namespace": "llm-d-kimi"}),
     "leaky": ("gpu", {"hfToken": LEAKY_TOKEN}),
