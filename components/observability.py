@@ -16,8 +16,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi_gcp as gcp
 
-from . import catalog
-from . import checked_metrics as metrics
+from . import catalog, metrics
 from .base import Args, Component
 from .monitoring import router_target, serving_targets
 
@@ -309,7 +308,8 @@ class AlertRule:
 
 def alert_rules(s: Scope, error_ratio: float, kv_full: float) -> list[AlertRule]:
     """The few conditions that need a person. Thresholds and hold times follow llm-d's EPP alerting rules where
-    they have one (error ratio 5% for 10 min, no ready endpoints for 2 min, router series absent for 5 min)."""
+    they have one (error ratio 5% for 10 min, no ready endpoints for 2 min, router series absent for 5 min):
+    https://github.com/llm-d/llm-d/blob/main/guides/recipes/observability/alerts/epp-alerting-rules.yaml"""
     router = s.matchers(f'job="{s.router_job}"')
     requests = rate("llm_d_epp_request_total", "epp", router)
     errors = rate("llm_d_epp_request_error_total", "epp", router)

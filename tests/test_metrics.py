@@ -8,6 +8,7 @@ import re
 import pytest
 
 from components import metrics, versions
+from tests.test_observability import observability_metric_names
 from tools import smoke
 
 CITED = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/blob/[\w.-]+/\S+$")
@@ -16,8 +17,12 @@ CITED = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/blob/[\w.-]+/\S+$")
 def test_every_entry_names_a_pinned_release_and_a_file_at_it():
     assert {m.name for m in metrics.METRICS} and len({m.name for m in metrics.METRICS}) == len(metrics.METRICS)
     pinned = {"vllm": f"v{versions.VLLM.version}", "sglang": f"v{versions.SGLANG_DAY0_FLAGS_VERSION}",
-              "sglang-jax": versions.SGLANG_JAX.commit, "epp": versions.ROUTER_VERSION}
+              "sglang-jax": versions.SGLANG_JAX.commit, "epp": versions.ROUTER_VERSION,
+              "gmp": metrics.GMP_COMMIT, "dcgm": metrics.DCGM_EXPORTER_COMMIT}
     for metric in metrics.METRICS:
+        if metric.exporter == "gke":  # GKE's own system metrics: an unversioned published list
+            assert metric.source == metrics.GKE_SYSTEM_METRICS and metric.name.startswith("kubernetes_io:"), metric
+            continue
         assert CITED.match(metric.source), metric
         assert f"/blob/{pinned[metric.exporter]}/" in metric.source, metric  # moves with the pin
         assert metric.exporter in metrics.RELEASES and metric.note
@@ -34,6 +39,7 @@ def test_every_smoke_selector_is_in_the_checked_list():
                 listed = next(m for m in metrics.METRICS if m.name == selector.name)
                 assert {key for key, _ in selector.labels} <= set(listed.labels), selector
                 used.add(selector.name)
+    used |= observability_metric_names()
     assert used == {m.name for m in metrics.METRICS}, "an entry no consumer reads: drop it or name its consumer"
 
 
