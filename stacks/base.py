@@ -139,8 +139,8 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("modelsClaim", weights.claim.metadata.name)
     pulumi.export("routerService", EPP_SERVICE)
     pulumi.export("routerMode", cfg.router.mode)
-    if cfg.router.mode == "gateway":
-        pulumi.export("gatewayName", GATEWAY_NAME)
+    for key, value in user_outputs(cfg, pulumi.get_stack()).items():
+        pulumi.export(key, value)
     costs = cost.hourly_costs(cfg)
     hourly, complete = cost.total(costs)
     pulumi.export("hourlyCostUsd", round(hourly, 2))
@@ -155,6 +155,31 @@ def api_server_cidrs(cluster: GkeCluster) -> tuple[pulumi.Output, ...]:
     """The control plane's private and public endpoints as /32s: pods' API calls reach one of them."""
     private = cluster.cluster.private_cluster_config.apply(lambda c: c.private_endpoint if c else None)
     return tuple(address.apply(lambda ip: f"{ip}/32") for address in (private, cluster.cluster.endpoint))
+
+
+def user_outputs(cfg: StackConfig, stack: str) -> dict[str, object]:
+    """What a user needs after `up`: credentials, where the router is and how to reach it, the model."""
+    ns = cfg.kubernetes.namespace
+    outputs: dict[str, object] = {
+        # The DNS endpoint is authorized by IAM (container.clusters.connect), so this works from anywhere.
+        "kubeconfigCommand": f"gcloud container clusters get-credentials {cfg.cluster_name} --location "
+                             f"{cfg.gcp.region} --project {cfg.gcp.project}"
+                             + (" --dns-endpoint" if cfg.cluster.controlPlaneAccess == "dns" else ""),
+        "servedModel": catalog.KIMI.hf_id,
+        "contextLength": cfg.context_length,
+        "routerEndpoint": f"http://{EPP_SERVICE}.{ns}.svc.cluster.local:{contract.ROUTER_SERVICE_PORT}",
+        "askCommand": f'python -m tools.ask --stack {stack} "Hello"',
+    }
+    if cfg.router.mode == "gateway":
+        outputs["gatewayName"] = GATEWAY_NAME
+        outputs["routerEndpoint"] = (f"http://<address of Gateway {ns}/{GATEWAY_NAME}> "
+                                     f"({cfg.router.gatewayClass})")
+        outputs["gatewayAddressCommand"] = (f"kubectl get gateway {GATEWAY_NAME} -n {ns} "
+                                            "-o jsonpath='{.status.addresses[0].value}'")
+    else:
+        outputs["routerPortForward"] = (f"kubectl port-forward -n {ns} svc/{EPP_SERVICE} "
+                                        f"8080:{contract.ROUTER_SERVICE_PORT}")
+    return outputs
 
 
 def export_node_pools(foundation: Foundation, accelerator_pools: list) -> None:

@@ -1,0 +1,75 @@
+"""The README's path from an empty project to a first answer: its offline commands run, the stack outputs it
+names exist, and the cost headline names every unpriced item."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, STACKS
+
+README = (ROOT / "README.md").read_text()
+RUN_IT = README.split("## Run it for real", 1)[1].split("\n## ", 1)[0]
+
+
+def test_every_tool_the_readme_runs_answers_help_offline():
+    tools = sorted(set(re.findall(r"python -m (tools\.\w+)", README)))
+    assert "tools.ask" in tools
+    for module in tools:
+        proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120, env={"PATH": "/usr/bin:/bin"})  # no pulumi, kubectl or gcloud
+        assert proc.returncode == 0, (module, proc.stderr[-500:])
+        assert "usage" in proc.stdout.lower(), module
+
+
+def test_every_make_target_the_readme_uses_exists():
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), flags=re.M))
+    used = set(re.findall(r"\bmake ([\w-]+)", README))
+    assert used and used <= targets, used - targets
+
+
+def test_outputs_the_readme_names_exist(plans, variants):
+    listed = RUN_IT.split("After `up`, the outputs a user needs:", 1)[1].split("\n\n", 1)[0]
+    named = set(re.findall(r"`(\w+)`", listed)) | set(re.findall(r"\(this is `(\w+)`\)", RUN_IT))
+    standalone = set(plans["gpu"].outputs)
+    gateway = set(variants["gateway"].outputs)
+    assert {"kubeconfigCommand", "routerPortForward", "gatewayAddressCommand", "askCommand", "hourlyCost"} <= named
+    assert named <= standalone | gateway, named - standalone - gateway
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_kubeconfig_command_uses_the_dns_endpoint(plans, stack):
+    command = plans[stack].outputs["kubeconfigCommand"]
+    assert command == (f"gcloud container clusters get-credentials kimi-k3-1-{stack} --location us-central1 "
+                       "--project my-gcp-project --dns-endpoint")
+
+
+def test_router_is_reached_per_mode(plans, variants):
+    standalone = plans["gpu"].outputs
+    assert standalone["routerPortForward"] == "kubectl port-forward -n kimi-k3-1 svc/kimi-k3-1-epp 8080:80"
+    assert standalone["routerEndpoint"] == "http://kimi-k3-1-epp.kimi-k3-1.svc.cluster.local:80"
+    gateway = variants["gateway"].outputs
+    assert "routerPortForward" not in gateway
+    assert gateway["gatewayAddressCommand"].startswith("kubectl get gateway llm-d-inference-gateway -n kimi-k3-1 ")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_cost_headline_names_every_unpriced_item(plans, stack):
+    summary = plans[stack].summary.splitlines()
+    headline = next(line for line in summary if "cost estimate" in line)
+    unpriced = [line.strip().split(": price unknown")[0] for line in summary if ": price unknown" in line]
+    accelerators = "a4x-maxgpu-4g-metal" if stack == "gpu" else "tpu7x chips"
+    assert any(accelerators in item for item in unpriced), unpriced
+    for item in unpriced:
+        assert f"{item} unpriced: set kimi-k3-1:cost." in headline, (item, headline)
+    assert plans[stack].outputs["hourlyCost"] == headline.split(": ", 1)[1]
+    # The CPU pools have a public list price, so they are priced.
+    assert not any("n2-standard-8" in item or "c3-standard-44" in item for item in unpriced)
+
+
+def test_fully_priced_headline_has_no_unpriced_part(variants):
+    headline = variants["bench"].outputs["hourlyCost"]
+    assert re.fullmatch(r"\$[\d,]+\.\d\d/h", headline), headline
