@@ -16,9 +16,9 @@ Then, in a `finally` that also runs after a failed step or Ctrl-C: `pulumi destr
 node pools or cluster operations still running, resources in use, timeouts, the stack lock of an
 interrupted `up`) is retried with backoff; when the cluster is already gone it is retried once with
 PULUMI_K8S_DELETE_UNREACHABLE=true (https://github.com/pulumi/pulumi-kubernetes/issues/2463). During teardown
-Ctrl-C does not stop the destroy: the first press prints how to resume, the second stops waiting. Last, everything still carrying the stack's
-`pulumi-stack` label is listed; the exit code is 0 only if every step passed, the destroy finished and
-nothing billable is left (1 otherwise, 130 after Ctrl-C, 2 for a missing tool).
+Ctrl-C does not stop the destroy: the first press prints how to resume, the second stops waiting. Last,
+everything still carrying the stack's `pulumi-stack` label is listed; the exit code is 0 only if every step
+passed, the destroy finished and nothing billable is left (1 otherwise, 130 after Ctrl-C, 2 for a missing tool).
 
 The driver talks to the world only through four small protocols (`Backend`, `Cluster`, `Storage`,
 `Billing`), so tests run it against fakes; the real ones use `pulumi.automation`, kubectl and gcloud.
