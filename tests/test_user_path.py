@@ -25,6 +25,36 @@ def test_every_tool_the_readme_runs_answers_help_offline():
         assert "usage" in proc.stdout.lower(), module
 
 
+ROLE_FOR_TYPE = {
+    # Each kind of Google Cloud resource the program creates -> the README role that lets `pulumi up` create it.
+    "gcp:projects/service:Service": "roles/serviceusage.serviceUsageAdmin",
+    "gcp:compute/network:Network": "roles/compute.networkAdmin",
+    "gcp:compute/subnetwork:Subnetwork": "roles/compute.networkAdmin",
+    "gcp:compute/router:Router": "roles/compute.networkAdmin",
+    "gcp:compute/routerNat:RouterNat": "roles/compute.networkAdmin",
+    "gcp:compute/resourcePolicy:ResourcePolicy": "roles/compute.instanceAdmin.v1",
+    "gcp:container/cluster:Cluster": "roles/container.admin",
+    "gcp:container/nodePool:NodePool": "roles/container.admin",
+    "gcp:serviceaccount/account:Account": "roles/iam.serviceAccountAdmin",
+    "gcp:projects/iAMMember:IAMMember": "roles/resourcemanager.projectIamAdmin",
+    "gcp:storage/bucket:Bucket": "roles/storage.admin",
+    "gcp:storage/bucketIAMMember:BucketIAMMember": "roles/storage.admin",
+    "gcp:monitoring/dashboard:Dashboard": "roles/monitoring.editor",
+    "gcp:monitoring/alertPolicy:AlertPolicy": "roles/monitoring.editor",
+}
+
+
+def test_readme_roles_cover_every_resource_the_stacks_create(plans, variants):
+    """A new kind of resource without a row in the README's roles table would fail a first `pulumi up`."""
+    created = {r["type"] for plan in (*plans.values(), variants["bench"], variants["gateway"])
+               for r in plan.resources if r["type"].startswith("gcp:") and r["type"] != "pulumi:providers:gcp"}
+    unlisted = created - set(ROLE_FOR_TYPE)
+    assert not unlisted, f"add the role that creates {sorted(unlisted)} to README's roles table and here"
+    table = RUN_IT.split("| role | needed for |", 1)[1].split("\n\n", 1)[0]
+    for role in set(ROLE_FOR_TYPE.values()) | {"roles/iam.serviceAccountUser"}:
+        assert f"| `{role}` |" in table, role
+
+
 def test_every_make_target_the_readme_uses_exists():
     targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), flags=re.M))
     used = set(re.findall(r"\bmake ([\w-]+)", README))
