@@ -48,8 +48,10 @@ def render_all(stack_files: list[Path]) -> list[Result]:
 
     For several stacks, where the OS can fork, the provider modules are imported once here
     (tools.render.preload) and each stack renders in a forked copy of this process, which saves most of
-    a render's time; otherwise each stack gets a fresh interpreter importing only what it uses."""
-    if len(stack_files) == 1 or not hasattr(os, "fork"):
+    a render's time; the same holds for one stack when a caller has imported them already (tools.plan_diff
+    renders two commits this way). Otherwise each stack gets a fresh interpreter importing only what it uses."""
+    preloaded = all(f"{package}.{modules[0]}" in sys.modules for package, modules in _preload_list())
+    if (len(stack_files) == 1 and not preloaded) or not hasattr(os, "fork"):
         with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
             return list(pool.map(_subprocess_render, stack_files))
     from tools import render
@@ -70,6 +72,12 @@ def render_all(stack_files: list[Path]) -> list[Result]:
             err.seek(0)
             results[stack_file] = _result(stack_file, os.waitstatus_to_exitcode(status), out.read(), err.read())
     return [results[f] for f in stack_files]
+
+
+def _preload_list() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    from tools.render import PRELOAD
+
+    return PRELOAD
 
 
 def _fork_render(render: Any, stack_file: Path, out: Any, err: Any) -> int:
