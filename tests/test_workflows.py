@@ -6,6 +6,7 @@ commented on same-repository PRs. teardown.yml: `pulumi destroy` on demand or ni
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -253,3 +254,95 @@ def test_no_hardcoded_project_or_credentials(name):
         if key == "run":
             assert "secrets." not in value, f"{name}: pass secrets to scripts through env, not inline"
     assert set(re.findall(r"secrets\.([A-Z0-9_]+)", text)) <= SECRETS
+
+
+# --- the offline plan diff (preview.yml) ------------------------------------------------------------------
+
+
+def step(job: dict[str, Any], key: str) -> dict[str, Any]:
+    return next(s for s in job["steps"] if key in (s.get("id"), s.get("name")))
+
+
+def test_offline_job_diffs_the_plan_against_the_base_branch():
+    offline = load("preview.yml")["jobs"]["offline"]
+    checkout = offline["steps"][0]
+    assert checkout["uses"].startswith("actions/checkout@") and checkout["with"]["fetch-depth"] >= 2
+    runs = [s.get("run", "") for s in offline["steps"]]
+    diff = step(offline, "diff")
+    assert runs.index("make plan") < offline["steps"].index(diff) < runs.index("make test")
+    assert "tools.plan_diff HEAD^1 build/plan" in diff["run"] and "$GITHUB_STEP_SUMMARY" in diff["run"]
+    assert diff.get("continue-on-error") is True
+    assert offline["outputs"]["plan-diff"] == "${{ steps.diff.outputs.comment }}"
+
+
+def test_plan_diff_comment_is_one_comment_for_same_repository_prs_only():
+    from tools.plan_diff import COMMENT_MARKER
+
+    job = load("preview.yml")["jobs"]["plan-diff-comment"]
+    assert job["needs"] == "offline" and job["permissions"] == {"pull-requests": "write"}
+    assert "github.event.pull_request.head.repo.full_name == github.repository" in job["if"]
+    assert not any("uses" in s for s in job["steps"]), "posts the offline job's text; checks out no PR code"
+    assert f"marker='{COMMENT_MARKER}'" in job["steps"][0]["run"]
+
+
+def _bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **env})
+
+
+def _fake_python(folder: Path, fails: bool) -> None:
+    """A stand-in `.venv/bin/python` for the step's shell: writes a report where --out and --comment say."""
+    bin_dir = folder / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(f"""#!/usr/bin/env bash
+{"echo 'error: rendering HEAD^1 failed: boom' >&2; exit 2" if fails else ""}
+while (($#)); do
+  case $1 in
+    --out) echo '# Offline plan diff: report' >"$2"; shift ;;
+    --comment) printf '<!-- kimi-k3-1 offline plan diff -->\\n# Offline plan diff: report\\n' >"$2"; shift ;;
+  esac
+  shift
+done
+""")
+    (bin_dir / "python").chmod(0o755)
+    (folder / "build").mkdir()
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_diff_step_writes_the_job_summary_and_the_comment_output(tmp_path, fails):
+    _fake_python(tmp_path, fails)
+    summary, output = tmp_path / "summary.md", tmp_path / "output.txt"
+    script = step(load("preview.yml")["jobs"]["offline"], "diff")["run"]
+    proc = _bash(script, tmp_path, {"GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output)})
+    assert proc.returncode == 0, proc.stderr
+    text = summary.read_text()
+    assert text.startswith("# Offline plan diff")
+    assert ("boom" in text and "::warning::" in proc.stdout) if fails else text == "# Offline plan diff: report\n"
+    name, delimiter = re.match(r"^(comment)<<(plan-diff-[0-9a-f]{32})\n", output.read_text()).groups()
+    body = output.read_text().split("\n", 1)[1].rsplit(delimiter, 1)[0]
+    assert body.startswith("<!-- kimi-k3-1 offline plan diff -->\n# Offline plan diff")
+
+
+@pytest.mark.parametrize("existing", ["", "4242"])
+def test_comment_step_edits_its_comment_in_place(tmp_path, existing):
+    """The comment step with a fake `gh`: PATCH the marked comment if there is one, else POST a new one."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "gh.log"
+    (bin_dir / "gh").write_text(f"""#!/usr/bin/env bash
+echo "$*" >>{log}
+if [[ $* == *--paginate* ]]; then [[ -n "{existing}" ]] && echo {existing}; fi
+exit 0
+""")
+    (bin_dir / "gh").chmod(0o755)
+    script = load("preview.yml")["jobs"]["plan-diff-comment"]["steps"][0]["run"]
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GH_TOKEN": "t", "REPO": "o/r", "PR": "7",
+           "BODY": "<!-- kimi-k3-1 offline plan diff -->\n# report"}
+    proc = _bash(script, tmp_path, env)
+    assert proc.returncode == 0, proc.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("api --paginate repos/o/r/issues/7/comments --jq")
+    expected = ("api --method PATCH repos/o/r/issues/comments/4242 -F body=@body.md" if existing
+                else "api --method POST repos/o/r/issues/7/comments -F body=@body.md")
+    assert calls[1:] == [expected]
+    assert (tmp_path / "body.md").read_text() == env["BODY"] + "\n"

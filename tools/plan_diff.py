@@ -247,9 +247,8 @@ def _fork_plan(source: Path, args: list[str], log: Path) -> int:
         os.dup2(fd, 2)
         sys.stdout = os.fdopen(1, "w", closefd=False)
         sys.stderr = os.fdopen(2, "w", closefd=False)
-        for name, module in list(sys.modules.items()):
-            file = getattr(module, "__file__", None) or ""
-            if name != "__main__" and (name.split(".")[0] in PROJECT_PACKAGES or file.startswith(str(ROOT) + os.sep)):
+        for name in list(sys.modules):
+            if name.split(".")[0] in PROJECT_PACKAGES:
                 del sys.modules[name]
         os.chdir(source)
         sys.path[:] = [str(source)] + [p for p in sys.path if p not in ("", ".", str(ROOT))]
@@ -667,7 +666,7 @@ def shorten_pair(old: Any, new: Any, width: int = WIDTH) -> tuple[str, str]:
     end = 0
     while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
         end += 1
-    context = 12
+    context = max(12, (width - (max(len(a), len(b)) - start - end)) // 2)
     lo = max(0, start - context)
 
     def window(text: str) -> str:
@@ -756,7 +755,7 @@ def report(base: Side, head: Side, diffs: list[StackDiff]) -> str:
     lines = [f"# Offline plan diff: {_code(base.label)} → {_code(head.label)}", ""]
     if all(d.empty for d in diffs):
         names = ", ".join(d.name for d in diffs) or "none"
-        return "\n".join(lines + [f"no changes (stacks: {names})", ""])
+        return "\n".join(lines + [f"no changes (stacks: {names})"]) + "\n"
     lines += ["| stack | create | update | replace | delete | summary figures changed |",
               "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for d in diffs:
@@ -766,7 +765,7 @@ def report(base: Side, head: Side, diffs: list[StackDiff]) -> str:
     lines.append("")
     for d in diffs:
         lines += stack_report(d)
-    return "\n".join(lines)
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def diff_sides(base: Side, head: Side) -> list[StackDiff]:
@@ -784,6 +783,12 @@ def diff_sides(base: Side, head: Side) -> list[StackDiff]:
     return diffs
 
 
+COMMENT_MARKER = "<!-- kimi-k3-1 offline plan diff -->"
+"""First line of the pull-request comment; .github/workflows/preview.yml edits the comment that starts with it."""
+COMMENT_LIMIT = 65_000
+"""GitHub refuses comment bodies longer than 65,536 characters."""
+
+
 def truncate(text: str, limit: int) -> str:
     if limit <= 0 or len(text) <= limit:
         return text
@@ -799,8 +804,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stack", action="append", default=[], help="compare only this stack (repeatable)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="git repository the refs are in (default: this one)")
     parser.add_argument("--out", type=Path, help="write the report to this file instead of stdout")
-    parser.add_argument("--max-chars", type=int, default=0, help="cut the report to this length (a PR comment "
-                        "holds 65536 characters)")
+    parser.add_argument("--max-chars", type=int, default=0, help="cut the report to this length (a job summary "
+                        "holds 1 MiB)")
+    parser.add_argument("--comment", type=Path, help="also write a copy for a pull-request comment: cut to "
+                        f"{COMMENT_LIMIT:,} characters, first line the marker the workflow finds it by")
     parser.add_argument("--exit-code", action="store_true", help="exit 1 when the plans differ")
     args = parser.parse_args(argv)
     try:
@@ -818,9 +825,12 @@ def main(argv: list[str] | None = None) -> int:
     text = truncate(report(base, head, diffs), args.max_chars)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        args.out.write_text(text)
     else:
-        print(text)
+        sys.stdout.write(text)
+    if args.comment:
+        args.comment.parent.mkdir(parents=True, exist_ok=True)
+        args.comment.write_text(f"{COMMENT_MARKER}\n{truncate(text, COMMENT_LIMIT - len(COMMENT_MARKER) - 1)}")
     changed = not all(d.empty for d in diffs)
     return 1 if args.exit_code and changed else 0
 
