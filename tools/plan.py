@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -81,16 +82,23 @@ def _preload_list() -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 
 def _fork_render(render: Any, stack_file: Path, out: Any, err: Any) -> int:
+    return fork_call(lambda: render.run(stack_file), out.fileno(), err.fileno())
+
+
+def fork_call(func: Callable[[], int], out: int, err: int) -> int:
+    """Run `func` in a forked copy of this process with stdout and stderr on the given file descriptors;
+    returns the child's pid. The child exits with func's result (1 and a traceback on an exception) without
+    interpreter teardown."""
     pid = os.fork()
     if pid:
         return pid
-    code = 1  # child: render with stdout/stderr in the two files, then leave without interpreter teardown
+    code = 1
     try:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
         sys.stdout = os.fdopen(1, "w", closefd=False)
         sys.stderr = os.fdopen(2, "w", closefd=False)
-        code = render.run(stack_file)
+        code = func()
     except BaseException:
         traceback.print_exc()
     finally:

@@ -29,7 +29,6 @@ import sys
 import tarfile
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,36 +236,33 @@ PROJECT_PACKAGES = ("tools", "stacks", "components", "policy", "tests")
 
 
 def _fork_plan(source: Path, args: list[str], log: Path) -> int:
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1  # child: become `python -m tools.plan` of the extracted tree, then leave without teardown
-    try:
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        sys.stdout = os.fdopen(1, "w", closefd=False)
-        sys.stderr = os.fdopen(2, "w", closefd=False)
-        for name in list(sys.modules):
-            if name.split(".")[0] in PROJECT_PACKAGES:
-                del sys.modules[name]
-        os.chdir(source)
-        sys.path[:] = [str(source)] + [p for p in sys.path if p not in ("", ".", str(ROOT))]
-        import importlib
+    from tools.plan import fork_call
 
-        code = importlib.import_module("tools.plan").main(args)
-    except BaseException:
-        traceback.print_exc()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        return fork_call(lambda: _plan_of_tree(source, args), fd, fd)
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        os.close(fd)
+
+
+def _plan_of_tree(source: Path, args: list[str]) -> int:
+    """In the forked child: forget this checkout's modules, become `python -m tools.plan` of the tree."""
+    import importlib
+
+    for name in list(sys.modules):
+        if name.split(".")[0] in PROJECT_PACKAGES:
+            del sys.modules[name]
+    os.chdir(source)
+    sys.path[:] = [str(source)] + [p for p in sys.path if p not in ("", ".", str(ROOT))]
+    return importlib.import_module("tools.plan").main(args)
 
 
 @dataclass
 class Side:
     label: str
     stacks: dict[str, StackPlan]
+    stack_folder: bool = False
+    """The argument was one stack's folder (not a plan root): compared with the other side whatever its name."""
 
 
 def load_sides(args: list[str], repo: Path, stacks: list[str], workdir: Path) -> list[Side]:
@@ -275,7 +271,7 @@ def load_sides(args: list[str], repo: Path, stacks: list[str], workdir: Path) ->
     trees, rendered = [], []
     for index, arg in enumerate(args):
         if Path(arg).is_dir():
-            sides[index] = Side(arg, load_plans(Path(arg)))
+            sides[index] = Side(arg, load_plans(Path(arg)), (Path(arg) / "resources.json").is_file())
             continue
         sha = resolve_ref(repo, arg)
         source = extract(repo, sha, workdir / f"side{index}" / "src")
@@ -769,7 +765,7 @@ def report(base: Side, head: Side, diffs: list[StackDiff]) -> str:
 
 
 def diff_sides(base: Side, head: Side) -> list[StackDiff]:
-    if len(base.stacks) == 1 and len(head.stacks) == 1:  # two single stack folders: compare them directly
+    if base.stack_folder and head.stack_folder:  # two stack folders: compare them whatever their names
         (old_name, old), (new_name, new) = next(iter(base.stacks.items())), next(iter(head.stacks.items()))
         return [diff_stack(new_name if old_name == new_name else f"{old_name} → {new_name}", old, new)]
     diffs = []
