@@ -4,13 +4,26 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 STACK  ?=
+# inference-perf needs Python >= 3.12 and pins its own transformers: a second virtualenv (requirements-inference-perf.txt).
+IP_PYTHON ?= python3.12
+IP_VENV   ?= .venv-inference-perf
+IP_STAMP  := $(IP_VENV)/.installed
 
-.PHONY: plan test lint schema bench-plan actionlint clean
+.PHONY: plan test lint schema bench-plan actionlint clean inference-perf
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $(STAMP)
+
+## inference-perf: the pinned inference-perf release in .venv-inference-perf (IP_PYTHON, Python >= 3.12); the
+## benchmark-config tests use it and skip with the reason where it is missing (fail in CI)
+inference-perf: $(IP_STAMP)
+
+$(IP_STAMP): requirements-inference-perf.txt
+	$(IP_PYTHON) -m venv $(IP_VENV)
+	$(IP_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-inference-perf.txt
+	touch $(IP_STAMP)
 
 ## plan: render every stack (or STACK=<name>) offline into build/plan/<stack>/
 plan: $(STAMP)

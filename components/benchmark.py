@@ -1,9 +1,11 @@
 """inference-perf benchmark (ConfigMap + Job), created only when `benchmark.enabled` is on: it replays
 multi-turn, long-context sessions against the router and writes its reports to the bucket.
 
-Config keys follow the inference-perf schema
-(https://github.com/kubernetes-sigs/inference-perf/blob/7de5ef2/inference_perf/config/config.py; strict since
-kubernetes-sigs/inference-perf PR #667: unknown keys fail).
+The config is the schema of the inference-perf release the Job image carries (requirements-dev.txt pins the same
+release; tests/test_benchmark_config.py loads it with inference-perf's own loader and builds its data generator).
+It follows upstream's conversation-replay preset (https://github.com/llm-d/llm-d/blob/a2b33d4/guides/models/
+qwen3-coder-480b/benchmark-templates/guide.yaml); docs/upstream-alignment.md lists every difference.
+Keys are checked by the release's strict loader (unknown keys fail).
 """
 
 from __future__ import annotations
@@ -25,29 +27,47 @@ SERVICE_ACCOUNT = f"{catalog.GUIDE_NAME}-benchmark"
 JOB_NAME = f"{catalog.GUIDE_NAME}-inference-perf"
 RESULTS_PREFIX = "benchmarks"
 SCRATCH_PATH = "/scratch"
+CPU = 4
+"""CPUs the Job requests; inference-perf starts one worker process per CPU of the *node* unless told."""
+REQUEST_TIMEOUT_S = 600
+"""Per-request timeout of upstream's conversation-replay preset; inference-perf has none by default."""
+
+
+def fixed(value: int) -> dict[str, Any]:
+    """A constant size: inference-perf 0.7.0 takes every conversation size as a Distribution, and `fixed`
+    samples int(mean) (https://github.com/kubernetes-sigs/inference-perf/blob/v0.7.0/inference_perf/utils/numeric/
+    distribution/utils.py)."""
+    return {"type": "fixed", "min": value, "max": value, "mean": value, "std_dev": 0}
 
 
 def inference_perf_config(cfg: StackConfig, base_url: str, bucket: str, results_path: str) -> dict[str, Any]:
     bench = cfg.benchmark
-    turns = bench.conversations * bench.turnsPerConversation
+    # Closed-loop replay: one conversation slot per concurrent session; a slot starts its next conversation as
+    # soon as one ends, so `conversations` in total is conversations / slots rounds of every slot
+    # (https://github.com/kubernetes-sigs/inference-perf/blob/v0.7.0/inference_perf/datagen/replay/
+    # conversation_replay_datagen.py docstring).
+    slots = min(bench.conversations, bench.concurrency)
     return {
-        # Sessions in flight at once; every turn of every session is one request.
-        "load": {"type": "concurrent", "stages": [{"num_requests": turns, "concurrency_level": bench.concurrency}]},
-        "api": {"type": "chat", "streaming": True},  # streaming measures TTFT and TPOT
+        "load": {"type": "concurrent", "num_workers": CPU, "request_timeout": REQUEST_TIMEOUT_S,
+                 "stages": [{"num_requests": bench.conversations * bench.turnsPerConversation,
+                             "concurrency_level": slots}]},
+        # conversation_replay supports only the completion API; streaming measures TTFT and TPOT.
+        "api": {"type": "completion", "streaming": True},
         "server": {"type": "vllm" if cfg.track == "gpu" else "sglang", "model_name": catalog.KIMI.hf_id,
                    "base_url": base_url, "ignore_eos": True},
         # The tokenizer comes from the read-only weights volume: no hub download.
         "tokenizer": {"pretrained_model_name_or_path": cfg.model.path, "trust_remote_code": True},
         "data": {"type": "conversation_replay", "conversation_replay": {
             "seed": 0,
-            "num_conversations": bench.conversations,
+            "num_conversations": slots,
             "shared_system_prompt_len": bench.systemPromptTokens,
-            "turns_per_conversation": bench.turnsPerConversation,
-            "input_tokens_per_turn": bench.inputTokensPerTurn,
-            "output_tokens_per_turn": bench.outputTokensPerTurn,
+            "turns_per_conversation": fixed(bench.turnsPerConversation),
+            "input_tokens_per_turn": fixed(bench.inputTokensPerTurn),
+            "output_tokens_per_turn": fixed(bench.outputTokensPerTurn),
             "max_model_len": cfg.context_length,
         }},
-        "report": {"request_lifecycle": {"summary": True, "per_stage": True, "per_request": False},
+        # Per-request rows let the report break latency down by conversation turn.
+        "report": {"request_lifecycle": {"summary": True, "per_stage": True, "per_request": True},
                    "session_lifecycle": {"summary": True, "per_stage": True}},
         "storage": {"google_cloud_storage": {"bucket_name": bucket, "path": results_path,
                                              "report_file_prefix": catalog.GUIDE_NAME}},
@@ -115,7 +135,7 @@ class Benchmark(Component):
                             env=[k8s.core.v1.EnvVarArgs(name="HOME", value=SCRATCH_PATH)],
                             security_context=hardening.container_context(),
                             resources=k8s.core.v1.ResourceRequirementsArgs(
-                                requests={"cpu": "4", "memory": "16Gi"}, limits={"memory": "16Gi"}),
+                                requests={"cpu": str(CPU), "memory": "16Gi"}, limits={"memory": "16Gi"}),
                             volume_mounts=[
                                 k8s.core.v1.VolumeMountArgs(name="config", mount_path=CONFIG_MOUNT, read_only=True),
                                 k8s.core.v1.VolumeMountArgs(name="models", mount_path=contract.MODELS_MOUNT_PATH,

@@ -394,13 +394,15 @@ class MonitoringConfig(Section):
 class BenchmarkConfig(Section):
     prefix: ClassVar[str] = "benchmark"
     enabled: bool = Field(False, description="Create the inference-perf Job (the driver turns it on for one run).")
-    conversations: int = Field(64, ge=1, description="Multi-turn sessions replayed.")
+    conversations: int = Field(
+        64, ge=1, description="Multi-turn sessions replayed in all; `concurrency` run at once and each slot starts "
+                              "its next session as one ends (inference-perf conversation replay).")
     turnsPerConversation: int = Field(8, ge=1, description="Turns per session.")
     systemPromptTokens: int = Field(
         32768, ge=0, description="Shared system prompt per session: the long prefix the router keeps warm.")
     inputTokensPerTurn: int = Field(2048, ge=1, description="New user tokens per turn.")
     outputTokensPerTurn: int = Field(512, ge=1, description="Generated tokens per turn.")
-    concurrency: int = Field(32, ge=1, description="Sessions in flight at once.")
+    concurrency: int = Field(32, ge=1, description="Sessions in flight at once (conversation slots).")
     runId: Optional[str] = Field(
         None, description="Folder name of this run's reports under benchmarks/<stack>/ (the driver sets it).")
 
