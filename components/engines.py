@@ -222,5 +222,5 @@ def sglang_command(cfg: StackConfig) -> Command:
             "--reasoning-parser", "kimi",
         ]
     argv += ["--enable-metrics", "--kv-events-config", _json(kv_events), *sglang_speculative(cfg)]
-    preamble = () if day0 else (SGLANG_JAX.install_command,)
+    preamble = () if day0 else SGLANG_JAX.install_commands
     return Command(tuple(argv), preamble)

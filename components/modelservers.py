@@ -5,6 +5,7 @@ from components.engines; sizes from components.capacity."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Optional
 
 import pulumi
@@ -14,7 +15,7 @@ from . import catalog, contract, engines, hardening
 from .base import Args, Component, StrInput
 from .config import StackConfig
 from .dra import NVIDIA_DRIVER_ROOT
-from .versions import ROUTING_SIDECAR_IMAGE, SGLANG_JAX, VLLM
+from .versions import ROUTING_SIDECAR_IMAGE, SGLANG_JAX, SGLANG_JAX_LOCK_DIR, VLLM
 
 READY_TIMEOUT_S = 2 * 3600
 """How long `pulumi up` waits for the serving sets: image pulls, a 1.56 TB weight load (10 min at the default
@@ -276,10 +277,26 @@ def tpu_memory_gib(host_pool_bytes: float) -> int:
     return int(-(-host_pool_bytes // GIB)) + PROCESS_MEMORY_GIB // 2
 
 
+SGLANG_JAX_LOCK = Path(__file__).resolve().parent / "locks" / "sglang-jax.txt"
+"""Hash-pinned dependencies of the pinned sglang-jax commit (tools/lock_sglang_jax.py)."""
+SGLANG_JAX_LOCK_MAP = f"{catalog.GUIDE_NAME}-sglang-jax-lock"
+
+
+def sglang_lock_volume() -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:
+    volume = k8s.core.v1.VolumeArgs(name="sglang-jax-lock", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+        name=SGLANG_JAX_LOCK_MAP, items=[k8s.core.v1.KeyToPathArgs(key="requirements.txt", path="requirements.txt")]))
+    return volume, k8s.core.v1.VolumeMountArgs(name="sglang-jax-lock", mount_path=SGLANG_JAX_LOCK_DIR, read_only=True)
+
+
 def sglang_pod(cfg: StackConfig, image: str, memory_gib: int) -> k8s.core.v1.PodSpecArgs:
     command = engines.sglang_command(cfg)
     models, models_mount = weights_volume()
     shm, shm_mount = shm_volume(64)
+    volumes, mounts = [models, shm], [models_mount, shm_mount]
+    if cfg.tpu.engineProfile == "release":  # the start-time install reads the lock
+        lock, lock_mount = sglang_lock_volume()
+        volumes.append(lock)
+        mounts.append(lock_mount)
     tpu_key, _, _ = catalog.TPU_TAINT
     chips = str(catalog.IRONWOOD.chips_per_host)
     return k8s.core.v1.PodSpecArgs(
@@ -298,7 +315,7 @@ def sglang_pod(cfg: StackConfig, image: str, memory_gib: int) -> k8s.core.v1.Pod
                           "google.com/tpu": chips},
                 limits={"memory": f"{memory_gib}Gi", "google.com/tpu": chips},
             ),
-            volume_mounts=[models_mount, shm_mount],
+            volume_mounts=mounts,
             # Root and a writable root filesystem stay (components/hardening.py ROOT_IMAGES); the rest is hardened.
             security_context=hardening.root_engine_context(),
             **probes(contract.MODEL_SERVER_PORT),
@@ -306,7 +323,7 @@ def sglang_pod(cfg: StackConfig, image: str, memory_gib: int) -> k8s.core.v1.Pod
         node_selector={"cloud.google.com/gke-tpu-accelerator": catalog.IRONWOOD.accelerator_label,
                        "cloud.google.com/gke-tpu-topology": cfg.tpu.topology},
         tolerations=[k8s.core.v1.TolerationArgs(key=tpu_key, operator="Exists", effect="NoSchedule")],
-        volumes=[models, shm],
+        volumes=volumes,
         automount_service_account_token=False,
         termination_grace_period_seconds=120,
     )
@@ -328,6 +345,14 @@ class SglangLeaderWorkerSet(Component):
         cfg = args.config
         image = cfg.tpu.day0Image if cfg.tpu.engineProfile == "day0" else SGLANG_JAX.image
         pod = sglang_pod(cfg, image, tpu_memory_gib(args.host_pool_bytes_per_node))
+        self.lock = None
+        if cfg.tpu.engineProfile == "release":
+            self.lock = k8s.core.v1.ConfigMap(
+                f"{name}-lock",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=SGLANG_JAX_LOCK_MAP, namespace=args.namespace),
+                data={"requirements.txt": SGLANG_JAX_LOCK.read_text()},
+                opts=self.child(),
+            )
         self.set = k8s.apiextensions.CustomResource(
             f"{name}-lws",
             api_version="leaderworkerset.x-k8s.io/v1",
@@ -353,6 +378,8 @@ class SglangLeaderWorkerSet(Component):
                 },
                 "rolloutStrategy": rollout(),
             },
-            opts=self.child(custom_timeouts=pulumi.CustomTimeouts(create="130m", update="130m")),
+            # The pods mount the lock; without it they would sit in ContainerCreating until the timeout.
+            opts=self.child(custom_timeouts=pulumi.CustomTimeouts(create="130m", update="130m"),
+                            depends_on=[self.lock] if self.lock else None),
         )
         self.finish(name=args.name)

@@ -59,22 +59,35 @@ VLLM = VllmRelease(
 )
 
 
+SGLANG_JAX_LOCK_DIR = "/etc/sglang-jax"
+"""Where TPU pods mount components/locks/sglang-jax.txt (a ConfigMap)."""
+
+
 @dataclass(frozen=True)
 class SglangJaxBuild:
     commit: str
+    """Short form, as upstream URLs and the flag dump's file name carry it."""
+    full_commit: str
+    """The 40-hex commit the pods install: git checks the fetched tree against it."""
     image: str
     why: str
 
     @property
-    def install_command(self) -> str:
-        """sglang-jax has no release carrying these flags on the package index, so the pinned commit is
-        installed into the JAX TPU image at start (the sglang-jax GKE guide installs it the same way)."""
-        return (f"pip install --no-cache-dir 'sglang-jax @ git+https://github.com/sgl-project/sglang-jax.git"
-                f"@{self.commit}#subdirectory=python'")
+    def install_commands(self) -> tuple[str, ...]:
+        """sglang-jax has no release carrying these flags on the package index, so the pinned commit is installed
+        into the JAX TPU image at start (the sglang-jax GKE guide installs it the same way). Supply chain
+        (docs/security.md): every dependency comes from the hash-pinned lock (components/locks/sglang-jax.txt,
+        `--require-hashes --no-deps`), the package itself from the full commit with nothing resolved or built in
+        isolation, and the Hugging Face token is not in the installer's environment."""
+        pip = "env -u HF_TOKEN pip install --no-cache-dir --no-input --index-url https://pypi.org/simple"
+        return (f"{pip} --require-hashes --no-deps --no-build-isolation -r {SGLANG_JAX_LOCK_DIR}/requirements.txt",
+                f"{pip} --no-deps --no-build-isolation 'sglang-jax @ git+https://github.com/sgl-project/sglang-jax.git"
+                f"@{self.full_commit}#subdirectory=python'")
 
 
 SGLANG_JAX = SglangJaxBuild(
     commit="cddbf6f",
+    full_commit="cddbf6f1cc33cbdd453bd8f36ff7051cf46ca176",
     image="us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:jax0.8.1-rev1",
     why="SGLang's TPU engine; the flag list in engine-flags/sglang-jax-main-cddbf6f.txt is from this commit, and "
         "the image is the one its GKE guide uses (https://github.com/sgl-project/sglang-jax/blob/cddbf6f/docs/deployment/gke-indexed-job.md)",
