@@ -16,10 +16,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from . import catalog, contract, hardening
+from . import catalog, contract, hardening, images
 from .base import Args, Component, StrInput
 from .config import StackConfig
-from .versions import INFERENCE_PERF_IMAGE
 
 CONFIG_FILE = "config.yml"
 CONFIG_MOUNT = "/etc/inference-perf"
@@ -127,7 +126,7 @@ class Benchmark(Component):
                             value=catalog.VOLUME_POPULATOR_COMPUTE_CLASS, effect="NoSchedule")],
                         containers=[k8s.core.v1.ContainerArgs(
                             name="inference-perf",
-                            image=INFERENCE_PERF_IMAGE,
+                            image=images.ref(args.config.images, "inference-perf"),
                             command=["inference-perf"],
                             args=["--config_file", f"{CONFIG_MOUNT}/{CONFIG_FILE}"],
                             # Read-only root filesystem: reports, caches and HOME go to the scratch volume.

@@ -530,10 +530,43 @@ class RouterConfig(Section):
                           "Service; required in gateway mode, e.g. the Gateway's address.")
 
 
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _digest_field(image: str) -> Any:
+    return Field(None, description=f"Digest (sha256:...) of the {image} image; when set, pods pull tag@digest.")
+
+
+class ImagesConfig(Section):
+    """Optional digests of the pinned images (components/images.py); a tag can move, a digest cannot."""
+
+    prefix: ClassVar[str] = "images"
+    vllmDigest: Optional[str] = _digest_field("vLLM")
+    routingSidecarDigest: Optional[str] = _digest_field("P/D routing sidecar")
+    eppDigest: Optional[str] = _digest_field("router EPP")
+    envoyDigest: Optional[str] = _digest_field("standalone router's Envoy proxy")
+    jaxTpuDigest: Optional[str] = _digest_field("JAX TPU (sglang-jax base)")
+    asapdLiteDigest: Optional[str] = _digest_field("asapd-lite NIC initializer")
+    calibrationDigest: Optional[str] = _digest_field("calibration Job's Python")
+    inferencePerfDigest: Optional[str] = _digest_field("inference-perf benchmark")
+    lwsDigest: Optional[str] = _digest_field("LeaderWorkerSet controller")
+    draDriverDigest: Optional[str] = _digest_field("NVIDIA DRA driver")
+
+    @model_validator(mode="after")
+    def _check(self) -> ImagesConfig:
+        for field in type(self).model_fields:
+            value = getattr(self, field)
+            if value is not None and not _DIGEST.fullmatch(value):
+                _fail(self.key(field), value, "expected 'sha256:' and 64 lowercase hex digits (the image's digest, "
+                                              "e.g. from `crane digest <image>`)")
+        return self
+
+
 SECTIONS: dict[str, type[Section]] = {
     cls.prefix: cls for cls in (GcpConfig, NetworkConfig, ClusterConfig, SystemPoolConfig, TransferPoolConfig,
                                 GpuConfig, TpuConfig, KubernetesConfig, MonitoringConfig, StorageConfig,
-                                ModelConfig, RouterConfig, BenchmarkConfig, LifecycleConfig, CostConfig)
+                                ModelConfig, RouterConfig, BenchmarkConfig, LifecycleConfig, CostConfig,
+                                ImagesConfig)
 }
 
 
@@ -558,6 +591,7 @@ class StackConfig(BaseModel):
     benchmark: BenchmarkConfig = BenchmarkConfig()
     lifecycle: LifecycleConfig = LifecycleConfig()
     cost: CostConfig = CostConfig()
+    images: ImagesConfig = ImagesConfig()
 
     @model_validator(mode="after")
     def _check(self) -> StackConfig:

@@ -14,9 +14,10 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import catalog, contract
+from . import catalog, contract, images
 from .base import Args, Component, StrInput
-from .versions import ASAPD_LITE_IMAGE, NVIDIA_DRA_DRIVER_CHART
+from .config import ImagesConfig
+from .versions import NVIDIA_DRA_DRIVER_CHART
 
 DRA_NAMESPACE = "nvidia-dra-driver-gpu"
 NVIDIA_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
@@ -27,14 +28,14 @@ ASAPD_HEALTH_PORT = 19540
 HUGEPAGE_BYTES = 2 * 2**20
 
 
-def dra_driver_values(accelerator: str) -> dict[str, Any]:
+def dra_driver_values(accelerator: str, pinned: Optional[ImagesConfig] = None) -> dict[str, Any]:
     """Chart values: ComputeDomains only, kubelet plugin on the Arm GPU nodes, controller off them."""
     def required(*expressions: dict[str, Any]) -> dict[str, Any]:
         return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": list(expressions)}]}}}
 
     gpu_key, gpu_value, _ = catalog.GPU_TAINT
-    return {
+    values: dict[str, Any] = {
         "nvidiaDriverRoot": NVIDIA_DRIVER_ROOT,
         "resources": {"gpus": {"enabled": False}},
         # IMEX daemons find their peers by DNS name and start without waiting for them (the ComputeDomain
@@ -52,6 +53,9 @@ def dra_driver_values(accelerator: str) -> dict[str, Any]:
             ],
         },
     }
+    if pinned and images.digest(pinned, "dra-driver"):  # the chart renders `repository:tag`; the tag carries the digest
+        values["image"] = {"tag": images.tag(pinned, "dra-driver")}
+    return values
 
 
 def asapd_hugepages_bytes(machine: catalog.GpuMachine) -> int:
@@ -65,6 +69,8 @@ class GpuDevicesArgs(Args):
     machine: catalog.GpuMachine
     nodes: int
     """GPU nodes whose pods join the ComputeDomain (every serving pod claims its channel)."""
+    images: ImagesConfig = ImagesConfig()
+    """Optional digests of the driver and asapd-lite images."""
 
 
 class GpuDevices(Component):
@@ -92,7 +98,7 @@ class GpuDevices(Component):
             version=NVIDIA_DRA_DRIVER_CHART.version,
             repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=NVIDIA_DRA_DRIVER_CHART.repo),
             namespace=namespace.metadata.name,
-            values=dra_driver_values(args.machine.accelerator),
+            values=dra_driver_values(args.machine.accelerator, args.images),
             opts=self.child(depends_on=[quota]),
         )
         self.compute_domain = k8s.apiextensions.CustomResource(
@@ -125,10 +131,11 @@ class GpuDevices(Component):
             ),
             opts=self.child(),
         )
-        self.asapd = self._asapd_lite(name, args.machine) if args.machine.asapd_instance_types else None
+        self.asapd = self._asapd_lite(name, args.machine, images.ref(args.images, "asapd-lite")) \
+            if args.machine.asapd_instance_types else None
         self.finish(compute_domain=contract.COMPUTE_DOMAIN, rdma_claim_template=contract.RDMA_CLAIM_TEMPLATE)
 
-    def _asapd_lite(self, name: str, machine: catalog.GpuMachine) -> k8s.apps.v1.DaemonSet:
+    def _asapd_lite(self, name: str, machine: catalog.GpuMachine, image: str) -> k8s.apps.v1.DaemonSet:
         """Brings up the MRDMA NICs of A4X Max bare-metal nodes
         (https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/examples/gke-a4x-max-bm/asapd-lite-installer.yaml);
         host access is inherent."""
@@ -187,7 +194,7 @@ class GpuDevices(Component):
                         tolerations=[k8s.core.v1.TolerationArgs(operator="Exists")],
                         containers=[k8s.core.v1.ContainerArgs(
                             name="asapd-lite",
-                            image=ASAPD_LITE_IMAGE,
+                            image=image,
                             command=["/bin/bash", "-c"],
                             args=[script],
                             env=[k8s.core.v1.EnvVarArgs(name="LD_LIBRARY_PATH", value="/asapd-lite/controller")],

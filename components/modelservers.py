@@ -11,11 +11,11 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import catalog, contract, engines, hardening
+from . import catalog, contract, engines, hardening, images
 from .base import Args, Component, StrInput
 from .config import StackConfig
 from .dra import NVIDIA_DRIVER_ROOT
-from .versions import ROUTING_SIDECAR_IMAGE, SGLANG_JAX, SGLANG_JAX_LOCK_DIR, VLLM
+from .versions import SGLANG_JAX_LOCK_DIR
 
 READY_TIMEOUT_S = 2 * 3600
 """How long `pulumi up` waits for the serving sets: image pulls, a 1.56 TB weight load (10 min at the default
@@ -141,7 +141,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
               for i in range(cfg.gpu.data_parallel_local)]
     engine = k8s.core.v1.ContainerArgs(
         name="vllm",
-        image=VLLM.image,
+        image=images.ref(cfg.images, "vllm"),
         command=["/bin/bash", "-c"],
         args=[command.script()],
         env=[
@@ -185,7 +185,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
     if role == "decode":
         init.append(k8s.core.v1.ContainerArgs(
             name="routing-proxy",
-            image=ROUTING_SIDECAR_IMAGE,
+            image=images.ref(cfg.images, "routing-sidecar"),
             args=[f"--port={contract.MODEL_SERVER_PORT}", f"--model-server-port={contract.DECODE_ENGINE_PORT}",
                   "--kv-connector=nixlv2", "--secure-proxy=false"],
             ports=[k8s.core.v1.ContainerPortArgs(name="serve", container_port=contract.MODEL_SERVER_PORT)],
@@ -343,7 +343,7 @@ class SglangLeaderWorkerSet(Component):
     def __init__(self, name: str, args: SglangLeaderWorkerSetArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("modelserver", "SglangLeaderWorkerSet", name, opts)
         cfg = args.config
-        image = cfg.tpu.day0Image if cfg.tpu.engineProfile == "day0" else SGLANG_JAX.image
+        image = cfg.tpu.day0Image if cfg.tpu.engineProfile == "day0" else images.ref(cfg.images, "jax-tpu")
         pod = sglang_pod(cfg, image, tpu_memory_gib(args.host_pool_bytes_per_node))
         self.lock = None
         if cfg.tpu.engineProfile == "release":

@@ -13,8 +13,9 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import catalog, contract
+from . import catalog, contract, images
 from .base import Args, Component
+from .config import ImagesConfig
 from .versions import LWS_CHART
 
 LWS_NAMESPACE = "lws-system"
@@ -27,13 +28,18 @@ class PlatformArgs(Args):
     """Install the DisaggregatedSet webhook and RBAC (GPU P/D track)."""
     hf_token: pulumi.Output
     """Secret Output holding the Hugging Face token."""
+    images: ImagesConfig = ImagesConfig()
+    """Optional digest of the LWS controller image."""
 
 
-def lws_values(disaggregated_set: bool) -> dict[str, Any]:
+def lws_values(disaggregated_set: bool, pinned: Optional[ImagesConfig] = None) -> dict[str, Any]:
     # The chart always installs the DisaggregatedSet CRD and controller; the switch adds its webhook
     # and RBAC (https://github.com/kubernetes-sigs/lws/blob/060ab4d/charts/lws/values.yaml). Left out entirely on the
     # TPU track.
-    return {"enableDisaggregatedSet": True} if disaggregated_set else {}
+    values: dict[str, Any] = {"enableDisaggregatedSet": True} if disaggregated_set else {}
+    if pinned and images.digest(pinned, "lws"):  # the chart renders `repository:tag`; the tag carries the digest
+        values["image"] = {"manager": {"tag": images.tag(pinned, "lws")}}
+    return values
 
 
 class Platform(Component):
@@ -65,7 +71,7 @@ class Platform(Component):
             chart=LWS_CHART.chart,
             version=LWS_CHART.version,
             namespace=lws_namespace.metadata.name,
-            values=lws_values(args.disaggregated_set),
+            values=lws_values(args.disaggregated_set, args.images),
             opts=self.child(),
         )
         self.finish(namespace=self.namespace.metadata.name, lws_version=LWS_CHART.version)

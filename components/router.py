@@ -15,7 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from . import catalog, contract, hardening
+from . import catalog, contract, hardening, images
 from .base import Args, Component, StrInput
 from .capacity import ServingCapacity
 from .config import StackConfig
@@ -143,11 +143,21 @@ def track_layer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
     return layer
 
 
+def digest_layer(cfg: StackConfig) -> dict[str, Any]:
+    """Configured image digests (components/images.py): the chart renders `repository:tag`, so the tag carries them."""
+    router: dict[str, Any] = {}
+    if images.digest(cfg.images, "epp"):
+        router["epp"] = {"image": {"tag": images.tag(cfg.images, "epp")}}
+    if images.digest(cfg.images, "envoy") and cfg.router.mode == "standalone":
+        router["proxy"] = {"presets": {"envoy": {"image": images.ref(cfg.images, "envoy")}}}
+    return {"router": router} if router else {}
+
+
 def router_values(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
     layers = [base_layer()]
     if cfg.monitoring.enabled:
         layers.append(monitoring_layer())
-    layers.append(track_layer(cfg, capacity))
+    layers += [track_layer(cfg, capacity), digest_layer(cfg)]
     values: dict[str, Any] = {}
     for layer in layers:
         values = deep_merge(values, layer)
@@ -234,6 +244,8 @@ class CalibrationArgs(Args):
     namespace: StrInput
     endpoint: str
     """Base URL of the router as clients reach it."""
+    image: str = CALIBRATION_IMAGE
+    """Plain Python image, optionally with its digest (components/images.py)."""
     chunk_tokens: int
     """Prompt size of each sample; llm-d's method divides it by the median TTFT
     (https://github.com/llm-d/llm-d/tree/main/guides/recipes/router/calibration)."""
@@ -267,7 +279,7 @@ class PrefillCalibration(Component):
                         automount_service_account_token=False,
                         security_context=hardening.pod_context(),
                         containers=[k8s.core.v1.ContainerArgs(
-                            name="calibrate", image=CALIBRATION_IMAGE, command=["python3", "/calibration/calibrate.py"],
+                            name="calibrate", image=args.image, command=["python3", "/calibration/calibrate.py"],
                             env=[k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()],
                             volume_mounts=[k8s.core.v1.VolumeMountArgs(name="script", mount_path="/calibration",
                                                                        read_only=True)],

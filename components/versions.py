@@ -31,6 +31,13 @@ NVIDIA_DRA_DRIVER_CHART = ChartRef(
         "installs 25.8.0 (https://github.com/llm-d/llm-d/blob/60be8bb/docs/infrastructure/providers/gke/README.md)",
 )
 
+LWS_IMAGE = f"registry.k8s.io/lws/lws:v{LWS_CHART.version}"
+"""The LWS chart's manager image at its own version (lws chart values `image.manager`); named here so a digest can
+be added (components/images.py)."""
+NVIDIA_DRA_DRIVER_IMAGE = f"nvcr.io/nvidia/k8s-dra-driver-gpu:v{NVIDIA_DRA_DRIVER_CHART.version}"
+"""The DRA driver chart's image: `image.repository` and `v<appVersion>` (chart templates `fullimage`; appVersion
+equals the chart version 25.8.0)."""
+
 ASAPD_LITE_IMAGE = "us-docker.pkg.dev/gce-ai-infra/asapd-lite/asapd-lite:v0.0.8"
 """Initializes the MRDMA NICs on A4X Max nodes; the tag Cluster Toolkit ships
 (https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/examples/gke-a4x-max-bm/asapd-lite-installer.yaml)."""
@@ -112,6 +119,9 @@ https://github.com/llm-d/llm-d/blob/8f5f073/guides/recipes/modelserver/component
 EPP_CONFIG_API_VERSION = "llm-d.ai/v1alpha1"
 """The only EndpointPickerConfig apiVersion the router registers at v0.10.0
 (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/epp/config/loader/configloader.go)."""
+ENVOY_PROXY_IMAGE = "docker.io/envoyproxy/envoy:distroless-v1.33.2"
+"""The standalone router chart's Envoy proxy (values `router.proxy.presets.envoy.image` at v0.10.0,
+https://github.com/llm-d/llm-d-router/tree/v0.10.0/charts); set only to add a digest."""
 CALIBRATION_IMAGE = "docker.io/library/python:3.11-slim"
 """The router calibration Job runs a plain Python image
 (https://github.com/llm-d/llm-d/tree/main/guides/recipes/router/calibration)."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from components import benchmark, capacity, catalog, contract, cost, prices
+from components import benchmark, capacity, catalog, contract, cost, images, prices
 from components.cluster import GkeCluster, GkeClusterArgs
 from components.config import StackConfig
 from components.identity import NodeIdentity, NodeIdentityArgs, workload_principal
@@ -97,7 +97,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     # Controllers installed from charts are awaited until Ready, which needs nodes: the system pool.
     on_system_nodes = pulumi.ResourceOptions(provider=cluster.provider, depends_on=[cpu_pools.pools["system"]])
     platform = Platform("platform", PlatformArgs(
-        namespace=cfg.kubernetes.namespace, disaggregated_set=cfg.track == "gpu",
+        namespace=cfg.kubernetes.namespace, disaggregated_set=cfg.track == "gpu", images=cfg.images,
         hf_token=pulumi.Config().require_secret("hfToken")), on_system_nodes)
     staging = capacity.weight_staging(cfg)
     checkpoint_uri = pulumi.Output.concat(bucket.uri, "/", cfg.storage.checkpointPrefix)
@@ -250,6 +250,7 @@ def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:
         return
     PrefillCalibration("calibration", CalibrationArgs(
         namespace=foundation.platform.namespace.metadata.name, endpoint=foundation.cfg.client_url,
+        image=images.ref(foundation.cfg.images, "calibration"),
         chunk_tokens=contract.PREFILL_CHUNK_TOKENS),
         pulumi.ResourceOptions(provider=foundation.cluster.provider,
                                depends_on=[servers, foundation.router.chart]))

@@ -25,7 +25,7 @@ def build(cfg: StackConfig) -> None:
     ), pulumi.ResourceOptions(provider=foundation.gcp_provider))
     namespace = foundation.platform.namespace.metadata.name
     devices = GpuDevices("gpu-devices", GpuDevicesArgs(namespace=namespace, machine=cfg.gpu.spec,
-                                                            nodes=cfg.gpu.node_count),
+                                                            nodes=cfg.gpu.node_count, images=cfg.images),
                          foundation.on_system_nodes)
     servers = VllmDisaggregatedSet("vllm", VllmDisaggregatedSetArgs(
         namespace=namespace, name=f"{cfg.kubernetes.namespace}-vllm", config=cfg),

@@ -100,3 +100,60 @@ def test_lock_writer_keeps_only_artifacts_a_cp312_linux_host_installs():
             wheel("x-1-cp312-cp312-win_amd64.whl", "8" * 64)]}, tags)
     text = lock_sglang_jax.render({"packages": [pure, sdist_only]}, ["# header"])
     assert text.splitlines()[0] == "# header" and "msgpack-python==0.5.6 \\\n    --hash=sha256:" + "7" * 64 in text
+
+
+# --------------------------------------------------------------------------- image digests
+def _image_refs(plan) -> dict[str, str]:
+    from tests.test_policy import rules
+
+    return {f"{r['name']}:{path}": ref for r in plan.resources if r["type"].startswith("kubernetes:")
+            for path, ref in rules.image_references(r["inputs"])}
+
+
+@pytest.mark.parametrize("name", ["gpu-pinned", "tpu-pinned"])
+def test_every_image_carries_its_configured_digest(variants, name):
+    from components import images
+
+    refs = _image_refs(variants[name])
+    assert refs and all("@sha256:" in ref for ref in refs.values()), {k: v for k, v in refs.items() if "@" not in v}
+    charts = {r["name"]: r["inputs"]["values"] for r in variants[name].resources if r["type"].endswith(":Chart")}
+    lws = next(v for k, v in charts.items() if k.endswith("-lws"))
+    assert lws["image"]["manager"]["tag"] == images.IMAGES["lws"].tag + "@sha256:" + ("b" * 64 if name == "tpu-pinned"
+                                                                                       else f"{8:064x}")
+    if name == "gpu-pinned":
+        router = next(v for k, v in charts.items() if k.startswith("router"))
+        assert router["router"]["proxy"]["presets"]["envoy"]["image"] == images.IMAGES["envoy"].reference + \
+            f"@sha256:{4:064x}"
+        dra = next(v for k, v in charts.items() if "dra" in k)
+        assert dra["image"] == {"tag": images.IMAGES["dra-driver"].tag + f"@sha256:{9:064x}"}
+
+
+def test_unpinned_plans_pull_by_tag_and_set_no_chart_image(plans):
+    for stack in ("gpu", "tpu"):
+        assert not [ref for ref in _image_refs(plans[stack]).values() if "@" in ref]
+
+
+def test_chart_default_images_are_the_ones_the_digests_belong_to(shared):
+    """A digest is only right for the image the chart would pull: the pinned references equal the charts' own."""
+    from components import images
+
+    router = yaml.safe_load((shared / "charts" / "llm-d-router-standalone" / "values.yaml").read_text())
+    assert router["router"]["proxy"]["presets"]["envoy"]["image"] == images.IMAGES["envoy"].reference
+    epp = router["router"]["epp"]["image"]
+    assert f"{epp['registry']}/{epp['repository']}:{epp['tag']}" == images.IMAGES["epp"].reference
+    lws = yaml.safe_load((shared / "charts" / "lws" / "values.yaml").read_text())["image"]["manager"]
+    assert f"{lws['repository']}:{lws['tag']}" == images.IMAGES["lws"].reference
+    dra = yaml.safe_load((shared / "charts" / "nvidia-dra-driver-gpu" / "Chart.yaml").read_text())
+    dra_values = yaml.safe_load((shared / "charts" / "nvidia-dra-driver-gpu" / "values.yaml").read_text())
+    assert f"{dra_values['image']['repository']}:v{dra['appVersion']}" == images.IMAGES["dra-driver"].reference
+
+
+def test_a_malformed_digest_stops_the_run_with_one_line():
+    from components.config import ConfigError, parse_config
+
+    base = {"track": "gpu", "gcp.project": "my-gcp-project", "gcp.zone": "us-central1-b", "gpu.reservation": "r"}
+    parse_config({**base, "images.vllmDigest": "sha256:" + "0" * 64})
+    with pytest.raises(ConfigError) as err:
+        parse_config({**base, "images.vllmDigest": "sha256:abc"})
+    assert str(err.value) == ("kimi-k3-1:images.vllmDigest = 'sha256:abc': expected 'sha256:' and 64 lowercase hex "
+                              "digits (the image's digest, e.g. from `crane digest <image>`)")
