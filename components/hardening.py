@@ -38,7 +38,8 @@ def container_context(*, user: Optional[int] = NON_ROOT_UID,
 
 
 def pod_context(*, user: Optional[int] = NON_ROOT_UID) -> k8s.core.v1.PodSecurityContextArgs:
-    """Pod-level defaults matching `container_context`; `fs_group` lets a non-root user write its emptyDirs."""
+    """Pod-level defaults matching `container_context`; `fs_group` lets a non-root user write its emptyDirs.
+    `user=None`: RuntimeDefault seccomp only, the image's user stays (`ROOT_IMAGES`)."""
     return k8s.core.v1.PodSecurityContextArgs(
         run_as_non_root=True if user is not None else None,
         run_as_user=user,

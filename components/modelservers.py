@@ -324,6 +324,7 @@ def sglang_pod(cfg: StackConfig, image: str, memory_gib: int) -> k8s.core.v1.Pod
                        "cloud.google.com/gke-tpu-topology": cfg.tpu.topology},
         tolerations=[k8s.core.v1.TolerationArgs(key=tpu_key, operator="Exists", effect="NoSchedule")],
         volumes=volumes,
+        security_context=hardening.pod_context(user=None),
         automount_service_account_token=False,
         termination_grace_period_seconds=120,
     )

@@ -284,7 +284,8 @@ class PrefillCalibration(Component):
                             volume_mounts=[k8s.core.v1.VolumeMountArgs(name="script", mount_path="/calibration",
                                                                        read_only=True)],
                             resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "500m", "memory": "256Mi"},
-                                                                           limits={"memory": "512Mi"}),
+                                                                           limits={"cpu": "1", "memory": "512Mi"}),
+                            image_pull_policy="Always",  # a one-off Job: pull what the tag (or digest) names now
                             security_context=hardening.container_context(),
                         )],
                         volumes=[k8s.core.v1.VolumeArgs(name="script", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(

@@ -11,6 +11,7 @@ import pytest
 from components import catalog, contract
 from components.config import parse_config
 from tests.conftest import STACKS, stack_document
+from tools.scan import pod_templates
 
 NETPOL = "NetworkPolicy"
 ALL_PORTS = frozenset({"*"})
@@ -126,19 +127,9 @@ def test_default_deny_then_the_contract_matrix(plans, stack):
 
 
 def _pod_templates(plan) -> list[tuple[dict[str, str], dict[str, Any]]]:
-    """(labels, pod spec) of every pod template the program creates in the model namespace."""
-    found = []
-    for manifest in plan.manifests:
-        stack = [manifest]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, dict):
-                if isinstance(node.get("spec"), dict) and "containers" in node["spec"]:
-                    found.append(((node.get("metadata") or {}).get("labels") or {}, node["spec"]))
-                stack.extend(node.values())
-            elif isinstance(node, list):
-                stack.extend(node)
-    return found
+    """(labels, pod spec) of every pod template the program creates (the extraction tools/scan.py uses)."""
+    return [(meta.get("labels") or {}, spec) for manifest in plan.manifests
+            for _, meta, spec in pod_templates(manifest)]
 
 
 def _selects(rule_selector: tuple, pod_labels: dict[str, str]) -> bool:

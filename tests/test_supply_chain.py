@@ -4,6 +4,7 @@ environment; the lock writer keeps only what a CPython 3.12 manylinux x86_64 hos
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 import pytest
@@ -157,3 +158,30 @@ def test_a_malformed_digest_stops_the_run_with_one_line():
         parse_config({**base, "images.vllmDigest": "sha256:abc"})
     assert str(err.value) == ("kimi-k3-1:images.vllmDigest = 'sha256:abc': expected 'sha256:' and 64 lowercase hex "
                               "digits (the image's digest, e.g. from `crane digest <image>`)")
+
+
+# --------------------------------------------------------------------------- the checkov scan's inputs
+def test_scan_extracts_every_custom_resource_pod_template(plans):
+    from tools import scan
+
+    for stack, expected_templates in (("gpu", 2), ("tpu", 2)):
+        manifests = plans[stack].manifests
+        extracted = [m for m in scan.expand(manifests) if m.get("metadata", {}).get("annotations", {}).get(
+            "kimi-k3-1/extracted-from")]
+        assert len(extracted) == expected_templates  # DisaggregatedSet roles; LeaderWorkerSet leader + worker
+        assert all(m["kind"] == "Pod" and m["spec"]["containers"] for m in extracted)
+
+
+def test_scan_exceptions_name_real_resources_and_nothing_else(plans):
+    """Every exception pattern matches a resource of a committed plan, and a failure anywhere else is reported."""
+    from tools import scan
+
+    names = {f"{m['kind']}.{m['metadata'].get('namespace') or 'default'}.{m['metadata']['name']}"
+             for stack in ("gpu", "tpu") for m in scan.expand(plans[stack].manifests)}
+    for check, (reason, patterns) in scan.EXCEPTIONS.items():
+        assert reason and all(any(fnmatch.fnmatchcase(n, p) for n in names) for p in patterns), check
+    assert scan.expected("CKV_K8S_16", "DaemonSet.kube-system.asapd-lite")
+    assert not scan.expected("CKV_K8S_16", "Job.kimi-k3-1.kimi-k3-1-calibration")
+    assert not scan.expected("CKV_K8S_19", "Pod.kimi-k3-1.kimi-k3-1-vllm-spec-roles-0--spec-leaderworkertemplate-"
+                                           "workertemplate")
+    assert not scan.expected("CKV_K8S_99", "Pod.x.y")
