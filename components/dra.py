@@ -157,7 +157,6 @@ class GpuDevices(Component):
         mounts.append(k8s.core.v1.VolumeMountArgs(name="hugepages", mount_path="/hugepages-2Mi"))
         hugepages = f"{asapd_hugepages_bytes(machine) // 2**20}Mi"
         limits = {"hugepages-2Mi": hugepages, "memory": "1Gi"}
-        requests = {**limits, "cpu": "100m"}  # CPU request only: a limit would throttle the NIC setup
         health = k8s.core.v1.HTTPGetActionArgs(path="/healthz", port=ASAPD_HEALTH_PORT)
         # Run the setup as the installer does, then bounce any GPU NIC whose IPv6 address failed duplicate
         # detection (restarting the container retries the setup).
@@ -200,7 +199,7 @@ class GpuDevices(Component):
                             args=[script],
                             env=[k8s.core.v1.EnvVarArgs(name="LD_LIBRARY_PATH", value="/asapd-lite/controller")],
                             security_context=k8s.core.v1.SecurityContextArgs(privileged=True),
-                            resources=k8s.core.v1.ResourceRequirementsArgs(requests=requests, limits=limits),
+                            resources=k8s.core.v1.ResourceRequirementsArgs(requests=limits, limits=limits),
                             liveness_probe=k8s.core.v1.ProbeArgs(http_get=health, initial_delay_seconds=60),
                             readiness_probe=k8s.core.v1.ProbeArgs(http_get=health),
                             volume_mounts=mounts,

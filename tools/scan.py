@@ -70,6 +70,8 @@ PRIVILEGED = (VLLM, ASAPD)
 """Resource names as checkov reports them: `<Kind>.<namespace>.<name>` (extracted templates are Pods)."""
 
 EXCEPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "CKV_K8S_10": ("CPU requests: asapd-lite requests memory and hugepages only, as Cluster Toolkit's installer "
+                   "does (hugepages need requests equal to limits)", (ASAPD,)),
     "CKV_K8S_11": ("CPU limits: engines and the NIC initializer get CPU requests only; a CFS limit would throttle "
                    "them", (*ENGINES, ASAPD)),
     "CKV_K8S_15": ("imagePullPolicy Always: the images are pinned by tag and, with images.*Digest, by digest; "
