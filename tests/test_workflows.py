@@ -22,12 +22,13 @@ LINTER = ROOT / "tools" / "actionlint.sh"
 SKIPPED = "actionlint: skipped: "
 
 # The repository secrets the workflows read, as the README lists them.
-SECRETS = {"GCP_WORKLOAD_IDENTITY_PROVIDER", "GCP_SERVICE_ACCOUNT", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE"}
+SECRETS = {"GCP_WORKLOAD_IDENTITY_PROVIDER", "GCP_SERVICE_ACCOUNT", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE",
+           "HF_TOKEN"}
 # Inputs and env vars that carry a credential, a backend or a project: only ever a secret or a variable.
 SENSITIVE_KEYS = {"workload_identity_provider", "service_account", "credentials_json", "project_id", "cloud-url",
                   "github-token", "token", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_ACCESS_TOKEN", "PULUMI_BACKEND_URL",
                   "GOOGLE_CREDENTIALS", "GOOGLE_APPLICATION_CREDENTIALS", "GCP_WORKLOAD_IDENTITY_PROVIDER",
-                  "GCP_SERVICE_ACCOUNT"}
+                  "GCP_SERVICE_ACCOUNT", "HF_TOKEN"}
 REFERENCE = re.compile(r"^\$\{\{ (secrets|vars)\.[A-Z][A-Z0-9_]* \}\}$")
 # Concrete values (placeholders such as `gs://<bucket>` in comments do not match).
 LEAKS = {
@@ -178,6 +179,20 @@ def test_preview_comments_a_pulumi_preview_of_each_stack():
     assert "gke-gcloud-auth-plugin" in gcloud["with"]["install_components"]
     assert auth < uses.index(step["uses"]), "authenticate before pulumi runs"
     assert any("make plan" in s.get("run", "") for s in job["steps"][:auth]), ".venv is built before the preview"
+
+
+def test_preview_gives_the_stack_its_token_from_a_secret_not_the_stack_file():
+    """Committed stack files hold no `secure:` value; the runner sets hfToken from HF_TOKEN, through stdin so the
+    token is not on a command line, before the preview runs."""
+    job = load("preview.yml")["jobs"]["preview"]
+    steps = job["steps"]
+    (preview,) = command_steps(job)
+    setter = next(i for i, s in enumerate(steps) if "pulumi config set --secret hfToken" in s.get("run", ""))
+    assert steps[setter]["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
+    assert '| pulumi config set --secret hfToken --stack "$STACK"' in steps[setter]["run"]
+    assert setter < steps.index(preview)
+    gate = load("preview.yml")["jobs"]["gate"]["steps"][0]
+    assert "HF_TOKEN" in gate["run"] and gate["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
 
 
 # --- teardown.yml ---------------------------------------------------------------------------------
