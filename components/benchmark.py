@@ -134,7 +134,8 @@ class Benchmark(Component):
                             env=[k8s.core.v1.EnvVarArgs(name="HOME", value=SCRATCH_PATH)],
                             security_context=hardening.container_context(),
                             resources=k8s.core.v1.ResourceRequirementsArgs(
-                                requests={"cpu": str(CPU), "memory": "16Gi"}, limits={"cpu": str(CPU), "memory": "16Gi"}),
+                                requests={"cpu": str(CPU), "memory": "16Gi"},
+                                limits={"cpu": str(CPU), "memory": "16Gi"}),
                             image_pull_policy="Always",  # a one-off Job: pull what the tag (or digest) names now
                             volume_mounts=[
                                 k8s.core.v1.VolumeMountArgs(name="config", mount_path=CONFIG_MOUNT, read_only=True),

@@ -109,7 +109,9 @@ GPU_MACHINES: dict[str, GpuMachine] = {
         rdma_nics=8,
         node_labels=(("cloud.google.com/gke-networking-dra-driver", "true"),
                      ("cloud.google.com/gke-dpv2-unified-cni", "cni-migration")),
-        hugepages_2m=4096,  # node system config hugepage_size2m (Cluster Toolkit gke-a4x-max-bm.yaml)
+        # node system config hugepage_size2m
+        # (https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/examples/gke-a4x-max-bm/gke-a4x-max-bm.yaml)
+        hugepages_2m=4096,
         # Cluster Toolkit's asapd-lite installer selects both the Local-SSD and the no-Local-SSD shape.
         asapd_instance_types=("a4x-maxgpu-4g-metal", "a4x-maxgpu-4g-metal-nolssd"),
     ),
