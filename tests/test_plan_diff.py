@@ -352,3 +352,38 @@ def test_end_to_end_on_two_commits(two_commits):
         assert row in report
     assert "DisaggregatedSet kimi-k3-1/kimi-k3-1-vllm" in report
     assert "plan-only-secret-value" not in report
+
+
+def test_an_immutable_field_the_api_server_rejects(tmp_path):
+    rct = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+           "metadata": {"name": "rdma", "namespace": "kimi"},
+           "spec": {"spec": {"devices": {"requests": [{"name": "rdma", "exactly": {"count": 8}}]}}}}
+
+    def change(plan):
+        plan["manifests"][-1]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 4
+
+    old, new = base_plan(), base_plan()
+    for plan in (old, new):
+        plan["manifests"].append(copy.deepcopy(rct))
+        plan["resources"].append(k8s_resource("rdma", rct))
+    change(new)
+    named(new, "rdma")["inputs"] = copy.deepcopy(new["manifests"][-1])
+    write(tmp_path / "base" / "gpu", old)
+    write(tmp_path / "head" / "gpu", new)
+    out = tmp_path / "report.md"
+    assert plan_diff.main([str(tmp_path / "base"), str(tmp_path / "head"), "--out", str(out)]) == 0
+    source = next(r.source for r in RULES if r.type == "k8s:resource.k8s.io/ResourceClaimTemplate")
+    assert body(out.read_text()) == f"""\
+### Updates the API server rejects
+
+- `ResourceClaimTemplate kimi/rdma` (`rdma`): `spec.spec.devices.requests[name=rdma].exactly.count`
+
+### Kubernetes objects
+
+**~ update** `ResourceClaimTemplate kimi/rdma` (`rdma`)
+- an immutable field changes: `pulumi up` fails on this object unless it is replaced (renamed, or deleted first)
+
+| path | base | head | note |
+| --- | --- | --- | --- |
+| `spec.spec.devices.requests[name=rdma].exactly.count` | `8` | `4` | immutable: the API server rejects this update ([source]({source})) |
+"""

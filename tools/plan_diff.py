@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from tools.replacements import PRESENCE, RULES, URN_CHANGE_SOURCE, Rule, kubernetes_type
+from tools.replacements import PRESENCE, REJECT, RULES, URN_CHANGE_SOURCE, Rule, kubernetes_type
 
 ROOT = Path(__file__).resolve().parent.parent
 RENDER_TIMEOUT_S = 600
@@ -489,16 +489,25 @@ def _resource_notes(resource: dict[str, Any], action: str) -> list[str]:
 
 
 def _mark(changes: list[Change], rule_type: str, ignore: list[str]) -> bool:
-    """Annotate ignored and replacing changes; True if any forces a replacement."""
+    """Annotate ignored, replacing and rejected changes; True if any forces a replacement."""
     replaces = False
     for change in changes:
         if ignore and ignored(ignore, change):
             change.note = "ignoreChanges: not applied"
             continue
         rule = replacing_rule(rule_type, change)
-        if rule is not None:
+        if rule is not None and rule.effect == REJECT:
+            change.note = f"immutable: the API server rejects this update ([source]({rule.source}))"
+        elif rule is not None:
             change.replaces, replaces = rule, True
     return replaces
+
+
+def _rejected(changes: list[Change]) -> list[str]:
+    if not any(c.note.startswith("immutable") for c in changes):
+        return []
+    return ["an immutable field changes: `pulumi up` fails on this object unless it is replaced (renamed, or "
+            "deleted first)"]
 
 
 def _depends_change(old: list[str], new: list[str]) -> list[Change]:
@@ -593,6 +602,7 @@ def _object_entry(old: KubeObject | None, new: KubeObject,
                      f"created ([Pulumi]({URN_CHANGE_SOURCE}))")
         replaces = True
     action = "replace" if replaces else "update"
+    notes += _rejected(changes) if action == "update" else []
     return [Entry(action, title, changes, notes + (_resource_notes(new_resource, action) if new_resource else []))]
 
 
@@ -730,6 +740,13 @@ def stack_report(diff: StackDiff) -> list[str]:
         for entry in replaced:
             causes = sorted({c.path for c in entry.changes if c.replaces is not None})
             lines.append(f"- {entry.title}: " + (", ".join(_code(c) for c in causes) or "a new resource identity"))
+        lines.append("")
+    rejected = [e for e in diff.objects if e.action == "update" and _rejected(e.changes)]
+    if rejected:
+        lines += ["### Updates the API server rejects", ""]
+        for entry in rejected:
+            causes = sorted({c.path for c in entry.changes if c.note.startswith("immutable")})
+            lines.append(f"- {entry.title}: " + ", ".join(_code(c) for c in causes))
         lines.append("")
     if diff.figures:
         lines += ["### Summary figures", "", "| figure | base | head | change |", "| --- | ---: | ---: | ---: |"]

@@ -10,7 +10,7 @@ input path (the plan's camelCase path; `[]` stands for any list element) and whe
   values inherits it for every element (scope "value").
 - pulumi-kubernetes replaces an object when `metadata.name`/`metadata.namespace` or a field of its
   kind's `forceNewProperties` list changes (provider/pkg/provider/diff.go); every other change is a
-  patch, which the API server may still reject for a field it treats as immutable.
+  patch, which the API server rejects for a field the Kubernetes API declares immutable (effect REJECT).
 
 Only the types this program creates are listed, with the inputs it sets plus the notable ones; a type
 missing here is never called a replacement. Note `nodeConfig.machineType` (and diskSizeGb, diskType) of
@@ -38,6 +38,12 @@ PRESENCE = "presence"
 """The block (or an element of a block list) appeared or disappeared; its own fields have their own rules."""
 
 
+REPLACE = "replace"
+"""Pulumi deletes and recreates the resource."""
+REJECT = "reject"
+"""Pulumi patches the object and the API server refuses: the field is immutable, so `pulumi up` fails there."""
+
+
 @dataclass(frozen=True)
 class Rule:
     type: str
@@ -45,6 +51,7 @@ class Rule:
     path: str
     source: str
     scope: str = VALUE
+    effect: str = REPLACE
 
 
 def _rules(type_token: str, source: str, *paths: str, lines: tuple[int, ...] = (), scope: str = VALUE) -> list[Rule]:
@@ -134,6 +141,10 @@ RULES: tuple[Rule, ...] = tuple([
             "spec.template"),
     *[rule for kind in ("ClusterRoleBinding", "RoleBinding")
       for rule in _rules(f"k8s:rbac.authorization.k8s.io/{kind}", _K8S + "#L192-L194", "roleRef")],
+    # --- Kubernetes fields the API server keeps immutable that pulumi-kubernetes does not replace for -------
+    Rule("k8s:resource.k8s.io/ResourceClaimTemplate", "spec",
+         "https://docs.rs/k8s-openapi/latest/src/k8s_openapi/v1_36/api/resource/v1/resource_claim_template.rs.html",
+         effect=REJECT),
 ])
 
 URN_CHANGE_SOURCE = "https://www.pulumi.com/docs/iac/operations/stack-management/refactoring-with-aliases/"
