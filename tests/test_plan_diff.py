@@ -373,6 +373,7 @@ def test_an_immutable_field_the_api_server_rejects(tmp_path):
     out = tmp_path / "report.md"
     assert plan_diff.main([str(tmp_path / "base"), str(tmp_path / "head"), "--out", str(out)]) == 0
     source = next(r.source for r in RULES if r.type == "k8s:resource.k8s.io/ResourceClaimTemplate")
+    note = f"immutable: the API server rejects this update ([source]({source}))"
     assert body(out.read_text()) == f"""\
 ### Updates the API server rejects
 
@@ -385,5 +386,21 @@ def test_an_immutable_field_the_api_server_rejects(tmp_path):
 
 | path | base | head | note |
 | --- | --- | --- | --- |
-| `spec.spec.devices.requests[name=rdma].exactly.count` | `8` | `4` | immutable: the API server rejects this update ([source]({source})) |
+| `spec.spec.devices.requests[name=rdma].exactly.count` | `8` | `4` | {note} |
 """
+
+
+def test_long_entries_keep_every_row_with_a_note(tmp_path):
+    old, new = base_plan(), base_plan()
+    for plan, value in ((old, "v"), (new, "w")):
+        pool = named(plan, "gpu-pool")
+        pool["inputs"] = {"labels": {f"k{i}": value for i in range(5)}, **pool["inputs"]}
+    named(new, "gpu-pool")["inputs"]["location"] = "us-central1-a"
+    write(tmp_path / "base" / "gpu", old)
+    write(tmp_path / "head" / "gpu", new)
+    out = tmp_path / "report.md"
+    plan_diff.main([str(tmp_path / "base"), str(tmp_path / "head"), "--out", str(out), "--max-rows", "2"])
+    report = out.read_text()
+    rows = [line.split(" | ")[0] for line in report.splitlines() if line.startswith("| `")]
+    assert rows == ["| `labels.k0`", "| `labels.k1`", "| `location`"]
+    assert "*… and 3 more paths (`--max-rows 0` shows all)*" in report

@@ -40,6 +40,8 @@ from tools.replacements import PRESENCE, REJECT, RULES, URN_CHANGE_SOURCE, Rule,
 ROOT = Path(__file__).resolve().parent.parent
 RENDER_TIMEOUT_S = 600
 WIDTH = 60
+MAX_ROWS = 40
+"""Rows per resource or object before the rest are summed up in one line."""
 """Longest value shown in a table cell; longer ones are cut around where the two sides differ."""
 MANIFEST_FILES = "*.yaml"
 """Every YAML file of a stack folder holds Kubernetes objects (docs/plan-format.md); each is diffed alike."""
@@ -698,7 +700,7 @@ def _change_row(change: Change) -> str:
            f"{_code(new) if change.new is not ABSENT else new} | {note} |"
 
 
-def _entries(title: str, entries: list[Entry]) -> list[str]:
+def _entries(title: str, entries: list[Entry], max_rows: int) -> list[str]:
     if not entries:
         return []
     lines = [f"### {title}", ""]
@@ -706,8 +708,13 @@ def _entries(title: str, entries: list[Entry]) -> list[str]:
         lines.append(f"**{SYMBOL[entry.action]}** {entry.title}")
         lines += [f"- {note}" for note in entry.notes]
         if entry.changes:
+            # Past max_rows (a chart version bump can change hundreds of CRD schema paths) only the rows that
+            # carry a note (replacement, rejection, ignoreChanges) are kept.
+            shown = [c for i, c in enumerate(entry.changes) if not max_rows or i < max_rows or c.note or c.replaces]
             lines += ["", "| path | base | head | note |", "| --- | --- | --- | --- |"]
-            lines += [_change_row(c) for c in entry.changes]
+            lines += [_change_row(c) for c in shown]
+            if len(shown) < len(entry.changes):
+                lines += ["", f"*… and {len(entry.changes) - len(shown)} more paths (`--max-rows 0` shows all)*"]
         lines.append("")
     return lines
 
@@ -728,7 +735,7 @@ def _delta(figure: Figure) -> str:
     return text + (f" ({sign}{abs(delta) / figure.old:.0%})" if figure.old else "")
 
 
-def stack_report(diff: StackDiff) -> list[str]:
+def stack_report(diff: StackDiff, max_rows: int = MAX_ROWS) -> list[str]:
     lines = [f"## Stack `{diff.name}`", ""]
     if diff.only_in:
         return lines + [diff.only_in, ""]
@@ -753,8 +760,8 @@ def stack_report(diff: StackDiff) -> list[str]:
         lines += [f"| {f.label} | {_number(f.old, f.unit)} | {_number(f.new, f.unit)} | {_delta(f)} |"
                   for f in diff.figures]
         lines.append("")
-    lines += _entries("Pulumi resources", diff.resources)
-    lines += _entries("Kubernetes objects", diff.objects)
+    lines += _entries("Pulumi resources", diff.resources, max_rows)
+    lines += _entries("Kubernetes objects", diff.objects, max_rows)
     if diff.outputs:
         lines += ["### Stack outputs", "", "| path | base | head | note |", "| --- | --- | --- | --- |"]
         lines += [_change_row(c) for c in diff.outputs] + [""]
@@ -764,7 +771,7 @@ def stack_report(diff: StackDiff) -> list[str]:
     return lines
 
 
-def report(base: Side, head: Side, diffs: list[StackDiff]) -> str:
+def report(base: Side, head: Side, diffs: list[StackDiff], max_rows: int = MAX_ROWS) -> str:
     lines = [f"# Offline plan diff: {_code(base.label)} → {_code(head.label)}", ""]
     if all(d.empty for d in diffs):
         names = ", ".join(d.name for d in diffs) or "none"
@@ -777,7 +784,7 @@ def report(base: Side, head: Side, diffs: list[StackDiff]) -> str:
                      f"{len(d.figures)} |" if not d.only_in else f"| {d.name} | {d.only_in} |||||")
     lines.append("")
     for d in diffs:
-        lines += stack_report(d)
+        lines += stack_report(d, max_rows)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -822,6 +829,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--comment", type=Path, help="also write a copy for a pull-request comment: cut to "
                         f"{COMMENT_LIMIT:,} characters, first line the marker the workflow finds it by")
     parser.add_argument("--exit-code", action="store_true", help="exit 1 when the plans differ")
+    parser.add_argument("--max-rows", type=int, default=MAX_ROWS, help=f"paths shown per resource or object "
+                        f"(default {MAX_ROWS}; 0: all)")
     args = parser.parse_args(argv)
     try:
         with tempfile.TemporaryDirectory(prefix="plan-diff-") as workdir:
@@ -835,7 +844,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     diffs = diff_sides(base, head)
-    text = truncate(report(base, head, diffs), args.max_chars)
+    text = truncate(report(base, head, diffs, args.max_rows), args.max_chars)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
