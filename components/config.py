@@ -683,7 +683,8 @@ def _nest(raw: dict[str, Any]) -> dict[str, Any]:
             except json.JSONDecodeError:
                 raise ConfigError(key, value, "expected a list, e.g. [\"203.0.113.7/32\"]") from None
         else:
-            _check_scalar(key, value)
+            _check_scalar(key, value, numeric=int in (annotation, *typing.get_args(annotation))
+                          or key.startswith(f"{CostConfig.prefix}."))
         if type(None) in typing.get_args(annotation) and (value == "" or (value in ("0", 0) and int in typing.get_args(
                 annotation))):
             value = None  # Pulumi.yaml's stand-in default for "unset": "" (strings) or 0 (integers), tools/schema.py
@@ -695,13 +696,15 @@ def _nest(raw: dict[str, Any]) -> dict[str, Any]:
     return nested
 
 
-def _check_scalar(key: str, value: Any) -> None:
+def _check_scalar(key: str, value: Any, numeric: bool) -> None:
     """Pulumi hands a YAML list or map to the program as JSON text, and `.inf`/`.nan` as text a float() accepts:
-    neither may reach a key that takes one name or a number."""
+    neither may reach a key that takes one name or a number (a name may well be `nan`)."""
     text = value.strip() if isinstance(value, str) else value
     if isinstance(text, (list, dict)) or (isinstance(text, str) and len(text) > 1
                                               and text[0] in "[{" and text[-1] in "]}"):
         raise ConfigError(key, value, "expected a single value, not a YAML list or map")
+    if not numeric:
+        return
     if isinstance(text, str) and text.lower().lstrip("+-") in (".inf", ".nan"):
         text = text.replace(".", "")  # YAML's spelling, should it arrive as text
     try:

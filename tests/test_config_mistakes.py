@@ -121,6 +121,10 @@ def test_mistake_rejected_with_one_line(track, changes, expected):
     assert error(track, **changes) == expected
 
 
+def test_names_that_read_as_numbers_are_names():
+    parse_config({**BASE["gpu"], "cluster.name": "nan", "gpu.reservation": "inf"})
+
+
 def test_session_that_fits_is_accepted():
     # 32768 + 8 x 2560 = 53,248 tokens fit 65,536; with 49,152 they fit once the turns are fewer.
     parse_config({**BASE["tpu"], "model.contextLength": "65536"})
