@@ -40,9 +40,9 @@ from tools.replacements import PRESENCE, REJECT, RULES, URN_CHANGE_SOURCE, Rule,
 ROOT = Path(__file__).resolve().parent.parent
 RENDER_TIMEOUT_S = 600
 WIDTH = 60
+"""Longest value shown in a table cell; longer ones are cut around where the two sides differ."""
 MAX_ROWS = 40
 """Rows per resource or object before the rest are summed up in one line."""
-"""Longest value shown in a table cell; longer ones are cut around where the two sides differ."""
 MANIFEST_FILES = "*.yaml"
 """Every YAML file of a stack folder holds Kubernetes objects (docs/plan-format.md); each is diffed alike."""
 
@@ -102,6 +102,10 @@ class StackPlan:
         return "$".join(types) + "::" + resource["name"]
 
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML has it: rendered chart objects (CRDs) make large files."""
+
+
 def _object_key(body: dict[str, Any]) -> str:
     meta = body.get("metadata") or {}
     return f"{body.get('kind')}|{meta.get('namespace', '')}|{meta.get('name', '')}"
@@ -116,7 +120,7 @@ def load_stack(folder: Path, name: str | None = None) -> StackPlan:
         summary = summary_file.read_text() if summary_file.is_file() else ""
         objects: dict[str, KubeObject] = {}
         for path in sorted(folder.glob(MANIFEST_FILES), key=lambda p: (p.name != "manifests.yaml", p.name)):
-            for body in yaml.safe_load_all(path.read_text()):
+            for body in yaml.load_all(path.read_text(), Loader=_YAML_LOADER):
                 if not isinstance(body, dict) or "kind" not in body:
                     continue
                 key = _object_key(body)
