@@ -1,4 +1,8 @@
-"""Fixtures: the offline plan of the committed stacks, rendered once per session, and shared/ facts."""
+"""Fixtures: the offline plan of the fixture stacks, rendered once per session, and shared/ facts.
+
+The tests render their own stack files (tests/stacks/Pulumi.<stack>.yaml), never the committed ones in
+the project root: users put their own project, zone and reservation there (or add stacks), and that must
+not change what the tests see."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("KIMI_SHARED_DIR", ROOT.parent / "shared"))
 STACKS = ("gpu", "tpu")
+FIXTURE_STACKS = ROOT / "tests" / "stacks"
 
 
 def run_plan(out: Path, *args: str) -> subprocess.CompletedProcess:
@@ -60,7 +65,7 @@ class Plan:
 @pytest.fixture(scope="session")
 def plan_root(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("plan")
-    proc = run_plan(out)
+    proc = run_plan(out, *fixture_stack_args())
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -87,8 +92,17 @@ def shared() -> Path:
     return SHARED
 
 
+def fixture_stack(stack: str) -> Path:
+    return FIXTURE_STACKS / f"Pulumi.{stack}.yaml"
+
+
+def fixture_stack_args() -> list[str]:
+    """`tools.plan` arguments that render every fixture stack."""
+    return [arg for stack in STACKS for arg in ("--stack-file", str(fixture_stack(stack)))]
+
+
 def stack_document(stack: str) -> dict[str, Any]:
-    return yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    return yaml.safe_load(fixture_stack(stack).read_text())
 
 
 def write_stack(folder: Path, name: str, config: dict[str, Any]) -> Path:
@@ -100,7 +114,7 @@ def write_stack(folder: Path, name: str, config: dict[str, Any]) -> Path:
 LEAKY_TOKEN = "hf_plaintextTokenThatMustNotLeak0123456789"
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    # name: (committed stack it starts from, config keys changed). Rendered together, once per session.
+    # name: (fixture stack it starts from, config keys changed). Rendered together, once per session.
     "gpu-staging": ("gpu", {}),
     "bad": ("gpu", {}),
     "gpu2": ("gpu", {"gpu.prefillGroups": 2, "gpu.decodeNodesPerGroup": 8, "gpu.machine": "a4x",

@@ -9,15 +9,15 @@ import pytest
 
 from components import catalog
 from components.config import ConfigError, StackConfig, parse_config
-from tests.conftest import ROOT
+from tests.conftest import fixture_stack
 from tools.render import project_file, stack_config
 
 NS = "kimi-k3-1:"
 
 
 def committed(stack: str) -> dict[str, str]:
-    """The committed stack's config as Pulumi hands it to the program (namespace stripped)."""
-    config, _ = stack_config(ROOT / f"Pulumi.{stack}.yaml", project_file())
+    """The fixture stack's config as Pulumi hands it to the program (namespace stripped)."""
+    config, _ = stack_config(fixture_stack(stack), project_file())
     return {k[len(NS):]: v for k, v in config.items() if k.startswith(NS)}
 
 

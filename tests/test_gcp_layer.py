@@ -15,7 +15,7 @@ from tools.mocks import PROJECT_NUMBER
 NODE_POOL = "gcp:container/nodePool:NodePool"
 POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"
 CLUSTER = "gcp:container/cluster:Cluster"
-PROJECT = "my-gcp-project"
+PROJECT = "kimi-test-project"  # tests/stacks/Pulumi.*.yaml
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_gpu_pool_consumes_the_specific_reservation(gpu):
     assert pool["inputs"]["nodeConfig"]["reservationAffinity"] == {
         "consumeReservationType": "SPECIFIC_RESERVATION",
         "key": "compute.googleapis.com/reservation-name",
-        "values": [f"projects/{PROJECT}/reservations/my-a4x-max-reservation"],
+        "values": [f"projects/{PROJECT}/reservations/test-a4x-max-reservation"],
     }
     # A fully used reservation cannot hold a replacement beside the old pool.
     assert pool["options"]["deleteBeforeReplace"] is True
@@ -129,7 +129,7 @@ def test_tpu_slices_are_two_pools_of_four_hosts(tpu, gke_md):
         assert pool_resource["options"]["deleteBeforeReplace"] is True, "a reservation cannot hold two slices"
         assert "guestAccelerators" not in node
         assert {"key": "google.com/tpu", "value": "present", "effect": "NO_SCHEDULE"} in node["taints"]
-        assert node["reservationAffinity"]["values"] == [f"projects/{PROJECT}/reservations/my-tpu7x-reservation"]
+        assert node["reservationAffinity"]["values"] == [f"projects/{PROJECT}/reservations/test-tpu7x-reservation"]
         assert pool["nodeLocations"] == ["us-central1-c"]
     assert chips == 32 == 2 * catalog.topology_chips("2x2x4")
     assert len({p["inputs"]["name"] for p in pools}) == 2
@@ -254,7 +254,7 @@ def test_a_kept_bucket_is_used_not_created(variants):
     (creating would fail: the name exists)."""
     plan = variants["adopt"]
     bucket = plan.one("gcp:storage/bucket:Bucket")
-    assert bucket["options"]["read"] == "my-gcp-project-kimi-k3-1-weights"
+    assert bucket["options"]["read"] == f"{PROJECT}-kimi-k3-1-weights"
     assert bucket["inputs"] == {}
     [grant] = plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
     assert grant["inputs"]["bucket"] == bucket["options"]["read"]

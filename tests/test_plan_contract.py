@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LEAKY_TOKEN, ROOT, STACKS, Plan, run_plan, stack_document, write_stack
+from tests.conftest import (
+    LEAKY_TOKEN,
+    STACKS,
+    Plan,
+    fixture_stack,
+    fixture_stack_args,
+    run_plan,
+    stack_document,
+    write_stack,
+)
 
 PLAN_FILES = ("resources.json", "manifests.yaml", "outputs.json", "summary.txt")
 
@@ -65,7 +74,7 @@ def test_implicit_and_explicit_dependencies_are_recorded(gpu):
 
 
 def test_plan_is_deterministic(plan_root, tmp_path):
-    proc = run_plan(tmp_path)
+    proc = run_plan(tmp_path, *fixture_stack_args())
     assert proc.returncode == 0, proc.stderr
     for stack in STACKS:
         for name in PLAN_FILES:
@@ -83,17 +92,24 @@ def test_stack_name_plays_no_part(variants, gpu):
         assert without_stack_label((variants[name].folder / "resources.json").read_text()) == reference
 
 
-def test_failed_run_writes_nothing_and_keeps_previous_plan(plan_root, tmp_path):
+def test_a_failed_stack_is_named_keeps_its_plan_and_the_others_still_render(plan_root, tmp_path):
+    """A stack file with a config error (a user's extra Pulumi.<name>.yaml, say) fails alone: it is named
+    with its error, its previous plan folder stays as it was, and the other stacks are written."""
     out = tmp_path / "out"
     shutil.copytree(plan_root, out)
-    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    (out / "gpu" / "summary.txt").write_text("stale\n")
+    before = {p: p.read_bytes() for p in (out / "tpu").rglob("*") if p.is_file()}
     config = dict(stack_document("tpu")["config"])
     config["kimi-k3-1:tpu.topology"] = "2x2x8"
     bad = write_stack(tmp_path, "tpu", config)
-    proc = run_plan(out, "--stack-file", str(ROOT / "Pulumi.gpu.yaml"), "--stack-file", str(bad))
-    assert proc.returncode != 0
-    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    assert after == before, "a failed run must not touch any stack's files"
+    proc = run_plan(out, "--stack-file", str(fixture_stack("gpu")), "--stack-file", str(bad))
+    assert proc.returncode == 1
+    assert "plan tpu (Pulumi.tpu.yaml) failed: " in proc.stderr and "kimi-k3-1:tpu.topology" in proc.stderr
+    assert "plan failed for 1 of 2 stack(s): tpu" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    after = {p: p.read_bytes() for p in (out / "tpu").rglob("*") if p.is_file()}
+    assert after == before, "the failed stack's previous plan must stay untouched"
+    assert (out / "gpu" / "summary.txt").read_bytes() == (plan_root / "gpu" / "summary.txt").read_bytes()
     assert not [p for p in out.iterdir() if p.name.startswith(".staging")]
 
 

@@ -5,9 +5,10 @@
     python -m tools.plan --stack-file path/to/Pulumi.x.yaml   # a stack file kept elsewhere
 
 Writes build/plan/<stack>/{resources.json, manifests.yaml, outputs.json, summary.txt} (format:
-docs/plan-format.md) and prints a short summary. All stacks render first; files are written only
-if every one succeeded, and each stack folder is swapped in whole, so a failed run leaves the
-previous plan untouched and no partial output.
+docs/plan-format.md) and prints a short summary. All stacks render first. A stack that fails (a config
+error in its file, say) is named with its error and keeps its previous plan folder untouched; every
+other stack is still written, each folder swapped in whole, so no stack ever has partial output. The
+exit code is 1 if any stack failed.
 """
 
 from __future__ import annotations
@@ -134,6 +135,22 @@ def write_stack(folder: Path, document: dict[str, Any]) -> None:
     (folder / "summary.txt").write_text("\n".join(document["summary"]) + "\n")
 
 
+def write_plans(out: Path, results: list[Result]) -> None:
+    """Write every rendered stack into a staging folder first, then swap each stack's folder in whole."""
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=out))
+    try:
+        for stack, document, _ in results:
+            write_stack(staging / stack, document)
+        for stack, _, _ in results:
+            target = out / stack
+            if target.exists():
+                shutil.rmtree(target)
+            (staging / stack).rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def summarize(stack: str, document: dict[str, Any]) -> list[str]:
     resources = document["resources"]
     custom = sum(1 for r in resources if not r["type"].startswith("kimi:"))
@@ -159,27 +176,21 @@ def main(argv: list[str] | None = None) -> int:
     results = render_all(stacks)
     failed = [(stack, message) for stack, document, message in results if document is None]
     for stack, message in failed:
-        print(f"plan {stack}: {message}", file=sys.stderr)
-    if failed:
-        return 1
+        print(f"plan {stack} (Pulumi.{stack}.yaml) failed: {message}", file=sys.stderr)
+    results = [result for result in results if result[1] is not None]
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=args.out))
-    try:
-        for stack, document, _ in results:
-            write_stack(staging / stack, document)
-        for stack, _, _ in results:
-            target = args.out / stack
-            if target.exists():
-                shutil.rmtree(target)
-            (staging / stack).rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    if results:
+        write_plans(args.out, results)
 
     if not args.quiet:
         for stack, document, _ in results:
             print("\n".join(summarize(stack, document)))
-        print(f"plan written to {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}/")
+        if results:
+            print(f"plan written to {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}/")
+    if failed:
+        print(f"plan failed for {len(failed)} of {len(failed) + len(results)} stack(s): "
+              f"{', '.join(stack for stack, _ in failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
