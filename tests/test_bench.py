@@ -1,17 +1,22 @@
 """The benchmark driver (`tools.bench`) against a fake Automation API, cluster, bucket and billing layer.
 
-The point: whatever fails (or Ctrl-C) in up, wait, smoke, benchmark or collect, destroy runs exactly once
-afterwards and the exit code is non-zero; `--keep` is the only way to skip it; destroy retries only the
-known transient failures; the leftover check runs last and decides the exit code too.
+The point: whatever fails or stops the run in up, wait, smoke, benchmark or collect (an exception, a
+timeout, SIGINT, SIGTERM, SIGHUP, a closed stdout), destroy runs exactly once afterwards, the leftover
+listing runs last and run.json says what happened; `--keep` is the only way to skip the destroy; destroy
+retries only the known transient failures; a stack that is locked or claimed by someone else is never
+destroyed. Signals are real (sent to this process); the Pulumi CLI, kubectl and gcloud are fakes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -20,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from tools import bench
+from tools import bench, cloud, core, leftovers, pulumi_stack
+from tools.pulumi_stack import CLAIM_TAG
 
 STAMP = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 UNREACHABLE = "error: configured Kubernetes cluster is unreachable: dial tcp: lookup 34.1.2.3.nip: no such host"
@@ -30,8 +36,10 @@ UNREACHABLE = "error: configured Kubernetes cluster is unreachable: dial tcp: lo
 class World:
     """Shared state of the fakes: one call log, faults keyed by call name (`up#2` = the second `up`)."""
 
-    def __init__(self, faults: Mapping[str, BaseException] | None = None, destroy_errors: list[Exception] | None = None,
-                 config: Mapping[str, str] | None = None, leftovers: list[str] | None = None, smoke_code: int = 0):
+    def __init__(self, faults: Mapping[str, BaseException | Callable[[], Any]] | None = None,
+                 destroy_errors: list[Exception] | None = None, config: Mapping[str, str] | None = None,
+                 leftovers: list[str] | None = None, smoke_code: int = 0, resources: int = 0,
+                 tags: Mapping[str, str] | None = None):
         self.log: list[tuple[Any, ...]] = []
         self.counts: Counter[str] = Counter()
         self.faults = dict(faults or {})
@@ -43,13 +51,19 @@ class World:
         self.sleeps: list[float] = []
         self.open_forwards = 0
         self.extra_outputs: dict[str, Any] = {}
+        self.resources = resources
+        self.tags = dict(tags or {})
+        self.interrupted = threading.Event()  # set when the driver asks a running CLI to stop
+        self.up_seconds = 0.05  # how long the fake `up` runs after its first lines
 
     def hit(self, name: str, *args: Any) -> None:
         self.counts[name] += 1
         self.log.append((name, *args))
         fault = self.faults.get(f"{name}#{self.counts[name]}") or self.faults.get(name)
-        if fault is not None:
+        if isinstance(fault, BaseException):
             raise fault
+        if fault is not None:
+            fault()
 
     def names(self) -> list[str]:
         return [entry[0] for entry in self.log]
@@ -75,9 +89,32 @@ class FakeBackend:
         else:
             self.w.config[key] = value
 
+    def get_tag(self, key: str) -> str | None:
+        return self.w.tags.get(key)
+
+    def set_tag(self, key: str, value: str | None) -> None:
+        self.w.hit("set_tag", key, value)
+        if value is None:
+            self.w.tags.pop(key, None)
+        else:
+            self.w.tags[key] = value
+
+    def resource_count(self) -> int:
+        return self.w.resources
+
     def up(self, on_output: bench.OnOutput) -> None:
+        self.w.interrupted.clear()
         on_output("Updating (gpu):")
         self.w.hit("up")
+        on_output(" +  gcp:container:Cluster kimi-k3-1-gpu creating")
+        if self.w.interrupted.wait(self.w.up_seconds):  # like the CLI: a SIGINT ends the update early, with an error
+            raise RuntimeError("error: update canceled")
+        self.w.resources = 40
+
+    def interrupt(self) -> bool:
+        self.w.hit("interrupt")
+        self.w.interrupted.set()
+        return True
 
     def outputs(self) -> dict[str, Any]:
         outputs = {"clusterName": "kimi-k3-1-gpu", "kubeconfig": "apiVersion: v1  # SECRET", "namespace": "kimi-k3-1",
@@ -95,6 +132,7 @@ class FakeBackend:
             self.w.on_destroy()
         if self.w.destroy_errors:
             raise self.w.destroy_errors.pop(0)
+        self.w.resources = 0
 
 
 class FakeCluster:
@@ -149,19 +187,34 @@ class FakeBilling:
         return list(self.w.leftover_items)
 
 
-def drive(world: World, tmp_path: Path, *args: str, stack: str = "gpu") -> tuple[int, list[str]]:
+def drive(world: World, tmp_path: Path, *args: str, stack: str = "gpu",
+          out: Callable[[str], Any] | None = None, smoke: Callable[[list[str]], int] | None = None
+          ) -> tuple[int, list[str]]:
     lines: list[str] = []
 
-    def smoke(argv: list[str]) -> int:
+    def fake_smoke(argv: list[str]) -> int:
         world.hit("smoke", tuple(argv))
         return world.smoke_code
 
     deps = bench.Deps(backend=FakeBackend(world), cluster=FakeCluster(world), storage=FakeStorage(world),
-                      billing=FakeBilling(world), smoke=smoke, sleep=world.sleep, now=lambda: STAMP,
-                      out=lines.append)
+                      billing=FakeBilling(world), smoke=smoke or fake_smoke, sleep=world.sleep, now=lambda: STAMP,
+                      out=out or lines.append)
     code = bench.main(["--stack", stack, "--work-dir", str(tmp_path), "--results", str(tmp_path / "results"),
                        *args], deps=deps)
     return code, lines
+
+
+def run_record(tmp_path: Path, stack: str = "gpu") -> dict[str, Any]:
+    return json.loads((tmp_path / "results" / stack / "20260102T030405Z" / "run.json").read_text())
+
+
+def signal_self(signum: int) -> Callable[[], None]:
+    """A fault that sends `signum` to this process, as `kill` or a closing terminal would, and gives the main
+    thread time to act on it (its handler runs between polls)."""
+    def send() -> None:
+        os.kill(os.getpid(), signum)
+        time.sleep(0.6)
+    return send
 
 
 # The call that carries out each step, in order; a fault there fails that step.
@@ -172,6 +225,7 @@ ORDER = ["up", "wait_ready", "smoke", "wait_job", "copy"]
 def assert_torn_down_after(world: World, call: str) -> None:
     names = world.names()
     assert names.count("destroy") == 1, names
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "handlers restored"
     name = call.split("#")[0]
     failed_at = max(i for i, n in enumerate(names) if n == name)
     assert names.index("destroy") > failed_at
@@ -223,7 +277,7 @@ def test_ctrl_c_in_each_step_still_destroys(tmp_path, step):
     code, lines = drive(world, tmp_path)
     assert code == bench.EXIT_INTERRUPTED
     assert_torn_down_after(world, STEP_CALLS[step])
-    assert f"    problem: interrupted (Ctrl-C) during {step}" in lines
+    assert f"    problem: interrupted (SIGINT (Ctrl-C)) during {step}" in lines
 
 
 def test_any_other_base_exception_still_destroys_before_propagating(tmp_path):
@@ -288,8 +342,10 @@ OTHER_OPTIONS: dict[str, list[str]] = {
     "--skip-benchmark": [],
     "--destroy-retries": ["0"],
     "--retry-wait": ["0"],
+    "--up-timeout": ["60"],
     "--ready-timeout": ["0"],
     "--benchmark-timeout": ["0"],
+    "--destroy-timeout": ["60"],
     "--smoke-args": ["--strict", "--skip", "pd-kv-transfer"],
 }
 ALWAYS_GIVEN = {"--stack", "--work-dir", "--results", "-h", "--help"}
@@ -366,7 +422,7 @@ def test_unreachable_then_node_pool_still_deleting_keeps_the_env_var(tmp_path):
     code, _ = drive(world, tmp_path)
     assert code == 0
     envs = [entry[1] for entry in world.log if entry[0] == "destroy"]
-    assert envs == [{}, bench.UNREACHABLE_ENV, bench.UNREACHABLE_ENV]
+    assert envs == [{}, pulumi_stack.UNREACHABLE_ENV, pulumi_stack.UNREACHABLE_ENV]
 
 
 @pytest.mark.parametrize(("text", "reason"), [
@@ -378,21 +434,82 @@ def test_unreachable_then_node_pool_still_deleting_keeps_the_env_var(tmp_path):
     ("googleapi: Error 503: backendError", "API rate limit"),
 ])
 def test_transient_patterns(text, reason):
-    assert (bench.classify(text, bench.TRANSIENT_PATTERNS) or "").startswith(reason)
-    assert bench.classify(text, bench.UNREACHABLE_PATTERNS) is None
+    assert (core.classify(text, pulumi_stack.TRANSIENT_PATTERNS) or "").startswith(reason)
+    assert core.classify(text, pulumi_stack.UNREACHABLE_PATTERNS) is None
 
 
 @pytest.mark.parametrize("text", [UNREACHABLE, "dial tcp 34.1.2.3:443: connect: connection refused",
                                   "Get https://34.1.2.3/api: dial tcp 34.1.2.3:443: i/o timeout",
                                   "error: Unauthorized"])
 def test_unreachable_patterns(text):
-    assert bench.classify(text, bench.UNREACHABLE_PATTERNS)
+    assert core.classify(text, pulumi_stack.UNREACHABLE_PATTERNS)
 
 
-# --------------------------------------------------------------------------- Ctrl-C during teardown
-def test_second_ctrl_c_during_destroy_explains_and_destroy_goes_on(tmp_path):
-    world = World(faults={"smoke": KeyboardInterrupt()})
-    world.on_destroy = lambda: signal.raise_signal(signal.SIGINT)
+# --------------------------------------------------------------------------- signals and a dead stdout
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["SIGTERM", "SIGHUP", "SIGINT"])
+def test_signal_during_up_stops_the_cli_then_destroys_once(tmp_path, signum):
+    """A CI timeout (SIGTERM), a closed SSH session (SIGHUP) or Ctrl-C while `pulumi up` runs: the CLI is
+    asked to stop gracefully, then the own stack is destroyed exactly once and run.json says so."""
+    world = World(faults={"up": signal_self(signum)})
+    code, lines = drive(world, tmp_path)
+    assert code == bench.EXIT_INTERRUPTED, "\n".join(lines)
+    assert world.names().count("interrupt") == 1
+    assert_torn_down_after(world, "up")
+    record = run_record(tmp_path)
+    name = bench.INTERRUPTS[signal.Signals(signum)]
+    assert record["steps"] == {"up": "interrupted", "wait": "not run", "smoke": "not run", "benchmark": "not run",
+                               "collect": "not run"}
+    assert record["stopped_by"] == name and record["why"]["up"].startswith(name)
+    assert record["destroy"] == {"result": "finished", "attempts": 1, "env": {}} and record["destroyed"] is True
+    assert record["leftover_check"] == "complete" and record["phase"] == "done" and record["finished"]
+    assert any(f"!! {name} during up: asking pulumi to stop" in line for line in lines)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_signal_during_a_later_step_destroys_once(tmp_path, signum):
+    world = World(faults={"wait_ready": signal_self(signum)})
+    code, _ = drive(world, tmp_path)
+    assert code == bench.EXIT_INTERRUPTED
+    assert "interrupt" not in world.names(), "no CLI was running"
+    assert_torn_down_after(world, "wait_ready")
+    assert run_record(tmp_path)["steps"]["wait"] == "interrupted"
+
+
+def test_closed_stdout_during_up_still_destroys_once_and_logs_everything(tmp_path):
+    """The reader of the driver's stdout goes away while `up` runs (`| head`, a dead terminal): writes fail
+    with BrokenPipeError, the run stops, the destroy and the listing still happen and land in driver.log."""
+    read_end, write_end = os.pipe()
+    closed: list[str] = []
+
+    def sink(line: str) -> None:
+        os.write(write_end, (line + "\n").encode())
+
+    def close_reader() -> None:
+        os.close(read_end)
+        closed.append("yes")
+
+    world = World(faults={"up": close_reader})
+    world.up_seconds = 5
+    try:
+        code, _ = drive(world, tmp_path, out=sink)
+    finally:
+        os.close(write_end)
+        if not closed:
+            os.close(read_end)
+    assert code == bench.EXIT_FAILED
+    assert world.names().count("interrupt") == 1
+    assert_torn_down_after(world, "up")
+    record = run_record(tmp_path)
+    assert record["stopped_by"].startswith("stdout closed: output closed (BrokenPipeError")
+    assert record["steps"]["up"] == "stopped" and record["destroyed"] is True
+    log = (tmp_path / "results" / "gpu" / "20260102T030405Z" / "driver.log").read_text()
+    assert "==> destroy" in log and "destroy of gpu finished" in log and "nothing billable left" in log
+
+
+def test_interrupt_during_destroy_explains_and_destroy_goes_on(tmp_path):
+    """A first interrupt while the teardown already runs (after a failure) does not stop it."""
+    world = World(faults={"smoke": RuntimeError("boom")})
+    world.on_destroy = signal_self(signal.SIGINT)
     code, lines = drive(world, tmp_path)
     assert code == bench.EXIT_INTERRUPTED
     assert any("teardown goes on" in line and "pulumi destroy --stack gpu" in line for line in lines)
@@ -401,19 +518,119 @@ def test_second_ctrl_c_during_destroy_explains_and_destroy_goes_on(tmp_path):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_third_ctrl_c_stops_waiting_with_the_resume_command(tmp_path):
-    world = World(faults={"smoke": KeyboardInterrupt()})
-
-    def two_presses() -> None:
-        signal.raise_signal(signal.SIGINT)
-        signal.raise_signal(signal.SIGINT)
-
-    world.on_destroy = two_presses
+def test_second_interrupt_stops_waiting_with_the_resume_command(tmp_path):
+    world = World(faults={"smoke": signal_self(signal.SIGINT)})
+    world.on_destroy = signal_self(signal.SIGTERM)
     code, lines = drive(world, tmp_path)
     assert code == bench.EXIT_INTERRUPTED
-    assert any("stopped waiting" in line and "pulumi destroy --stack gpu" in line for line in lines)
-    assert "    problem: teardown interrupted (Ctrl-C twice)" in lines
+    resume = next(line for line in lines if "stopped waiting" in line)
+    assert "pulumi destroy --stack gpu" in resume and f"pulumi stack tag rm {CLAIM_TAG}" in resume
+    assert world.names().count("destroy") == 1 and "leftovers" not in world.names()
+    record = run_record(tmp_path)
+    assert record["destroy"]["result"] == "interrupted" and record["destroyed"] is False
+    assert record["resume"] and record["problems"][-1].startswith("stopped waiting (SIGTERM twice)")
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_hang_up_never_stops_waiting(tmp_path):
+    world = World(faults={"smoke": signal_self(signal.SIGHUP)})
+    world.on_destroy = signal_self(signal.SIGHUP)
+    code, lines = drive(world, tmp_path)
+    assert code == bench.EXIT_INTERRUPTED
+    assert "destroy of gpu finished" in lines and world.names()[-1] == "leftovers"
+
+
+def test_up_that_outlives_its_timeout_is_stopped_and_destroyed(tmp_path):
+    class Slow(FakeBackend):
+        def up(self, on_output: bench.OnOutput) -> None:
+            self.w.hit("up")
+            if not self.w.interrupted.wait(5):
+                raise AssertionError("never asked to stop")
+            raise RuntimeError("error: update canceled")
+
+    world = World()
+    lines: list[str] = []
+    deps = bench.Deps(backend=Slow(world), cluster=FakeCluster(world), storage=FakeStorage(world),
+                      billing=FakeBilling(world), smoke=lambda argv: 0, sleep=world.sleep, now=lambda: STAMP,
+                      out=lines.append)
+    start = time.monotonic()
+    code = bench.run(bench.Options(stack="gpu", results=tmp_path / "results", up_timeout=0.5, cancel_grace=2), deps)
+    assert time.monotonic() - start < 5
+    assert code == bench.EXIT_FAILED
+    assert world.names().count("interrupt") == 1 and world.names().count("destroy") == 1
+    assert "pulumi up ran longer than 0 s" in run_record(tmp_path)["why"]["up"]
+
+
+# --------------------------------------------------------------------------- ownership: lock and claim
+DIY_LOCK = ("error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) to end or delete "
+            "the lock file with `pulumi cancel`.\n  gs://state/.pulumi/locks/organization/kimi-k3-1/gpu/"
+            "ec3a6b52.json: created by alice@build-7 (pid 478) at 2026-01-02T03:00:00Z")
+
+
+def test_lock_held_by_another_process_destroys_nothing(tmp_path):
+    holder = pulumi_stack.lock_holder(DIY_LOCK)
+    world = World(faults={"up": bench.StackLockedError(DIY_LOCK, holder)})
+    code, lines = drive(world, tmp_path)
+    assert code == bench.EXIT_BUSY
+    assert "destroy" not in world.names() and "leftovers" not in world.names()
+    message = next(line for line in lines if line.startswith("FAILED up: stack gpu is locked by another update"))
+    assert "alice@build-7 (pid 478) since 2026-01-02T03:00:00Z" in message
+    assert "Nothing was destroyed" in message and "pulumi cancel --stack gpu" in message
+    assert CLAIM_TAG not in world.tags, "the claim is released"
+    record = run_record(tmp_path)
+    assert record["destroy"]["result"].startswith("not run: another process holds the stack's lock")
+    assert record["busy"].startswith("stack gpu is locked") and record["steps"]["up"] == "failed"
+
+
+def test_lock_holder_is_read_from_the_diy_message_and_absent_for_pulumi_cloud():
+    assert pulumi_stack.lock_holder(DIY_LOCK) == ("alice@build-7 (pid 478) since 2026-01-02T03:00:00Z, lock file "
+                                                 "gs://state/.pulumi/locks/organization/kimi-k3-1/gpu/ec3a6b52.json")
+    assert pulumi_stack.lock_holder("[409] Conflict: Another update is currently in progress.") is None
+    assert pulumi_stack.is_locked("[409] Conflict: Another update is currently in progress.")
+
+
+def test_lock_in_the_benchmark_up_is_a_failure_of_our_own_stack(tmp_path):
+    world = World(faults={"up#2": bench.StackLockedError(DIY_LOCK, None)})
+    code, _ = drive(world, tmp_path)
+    assert code == bench.EXIT_FAILED
+    assert world.names().count("destroy") == 1
+
+
+def test_stack_claimed_by_another_run_is_refused(tmp_path):
+    world = World(tags={CLAIM_TAG: "20260101T000000Z.other.7"})
+    code, lines = drive(world, tmp_path)
+    assert code == bench.EXIT_BUSY
+    assert not {"up", "destroy", "set_tag"} & set(world.names())
+    refusal = next(line for line in lines if line.startswith("REFUSED"))
+    assert "claimed by benchmark run 20260101T000000Z.other.7" in refusal
+    assert f"pulumi stack tag rm {CLAIM_TAG} --stack gpu" in lines[lines.index(refusal)]
+    assert world.tags[CLAIM_TAG] == "20260101T000000Z.other.7"
+
+
+def test_stack_with_resources_it_did_not_create_is_refused(tmp_path):
+    world = World(resources=12)
+    code, lines = drive(world, tmp_path)
+    assert code == bench.EXIT_BUSY
+    assert not {"up", "destroy"} & set(world.names())
+    assert any("already holds 12 resource(s) that this run did not create" in line for line in lines)
+
+
+def test_the_claim_lasts_from_before_up_to_after_the_destroy(tmp_path):
+    world = World()
+    assert drive(world, tmp_path)[0] == 0
+    claims = [(i, entry) for i, entry in enumerate(world.log) if entry[0] == "set_tag"]
+    (set_at, (_, key, run_id)), (released_at, released) = claims
+    assert key == CLAIM_TAG and run_id.startswith("20260102T030405Z.") and released == ("set_tag", CLAIM_TAG, None)
+    assert set_at < world.names().index("up") and released_at > world.names().index("destroy")
+    assert run_record(tmp_path)["run_id"] == run_id
+
+
+def test_a_failed_destroy_keeps_the_claim_and_says_how_to_release_it(tmp_path):
+    world = World(destroy_errors=[RuntimeError("error: permission denied")])
+    code, lines = drive(world, tmp_path)
+    assert code == bench.EXIT_FAILED
+    assert CLAIM_TAG in world.tags
+    assert any(line.startswith("resume with: pulumi destroy --stack gpu") and "stack tag rm" in line for line in lines)
 
 
 # --------------------------------------------------------------------------- leftovers, config, smoke wiring
@@ -429,7 +646,7 @@ def test_leftovers_make_the_run_fail(tmp_path):
 def test_incomplete_leftover_check_fails_and_never_says_nothing_left(tmp_path):
     class Broken(FakeBilling):
         def leftovers(self, stack_label: str, project: str | None = None, network: str | None = None) -> list[str]:
-            raise bench.LeftoverCheckError("disk: permission denied", found=[])
+            raise leftovers.LeftoverCheckError("disk: permission denied", found=[])
 
     world = World()
     lines: list[str] = []
@@ -447,7 +664,7 @@ def test_stack_label_is_the_gcp_label_value(tmp_path):
 
 
 def test_leftover_commands_filter_on_the_stack_label():
-    commands = bench.leftover_commands("gpu", "my-proj", "kimi-k3-1-gpu")
+    commands = leftovers.leftover_commands("gpu", "my-proj", "kimi-k3-1-gpu")
     by_label = [argv for what, argv in commands if what not in ("NEG", "Cloud Router (NAT)")]
     assert {" ".join(argv[:3]) for argv in by_label} >= {
         "gcloud compute instances", "gcloud compute disks", "gcloud compute forwarding-rules",
@@ -458,21 +675,52 @@ def test_leftover_commands_filter_on_the_stack_label():
     for what, argv in commands:
         if what in ("NEG", "Cloud Router (NAT)"):
             assert "--filter=network~/networks/kimi-k3-1-gpu$" in argv
-    assert all(what not in ("NEG", "Cloud Router (NAT)") for what, _ in bench.leftover_commands("gpu"))
+    assert all(what not in ("NEG", "Cloud Router (NAT)") for what, _ in leftovers.leftover_commands("gpu"))
 
 
 def test_gcloud_billing_reports_found_and_failed_listings():
-    def fake_run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
-        if argv[2] == "disks":
-            return subprocess.CompletedProcess(argv, 0, "pvc-1  us-central1-b\t100  pd-balanced\n", "")
-        if argv[2] == "addresses":
-            return subprocess.CompletedProcess(argv, 1, "", "ERROR: permission denied\n")
-        return subprocess.CompletedProcess(argv, 0, "", "")
+    timeouts = []
 
-    with pytest.raises(bench.LeftoverCheckError) as caught:
-        bench.GcloudBilling(run=fake_run).leftovers("gpu", "my-proj")
+    def fake_run(argv: list[str], timeout: float) -> str:
+        timeouts.append(timeout)
+        if argv[2] == "disks":
+            return "pvc-1  us-central1-b\t100  pd-balanced\n"
+        if argv[2] == "addresses":
+            raise core.StepError("gcloud compute addresses: ERROR: permission denied")
+        return ""
+
+    with pytest.raises(leftovers.LeftoverCheckError) as caught:
+        leftovers.GcloudBilling(run=fake_run).leftovers("gpu", "my-proj")
     assert caught.value.found == ["disk: pvc-1 us-central1-b 100 pd-balanced"]
-    assert "IP address: ERROR: permission denied" in str(caught.value)
+    assert "IP address: gcloud compute addresses: ERROR: permission denied" in str(caught.value)
+    assert set(timeouts) == {leftovers.LISTING_TIMEOUT_SECONDS}
+
+
+def test_a_hung_listing_fails_the_check_within_its_timeout():
+    start = time.monotonic()
+    with pytest.raises(core.StepError, match="no answer within 0 s"):
+        core.run_command([sys.executable, "-c", "import time; time.sleep(30)"], 0.3)
+    assert time.monotonic() - start < 5
+
+
+def test_leftovers_cli_reads_the_stack_config_and_fails_on_leftovers(capsys):
+    config = {"gcp.project": "my-proj", "track": "gpu"}
+
+    class Billing:
+        def __init__(self, found: list[str]):
+            self.found, self.calls = found, []
+
+        def leftovers(self, label: str, project: str | None = None, network: str | None = None) -> list[str]:
+            self.calls.append((label, project, network))
+            return self.found
+
+    kept = Billing(["bucket: my-proj-kimi-k3-1-weights"])
+    assert leftovers.main(["--stack", "gpu"], billing=kept, config=lambda stack, key: config.get(key)) == 0
+    assert kept.calls == [("gpu", "my-proj", "kimi-k3-1-gpu")]
+    assert "nothing billable left under pulumi-stack=gpu" in capsys.readouterr().out
+    left = Billing(["disk: pvc-1 us-central1-b 100 hyperdisk-ml"])
+    assert leftovers.main(["--stack", "gpu"], billing=left, config=lambda stack, key: config.get(key)) == 1
+    assert "1 resource(s) still billable under pulumi-stack=gpu" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("previous", "expected"), [(None, None), ("false", "false")])
@@ -499,7 +747,7 @@ def test_smoke_gets_the_router_and_every_serving_pod(tmp_path):
                         ("pod/p1", 8000), ("pod/d0", 8200)]
     selectors = [entry[1] for entry in world.log if entry[0] == "pods"]
     # Every P/D pod serves in DP hybrid-LB mode, so the serving labels alone pick the pods to scrape.
-    assert selectors == [f"{bench.SERVING_SELECTOR},llm-d.ai/role={role}" for role in ("prefill", "decode")]
+    assert selectors == [f"{cloud.SERVING_SELECTOR},llm-d.ai/role={role}" for role in ("prefill", "decode")]
 
 
 def test_gateway_mode_smoke_uses_the_gateway_address(tmp_path):
@@ -539,37 +787,80 @@ class _Workspace:
 
 
 class _Stack:
-    def __init__(self) -> None:
+    """What AutomationBackend uses of `pulumi.automation.Stack`."""
+
+    def __init__(self, up_error: Exception | None = None) -> None:
         self.workspace = _Workspace()
         self.calls: list[dict[str, Any]] = []
+        self.up_error = up_error
 
     def destroy(self, **kwargs: Any) -> None:
-        self.calls.append({"kwargs": kwargs, "env": dict(self.workspace.env_vars),
-                           "command": self.workspace.pulumi_command.command})
+        self.calls.append({"kwargs": kwargs, "env": dict(self.workspace.env_vars)})
+
+    def up(self, **kwargs: Any) -> None:
+        self.calls.append({"kwargs": kwargs})
+        if self.up_error:
+            raise self.up_error
 
 
 def test_automation_destroy_passes_env_refreshes_and_restores_the_workspace():
-    backend = bench.AutomationBackend(Path("."))
+    backend = pulumi_stack.AutomationBackend(Path("."))
     stack = _Stack()
     backend._stack = stack
-    original = stack.workspace.pulumi_command
-    backend.destroy(on_output=print, env=bench.UNREACHABLE_ENV)
+    backend.destroy(on_output=print, env=pulumi_stack.UNREACHABLE_ENV)
     (call,) = stack.calls
     assert call["kwargs"]["refresh"] is True and call["kwargs"]["continue_on_error"] is True
     assert call["env"] == {"PULUMI_CONFIG_PASSPHRASE": "x", "PULUMI_K8S_DELETE_UNREACHABLE": "true"}
-    if hasattr(os, "setsid"):
-        assert call["command"] != sys.executable and call["command"].endswith("pulumi")
     assert stack.workspace.env_vars == {"PULUMI_CONFIG_PASSPHRASE": "x"}
-    assert stack.workspace.pulumi_command is original
+
+
+def test_automation_up_runs_the_policy_pack_and_turns_a_held_lock_into_stack_locked(tmp_path):
+    from pulumi.automation import errors
+    from pulumi.automation._cmd import CommandResult
+
+    backend = pulumi_stack.AutomationBackend(tmp_path)
+    backend._stack = _Stack()
+    backend.up(on_output=print)
+    assert backend._stack.calls[0]["kwargs"]["policy_packs"] == [str((tmp_path / "policy").resolve())]
+    # The Automation API's own classification of the CLI's lock message (errors.create_command_error).
+    locked = errors.create_command_error(CommandResult(stdout="", stderr=DIY_LOCK, code=255))
+    assert isinstance(locked, errors.ConcurrentUpdateError)
+    backend._stack = _Stack(up_error=locked)
+    with pytest.raises(pulumi_stack.StackLockedError) as caught:
+        backend.up(on_output=print)
+    assert caught.value.holder.startswith("alice@build-7 (pid 478)")
 
 
 @pytest.mark.skipif(not hasattr(os, "setsid"), reason="POSIX sessions only")
-def test_session_wrapper_runs_the_real_command_in_a_new_session(tmp_path):
-    wrapper = bench.session_wrapper(sys.executable, tmp_path)
-    out = subprocess.run([str(wrapper), "-c", "import os, sys; print(os.getsid(0), sys.argv[1])", "arg"],
+def test_session_wrapper_runs_the_real_command_in_a_new_session_and_records_its_pid(tmp_path):
+    wrapper = pulumi_stack.session_wrapper(sys.executable, tmp_path)
+    out = subprocess.run([str(wrapper), "-c", "import os, sys; print(os.getsid(0), os.getpid(), sys.argv[1])", "arg"],
                          capture_output=True, text=True, check=True).stdout.split()
-    assert out[1] == "arg"
+    assert out[2] == "arg"
     assert int(out[0]) != os.getsid(0)
+    assert (tmp_path / "pid").read_text() == out[1]
+
+
+@pytest.mark.skipif(not hasattr(os, "setsid"), reason="POSIX sessions only")
+def test_interrupt_sends_one_sigint_to_the_running_cli(tmp_path):
+    """The real signal path: the CLI (here a Python stand-in, started through the session wrapper) gets
+    SIGINT, which it reports as a KeyboardInterrupt, only while an up/destroy runs."""
+    backend = pulumi_stack.AutomationBackend(tmp_path)
+    wrapper = pulumi_stack.session_wrapper(sys.executable, Path(backend._folder.name))
+    script = "import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('stopped gracefully')\n"
+    assert backend.interrupt() is False, "no CLI runs"
+    proc = subprocess.Popen([str(wrapper), "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not backend._pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # past the stand-in's imports, inside its sleep
+        backend._running = True
+        assert backend.interrupt() is True
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert out.strip() == "stopped gracefully"
 
 
 def test_kept_checkpoint_bucket_is_not_a_leftover_and_is_adopted_next_time(tmp_path):
@@ -589,3 +880,34 @@ def test_deleted_checkpoint_bucket_left_behind_is_a_leftover(tmp_path):
     code, _ = drive(world, tmp_path)
     assert code == bench.EXIT_FAILED
     assert ("set_config", bench.BUCKET_EXISTS_KEY, "true") not in world.log
+
+
+def test_a_trickling_router_cannot_delay_the_teardown_past_the_smoke_deadline(tmp_path):
+    """The real smoke check against a router that answers a byte at a time: the smoke step fails at its total
+    deadline and the destroy follows right after, however long the router would go on."""
+    from tests.test_smoke import Trickle, serve
+    from tools import smoke
+
+    with serve(Trickle) as router:
+        class Forwarding(FakeCluster):
+            @contextlib.contextmanager
+            def port_forward(self, namespace: str, target: str, port: int) -> Iterator[str]:
+                self.w.hit("port_forward", target, port)
+                yield router
+
+        world = World()
+        lines: list[str] = []
+        deps = bench.Deps(backend=FakeBackend(world), cluster=Forwarding(world), storage=FakeStorage(world),
+                          billing=FakeBilling(world), smoke=smoke.main, sleep=world.sleep, now=lambda: STAMP,
+                          out=lines.append)
+        start = time.monotonic()
+        code = bench.main(["--stack", "gpu", "--work-dir", str(tmp_path), "--results", str(tmp_path / "results"),
+                           "--smoke-args", "--request-timeout", "1", "--deadline-seconds", "60",
+                           "--backoff-seconds", "0.05", "--total-seconds", "2"], deps=deps)
+        took = time.monotonic() - start
+    assert code == bench.EXIT_FAILED
+    assert took < 5, f"teardown started only after {took:.1f}s"
+    names = world.names()
+    assert names.count("destroy") == 1 and names[-1] == "leftovers" and "wait_job" not in names
+    assert run_record(tmp_path)["steps"]["smoke"] == "failed"
+    assert any(line.startswith("FAIL completions: POST /v1/completions: timed out after") for line in lines)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.conftest import ROOT
-from tools import smoke
+from tools import smoke, smoke_http
 
 MODEL = "moonshotai/Kimi-K3.1-Pro"
 FAST = ["--deadline-seconds", "0.4", "--request-timeout", "0.3", "--metrics-wait-seconds", "0.2",
@@ -500,3 +502,112 @@ def test_retry_helper_backs_off_and_stops_at_the_deadline():
         smoke._with_retries(attempt, request_timeout=1, deadline_seconds=10, backoff_seconds=1,
                             clock=lambda: now[0], sleep=sleep)
     assert sleeps == [1, 2, 4, 3]  # doubling, the last one cut to the deadline
+
+
+# --------------------------------------------------------------------------- deadlines, redirects, bounded bodies
+class Trickle(BaseHTTPRequestHandler):
+    """A router that answers a byte at a time, forever: idle timeouts never fire on it."""
+
+    protocol_version = "HTTP/1.1"
+    where = "body"  # or "headers": trickle the status line and headers too
+    contacted: list[str] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _trickle(self, data: bytes) -> None:
+        for byte in data:
+            self.wfile.write(bytes([byte]))
+            self.wfile.flush()
+            time.sleep(0.02)
+
+    def handle_one_request(self) -> None:
+        self.raw_requestline = self.rfile.readline(65537)
+        if not self.raw_requestline or not self.parse_request():
+            return
+        Trickle.contacted.append(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        with contextlib.suppress(OSError):
+            if self.where == "headers":
+                self._trickle(b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 100_000)
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+            self._trickle(b'{"choices": [' + b" " * 100_000)
+
+
+@contextlib.contextmanager
+def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = QuietServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_a_trickling_router_cannot_hold_a_request_past_its_total_time(where):
+    handler = type("T", (Trickle,), {"where": where})
+    with serve(handler) as base:
+        start = time.monotonic()
+        with pytest.raises(smoke._RetryableError, match=r"timed out after 0.5s \(total time"):
+            smoke_http.fetch("POST", f"{base}/v1/completions", 0.5, body=b"{}")
+        assert time.monotonic() - start < 1.5
+
+
+def test_a_trickling_router_cannot_hold_the_smoke_check_past_its_total_time(capsys):
+    """Per-request and per-run deadlines: generous step deadlines, a 2 s run, a router that never finishes."""
+    with serve(Trickle) as base:
+        start = time.monotonic()
+        code = smoke.main(["--endpoint", base, "--track", "tpu", "--metrics-url", f"{base}/metrics",
+                           "--request-timeout", "1", "--deadline-seconds", "60", "--backoff-seconds", "0.05",
+                           "--total-seconds", "2"])
+        took = time.monotonic() - start
+    out = capsys.readouterr().out
+    assert code == 1
+    assert took < 3.5, f"took {took:.1f}s"
+    assert "timed out after" in lines(out, "FAIL")["completions"]
+
+
+def test_redirects_are_not_followed_to_another_host():
+    class Redirect(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.send_response(307)
+            self.send_header("Location", other + "/v1/completions")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    Trickle.contacted = []
+    with serve(Trickle) as other, serve(Redirect) as base:
+        with pytest.raises(smoke.StepError, match=r"HTTP 307 redirect to http://127\.0\.0\.1:\d+/v1/completions: "
+                                                  r"not followed.*not retried"):
+            smoke_http.post_json(f"{base}/v1/completions", {}, request_timeout=1, deadline_seconds=1,
+                                 backoff_seconds=0)
+    assert Trickle.contacted == [], "the other host was contacted"
+
+
+def test_bodies_are_read_up_to_a_bound(fake):
+    state, base = fake
+    state.metrics_body = "x 1\n" * 2_000_000  # 8 MB
+    with pytest.raises(smoke_http._FinalError, match="larger than 1000000 bytes"):
+        smoke_http.fetch("GET", f"{base}/metrics/engine", 5, max_bytes=1_000_000)
+    assert len(smoke.scrape(f"{base}/metrics/engine", 5)) == 2_000_000
+
+
+@pytest.mark.parametrize("args", [
+    ["--request-timeout", "1e12"], ["--request-timeout", "nan"], ["--request-timeout", "-1"],
+    ["--deadline-seconds", "0"], ["--deadline-seconds", "inf"], ["--total-seconds", "1e9"],
+    ["--metrics-wait-seconds", "-5"], ["--backoff-seconds", "3600"], ["--long-prompt-words", "1000000000"],
+    ["--long-prompt-words", "many"],
+])
+def test_absurd_numbers_are_a_usage_error(args, capsys):
+    with pytest.raises(SystemExit) as caught:
+        smoke.main(["--endpoint", "http://127.0.0.1:9", "--track", "gpu", *args])
+    assert caught.value.code == 2
+    assert args[0] in capsys.readouterr().err

@@ -1,13 +1,17 @@
 """The GitHub Actions workflows: actionlint passes (and catches errors), and their shape holds.
 
-preview.yml: the offline plan and tests on every pull request, a `pulumi preview` of every stack
-commented on same-repository PRs. teardown.yml: `pulumi destroy` on demand or nightly.
+preview.yml: the offline plan and tests on every pull request, a `pulumi preview` (with the policy pack)
+of every stack, commented on same-repository PRs, under a read-only identity. teardown.yml: `pulumi
+destroy` on demand or nightly (only the stacks it is told to), under a destroy-capable identity that
+only the protected `teardown` environment can use, then the leftover listing.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,14 +25,15 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 LINTER = ROOT / "tools" / "actionlint.sh"
 SKIPPED = "actionlint: skipped: "
 
-# The repository secrets the workflows read, as the README lists them.
-SECRETS = {"GCP_WORKLOAD_IDENTITY_PROVIDER", "GCP_SERVICE_ACCOUNT", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE",
-           "HF_TOKEN"}
+# The secrets the workflows read, as the README lists them: one identity each for preview and teardown.
+PREVIEW_IDENTITY = {"GCP_PREVIEW_WORKLOAD_IDENTITY_PROVIDER", "GCP_PREVIEW_SERVICE_ACCOUNT"}
+TEARDOWN_IDENTITY = {"GCP_TEARDOWN_WORKLOAD_IDENTITY_PROVIDER", "GCP_TEARDOWN_SERVICE_ACCOUNT"}
+SECRETS = PREVIEW_IDENTITY | TEARDOWN_IDENTITY | {"PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "HF_TOKEN"}
 # Inputs and env vars that carry a credential, a backend or a project: only ever a secret or a variable.
 SENSITIVE_KEYS = {"workload_identity_provider", "service_account", "credentials_json", "project_id", "cloud-url",
                   "github-token", "token", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_ACCESS_TOKEN", "PULUMI_BACKEND_URL",
-                  "GOOGLE_CREDENTIALS", "GOOGLE_APPLICATION_CREDENTIALS", "GCP_WORKLOAD_IDENTITY_PROVIDER",
-                  "GCP_SERVICE_ACCOUNT", "HF_TOKEN"}
+                  "GOOGLE_CREDENTIALS", "GOOGLE_APPLICATION_CREDENTIALS", "HF_TOKEN", *PREVIEW_IDENTITY,
+                  *TEARDOWN_IDENTITY}
 REFERENCE = re.compile(r"^\$\{\{ (secrets|vars)\.[A-Z][A-Z0-9_]* \}\}$")
 # Concrete values (placeholders such as `gs://<bucket>` in comments do not match).
 LEAKS = {
@@ -61,10 +66,6 @@ def load(name: str) -> dict[str, Any]:
 def triggers(workflow: dict[str, Any]) -> dict[str, Any]:
     # YAML 1.1 reads the bare key `on` as the boolean True.
     return workflow.get("on", workflow.get(True))
-
-
-def stack_files() -> set[str]:
-    return {p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml")}
 
 
 def pulumi_steps(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -159,9 +160,40 @@ def test_preview_needs_secrets_and_a_same_repository_pr():
     assert preview["permissions"] == {"contents": "read", "id-token": "write", "pull-requests": "write"}
 
 
-def test_preview_matrix_covers_every_stack_file():
-    assert stack_files(), "no Pulumi.<stack>.yaml in the repository root"
-    assert set(load("preview.yml")["jobs"]["preview"]["strategy"]["matrix"]["stack"]) == stack_files()
+def step_script(workflow: str, job: str, step_id: str) -> dict[str, Any]:
+    return next(s for s in load(workflow)["jobs"][job]["steps"] if s.get("id") == step_id)
+
+
+def run_step(step: dict[str, Any], folder: Path, stacks: list[str], **env: str) -> tuple[int, str, str]:
+    """Run a workflow step's bash script in `folder` holding Pulumi.<stack>.yaml files; returns (exit code,
+    the `stacks=` it wrote to GITHUB_OUTPUT, its output)."""
+    if not shutil.which("jq"):
+        pytest.skip("jq is not installed (the runners have it)")
+    for stack in stacks:
+        (folder / f"Pulumi.{stack}.yaml").write_text("config: {}\n")
+    output = folder / "github_output"
+    output.write_text("")
+    proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", step["run"]], cwd=folder, capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "GITHUB_OUTPUT": str(output), **env})
+    written = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
+    return proc.returncode, written.get("stacks", ""), proc.stdout + proc.stderr
+
+
+def test_preview_matrix_is_every_stack_file_found_at_run_time(tmp_path):
+    """No list of stack names in the workflow: a user's own Pulumi.<name>.yaml is previewed too."""
+    jobs = load("preview.yml")["jobs"]
+    assert jobs["preview"]["strategy"]["matrix"]["stack"] == "${{ fromJSON(needs.gate.outputs.stacks) }}"
+    assert jobs["gate"]["outputs"]["stacks"] == "${{ steps.stacks.outputs.stacks }}"
+    code, stacks, log = run_step(step_script("preview.yml", "gate", "stacks"), tmp_path, ["gpu", "tpu", "team.a"])
+    assert code == 0, log
+    assert json.loads(stacks) == ["gpu", "team.a", "tpu"]
+
+
+def test_preview_passes_the_policy_pack():
+    (step,) = command_steps(load("preview.yml")["jobs"]["preview"])
+    assert step["with"]["policyPacks"] == "policy"
+    assert (ROOT / "policy" / "PulumiPolicy.yaml").is_file()
+    assert "EnforcementLevel.MANDATORY" in (ROOT / "policy" / "__main__.py").read_text()
 
 
 def test_preview_comments_a_pulumi_preview_of_each_stack():
@@ -202,8 +234,56 @@ def test_teardown_is_manual_and_scheduled():
     on = triggers(load("teardown.yml"))
     inputs = on["workflow_dispatch"]["inputs"]
     assert inputs["stack"]["required"] is True and inputs["confirm"]["required"] is True
-    assert set(inputs["stack"]["options"]) == stack_files()
+    assert inputs["stack"]["type"] == "string", "any Pulumi.<stack>.yaml, checked by the select job"
     assert on["schedule"] and all("cron" in entry for entry in on["schedule"])
+
+
+@pytest.mark.parametrize(("event", "env", "expected"), [
+    ("schedule", {}, []),                                           # nothing by default
+    ("schedule", {"TEARDOWN_STACKS": ""}, []),
+    ("schedule", {"TEARDOWN_STACKS": "none"}, []),
+    ("schedule", {"TEARDOWN_STACKS": "gpu"}, ["gpu"]),
+    ("schedule", {"TEARDOWN_STACKS": "gpu,tpu"}, ["gpu", "tpu"]),
+    ("workflow_dispatch", {"STACK": "tpu", "CONFIRM": "tpu"}, ["tpu"]),
+    ("schedule", {"TEARDOWN_STACKS": "gpu,nope"}, None),             # unknown stack: error, nothing destroyed
+    ("workflow_dispatch", {"STACK": "tpu", "CONFIRM": "gpu"}, None),  # confirmation mismatch
+])
+def test_teardown_destroys_only_the_stacks_it_is_told_to(tmp_path, event, env, expected):
+    code, stacks, log = run_step(step_script("teardown.yml", "select", "pick"), tmp_path, ["gpu", "tpu"],
+                                 EVENT=event, **env)
+    if expected is None:
+        assert code != 0 and not stacks, log
+    else:
+        assert code == 0, log
+        assert json.loads(stacks) == expected
+
+
+def test_teardown_lists_leftovers_after_the_destroy():
+    steps = load("teardown.yml")["jobs"]["destroy"]["steps"]
+    last_destroy = max(i for i, s in enumerate(steps) if s.get("with", {}).get("command") == "destroy")
+    listing = [i for i, s in enumerate(steps) if "tools.leftovers" in s.get("run", "")]
+    assert listing and listing[0] > last_destroy
+    assert steps[listing[0]]["if"].startswith("always()"), "also after a failed destroy"
+    assert (ROOT / "tools" / "leftovers.py").is_file()
+
+
+def test_teardown_runs_in_a_protected_environment():
+    jobs = load("teardown.yml")["jobs"]
+    assert jobs["destroy"]["environment"] == "teardown"
+    for name, job in jobs.items():
+        if set(re.findall(r"secrets\.([A-Z0-9_]+)", yaml.safe_dump(job))) & TEARDOWN_IDENTITY:
+            assert job.get("environment") == "teardown", f"{name} reads the teardown identity outside the environment"
+
+
+def test_preview_and_teardown_use_different_identities():
+    def identity(workflow: str, job: str) -> set[str]:
+        (auth,) = [s for s in load(workflow)["jobs"][job]["steps"]
+                   if s.get("uses", "").startswith("google-github-actions/auth@")]
+        return {REFERENCE.match(v) and v.split("secrets.")[1].split()[0] for v in auth["with"].values()}
+
+    assert identity("preview.yml", "preview") == PREVIEW_IDENTITY
+    assert identity("teardown.yml", "destroy") == TEARDOWN_IDENTITY
+    assert not set(re.findall(r"secrets\.([A-Z0-9_]+)", (WORKFLOWS / "preview.yml").read_text())) & TEARDOWN_IDENTITY
 
 
 def test_teardown_destroys_and_keeps_the_stack():
@@ -261,10 +341,10 @@ def test_no_hardcoded_project_or_credentials(name):
     text = (WORKFLOWS / name).read_text()
     for what, pattern in LEAKS.items():
         assert not pattern.search(text), f"{name} hardcodes a {what}: {pattern.search(text).group(0)}"
-    for stack in stack_files():
-        config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    for stack_file in ROOT.glob("Pulumi.*.yaml"):
+        config = yaml.safe_load(stack_file.read_text())["config"]
         project = config.get("kimi-k3-1:gcp.project")
-        assert not project or project not in text, f"{name} names the project of Pulumi.{stack}.yaml"
+        assert not project or project not in text, f"{name} names the project of {stack_file.name}"
     for key, value in walk(yaml.safe_load(text)):
         if key in SENSITIVE_KEYS:
             assert REFERENCE.match(str(value)), f"{name}: {key} must come from secrets.* or vars.*, not {value!r}"
@@ -363,3 +443,29 @@ exit 0
                 else "api --method POST repos/o/r/issues/7/comments -F body=@body.md")
     assert calls[1:] == [expected]
     assert (tmp_path / "body.md").read_text() == env["BODY"] + "\n"
+
+
+def readme_section(title: str) -> str:
+    return (ROOT / "README.md").read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def table_roles(section: str) -> set[str]:
+    return set(re.findall(r"^\| `(roles/[\w.]+)`", section, flags=re.M))
+
+
+def test_teardown_identity_can_delete_every_kind_of_resource_and_nothing_more():
+    """The teardown account's table names the role that deletes each kind of resource the stacks create
+    (tests/test_user_path.py keeps that mapping in step with the plan), plus reads; no owner/editor."""
+    from tests.test_user_path import ROLE_FOR_TYPE
+
+    roles = table_roles(readme_section("Tear down"))
+    deleting = set(ROLE_FOR_TYPE.values()) - {"roles/serviceusage.serviceUsageAdmin"}  # destroy leaves APIs on
+    assert deleting <= roles, f"missing in README 'Tear down': {sorted(deleting - roles)}"
+    assert not roles & {"roles/owner", "roles/editor", "roles/serviceusage.serviceUsageAdmin"}
+
+
+def test_preview_identity_gets_read_roles_only():
+    roles = table_roles(readme_section("Preview in pull requests"))
+    assert roles == {"roles/viewer", "roles/iam.securityReviewer", "roles/container.viewer",
+                     "roles/storage.objectViewer", "roles/iam.workloadIdentityUser"}
+    assert all(r.endswith(("viewer", "Viewer", "Reviewer", "workloadIdentityUser")) for r in roles)

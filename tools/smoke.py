@@ -19,28 +19,58 @@ Metrics URLs are tagged with the role of what they scrape: `prefill=`, `decode=`
 Each check prints `PASS <check>: ...`, `FAIL <check>: ...` or `SKIP <check>: ...`, then one `SUMMARY` line;
 the exit code is 0 only when every check that ran passed and none was left out because an earlier step failed.
 
-Only the given endpoint and metrics URLs are contacted; proxy settings from the environment are ignored.
+Only the given endpoint and metrics URLs are contacted: no redirects are followed and proxy settings from
+the environment are ignored; bodies are read up to a bound. Every request has a total deadline, and the
+whole run one more (--total-seconds), so a slow or trickling server cannot hold a caller such as the
+benchmark driver's teardown (tools/smoke_http.py). The metric table and parser live in tools/smoke_metrics.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import requests
+from components import catalog, contract
+from tools.core import Deadline, bounded_number
+from tools.smoke_http import (
+    BACKOFF_CAP_SECONDS,
+    BACKOFF_FACTOR,
+    StepError,
+    _FinalError,
+    _RetryableError,
+    _with_retries,
+    chat_payload,
+    completion_payload,
+    post_json,
+    scrape,
+    validate_response,
+)
+from tools.smoke_metrics import (
+    ENGINES,
+    METRIC_CHECKS,
+    ROLES,
+    TRACKS,
+    MetricsParseError,
+    MetricsTarget,
+    Outcome,
+    Selector,
+    Snapshot,
+    all_check_names,
+    evaluate_metric_check,
+    parse_metrics_target,
+    parse_prometheus,
+    snippet,
+    sum_selector,
+)
 
-from components import catalog, contract, metrics
-
-TRACKS = ("gpu", "tpu")
-ROLES = ("engine", "prefill", "decode", "router")
-DEFAULT_ROLE = "engine"
+# Re-exported: the smoke check's public names, whichever module holds them.
+__all__ = ["METRIC_CHECKS", "ROLES", "TRACKS", "MetricsParseError", "MetricsTarget", "Selector", "StepError",
+           "_RetryableError", "_with_retries", "evaluate_metric_check", "parse_metrics_target", "parse_prometheus",
+           "sum_selector", "validate_response"]
 
 # The guides' own smoke request (https://github.com/llm-d/llm-d/blob/main/guides/wide-ep/guide.yaml).
 SHORT_PROMPT = "How are you today?"
@@ -48,418 +78,7 @@ SHORT_MAX_TOKENS = 16
 CHAT_MAX_TOKENS = 64  # room for a reasoning parser to hand back visible text
 LONG_MAX_TOKENS = 8
 LONG_PROMPT_WORDS = 3000  # about 4,000 tokens with a BPE tokenizer
-
-RETRY_STATUSES = frozenset({408, 425, 429})  # plus every 5xx
-BACKOFF_FACTOR = 2.0
-BACKOFF_CAP_SECONDS = 15.0
-
-
-# --------------------------------------------------------------------------- the metric table
-@dataclass(frozen=True)
-class Selector:
-    """One candidate series: a metric name, labels that must be equal, labels that must be absent."""
-
-    name: str
-    labels: tuple[tuple[str, str], ...] = ()
-    without: tuple[str, ...] = ()
-
-    def matches(self, sample: Sample) -> bool:
-        if sample.name != self.name:
-            return False
-        if any(sample.labels.get(key) != value for key, value in self.labels):
-            return False
-        return not any(key in sample.labels for key in self.without)
-
-    def __str__(self) -> str:
-        parts = [f'{key}="{value}"' for key, value in self.labels] + [f"!{key}" for key in self.without]
-        return f"{self.name}{{{','.join(parts)}}}" if parts else self.name
-
-
-@dataclass(frozen=True)
-class MetricCheck:
-    """A health fact: which counter, scraped from which roles, must have grown during the long-prompt step."""
-
-    what: str
-    roles: tuple[str, ...]
-    candidates: tuple[Selector, ...]  # the first one with a matching series is used (the engine's spelling)
-    source: str
-    cumulative_ok: bool = False  # a non-zero total since start also passes, unless --strict
-
-
-# Every metric name below comes from components/metrics.py (`require` fails at import for an unlisted name),
-# where each one is checked against the pinned engine release with its source. Candidates are tried in order:
-# the first with a matching series is used. Reading GPU prefill connector hits as "host DRAM" is an inference:
-# prefill pods receive no NIXL KV in llm-d P/D, so their connector loads come from the OffloadingConnector.
-def _vllm(name: str, **labels: str) -> Selector:
-    return Selector(metrics.require(name, "vllm"), labels=tuple(labels.items()))
-
-
-def _sglang(name: str, **labels: str) -> Selector:
-    return Selector(metrics.require(name, "sglang"), labels=tuple(labels.items()))
-
-
-METRIC_CHECKS: dict[str, dict[str, MetricCheck]] = {
-    "gpu": {
-        "prefill-requests": MetricCheck(
-            what="prefill engines finished requests",
-            roles=("prefill",),
-            candidates=(_vllm("vllm:request_success_total"),),
-            source="llm-d P/D guide verify step (prefill port 8000); components/metrics.py",
-        ),
-        "hbm-prefix-hits": MetricCheck(
-            what="prefix-cache hits in HBM (vLLM local prefix cache)",
-            roles=("prefill", "decode", "engine"),
-            candidates=(_vllm("vllm:prefix_cache_hits_total"),),
-            source="components/metrics.py",
-        ),
-        "host-dram-prefix-hits": MetricCheck(
-            what="prefix-cache hits served from host DRAM (OffloadingConnector loads on prefill)",
-            roles=("prefill",),
-            candidates=(_vllm("vllm:kv_offload_load_bytes_total"), _vllm("vllm:external_prefix_cache_hits_total")),
-            source="components/metrics.py; prefill-side connector hits as host DRAM is INFERRED (see above)",
-            cumulative_ok=True,
-        ),
-        "pd-router-decisions": MetricCheck(
-            what="router sent requests prefill -> decode",
-            roles=("router",),
-            candidates=(Selector(metrics.require("llm_d_epp_disagg_decision_total", "epp"),
-                                 labels=(("decision_type", "prefill-decode"),)),),
-            source="llm-d P/D guide verify step (EPP port 9090); components/metrics.py",
-        ),
-        "pd-kv-transfer": MetricCheck(
-            what="decode engine received the prompt's KV from prefill (NIXL)",
-            roles=("decode",),
-            candidates=(_vllm("vllm:external_prefix_cache_hits_total"),),
-            source="llm-d P/D guide verify step (decode port 8200, about the prompt length); components/metrics.py",
-        ),
-    },
-    "tpu": {
-        "engine-requests": MetricCheck(
-            what="SGLang engines finished requests",
-            roles=("engine", "prefill", "decode"),
-            candidates=(_sglang("sglang:num_requests_total"),),
-            source="components/metrics.py",
-        ),
-        "hbm-prefix-hits": MetricCheck(
-            what="prefix-cache hits in HBM (radix cache on device)",
-            roles=("engine", "prefill", "decode"),
-            candidates=(
-                _sglang("sglang:cached_tokens_total", cache_source="device"),
-                # SGLang labels the hits `total` when the scheduler sent no device/host breakdown.
-                _sglang("sglang:cached_tokens_total", cache_source="total"),
-            ),
-            source="components/metrics.py",
-        ),
-        "host-dram-prefix-hits": MetricCheck(
-            what="prefix-cache hits served from host DRAM (HiCache)",
-            roles=("engine", "prefill", "decode"),
-            candidates=(
-                _sglang("sglang:cached_tokens_total", cache_source="host"),
-                _sglang("sglang:load_back_tokens_total"),
-            ),
-            source="components/metrics.py",
-            cumulative_ok=True,
-        ),
-    },
-}
-
-ENGINES: dict[str, tuple[metrics.Exporter, ...]] = {"gpu": ("vllm",), "tpu": ("sglang-jax", "sglang")}
-"""Which engine serves each track: the first is the default (tpu.engineProfile=release runs sglang-jax,
-day0 runs the day-0 SGLang build). Checks an engine has no metric for (metrics.GAPS) report SKIP."""
-
-
-def all_check_names() -> list[str]:
-    """Every check name the CLI can print, for `--skip`."""
-    names = ["completions", "chat-completions", "long-prompt", "metrics-scrape"]
-    for checks in METRIC_CHECKS.values():
-        names += [name for name in checks if name not in names]
-    return names
-
-
-# --------------------------------------------------------------------------- Prometheus text format
-@dataclass(frozen=True)
-class Sample:
-    name: str
-    labels: Mapping[str, str]
-    value: float
-
-
-class MetricsParseError(ValueError):
-    """The text is not in the Prometheus exposition format."""
-
-
-_METRIC_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
-_LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
-
-
-def parse_prometheus(text: str) -> list[Sample]:
-    """Parse `name{label="value",...} value [timestamp]` lines; comments and blank lines are skipped."""
-    samples = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if line and not line.startswith("#"):
-            samples.append(_parse_sample(line, number))
-    return samples
-
-
-def _parse_sample(line: str, number: int) -> Sample:
-    match = _METRIC_NAME.match(line)
-    if not match:
-        raise MetricsParseError(f"line {number}: expected a metric name: {_snippet(line)}")
-    pos = match.end()
-    labels: dict[str, str] = {}
-    if line.startswith("{", pos):
-        labels, pos = _parse_labels(line, pos + 1, number)
-    rest = line[pos:]
-    fields = rest.split()
-    if not rest[:1].isspace() or not 1 <= len(fields) <= 2:
-        raise MetricsParseError(f"line {number}: expected `name{{labels}} value [timestamp]`: {_snippet(line)}")
-    return Sample(match.group(), labels, _parse_float(fields[0], number, line))
-
-
-def _parse_labels(line: str, pos: int, number: int) -> tuple[dict[str, str], int]:
-    labels: dict[str, str] = {}
-    while True:
-        while pos < len(line) and line[pos] in " \t":
-            pos += 1
-        if line.startswith("}", pos):
-            return labels, pos + 1
-        name = _LABEL_NAME.match(line, pos)
-        if not name or not line.startswith('="', name.end()):
-            raise MetricsParseError(f"line {number}: bad label at column {pos + 1}: {_snippet(line)}")
-        pos = name.end() + 2
-        value = []
-        while True:
-            if pos >= len(line):
-                raise MetricsParseError(f"line {number}: unterminated label value: {_snippet(line)}")
-            char = line[pos]
-            if char == "\\" and pos + 1 < len(line):
-                value.append(_ESCAPES.get(line[pos + 1], "\\" + line[pos + 1]))
-                pos += 2
-            elif char == '"':
-                pos += 1
-                break
-            else:
-                value.append(char)
-                pos += 1
-        labels[name.group()] = "".join(value)
-        while pos < len(line) and line[pos] in " \t":
-            pos += 1
-        if line.startswith(",", pos):
-            pos += 1
-        elif not line.startswith("}", pos):
-            raise MetricsParseError(f"line {number}: expected `,` or `}}` at column {pos + 1}: {_snippet(line)}")
-
-
-def _parse_float(token: str, number: int, line: str) -> float:
-    try:
-        return float(token)  # also takes NaN, +Inf, -Inf
-    except ValueError:
-        raise MetricsParseError(f"line {number}: bad sample value {token!r}: {_snippet(line)}") from None
-
-
-def sum_selector(samples: Iterable[Sample], selector: Selector) -> float | None:
-    """Sum of the matching series (NaN values count as 0); None when no series matches."""
-    found = False
-    total = 0.0
-    for sample in samples:
-        if selector.matches(sample):
-            found = True
-            if not math.isnan(sample.value):
-                total += sample.value
-    return total if found else None
-
-
-# --------------------------------------------------------------------------- metrics targets and evaluation
-@dataclass(frozen=True)
-class MetricsTarget:
-    role: str
-    url: str
-
-    def __str__(self) -> str:
-        return f"{self.role}={self.url}"
-
-
-def parse_metrics_target(spec: str) -> MetricsTarget:
-    """`prefill=http://...` -> role prefill; a spec without a known role prefix is an `engine` URL."""
-    role, sep, url = spec.partition("=")
-    if sep and role in ROLES:
-        if not url:
-            raise ValueError(f"--metrics-url {spec!r}: missing URL after `{role}=`")
-        return MetricsTarget(role, url)
-    return MetricsTarget(DEFAULT_ROLE, spec)
-
-
-Snapshot = dict[int, list[Sample]]  # target index -> samples; a target that could not be scraped is absent
-
-
-@dataclass(frozen=True)
-class Outcome:
-    check: str
-    status: str  # PASS, FAIL or SKIP
-    detail: str
-
-    @property
-    def line(self) -> str:
-        return f"{self.status} {self.check}: {self.detail}"
-
-
-def evaluate_metric_check(name: str, check: MetricCheck, targets: Sequence[MetricsTarget], before: Snapshot,
-                          after: Snapshot, strict: bool = False, engine: str | None = None) -> Outcome:
-    """Compare one counter between two scrapes of the check's roles (pure). A metric the serving `engine`
-    is known not to export (components/metrics.py GAPS) is a SKIP with the reason, not a FAIL forever."""
-    roles = "/".join(check.roles)
-    indexes = [i for i, target in enumerate(targets) if target.role in check.roles]
-    if not indexes:
-        return Outcome(name, "FAIL", f"no --metrics-url with role {' or '.join(check.roles)} "
-                                     f"(pass e.g. {check.roles[0]}=http://127.0.0.1:PORT/metrics)")
-    usable = [i for i in indexes if i in before and i in after]
-    if not usable:
-        return Outcome(name, "FAIL", f"no {roles} metrics URL could be scraped twice (see metrics-scrape)")
-    where = f"{len(usable)} {roles} URL(s)"
-    for selector in check.candidates:
-        now = [sum_selector(after[i], selector) for i in usable]
-        if all(value is None for value in now):
-            continue
-        total_after = sum(value or 0.0 for value in now)
-        total_before = sum(sum_selector(before[i], selector) or 0.0 for i in usable)
-        delta = total_after - total_before
-        if delta > 0:
-            return Outcome(name, "PASS", f"{selector} +{delta:g} during the long-prompt step "
-                                         f"(total {total_after:g}, {where})")
-        if delta < 0:
-            return Outcome(name, "FAIL", f"{selector} went down {total_before:g} -> {total_after:g} "
-                                         f"(engine restarted?) ({where})")
-        if check.cumulative_ok and not strict and total_after > 0:
-            return Outcome(name, "PASS", f"{selector} did not grow during this run but is {total_after:g} since "
-                                         f"start (the repeated prompt was still in HBM) ({where})")
-        return Outcome(name, "FAIL", f"{selector} did not increase after the repeated long prompt "
-                                     f"(stays {total_after:g}, {where})")
-    names = ", ".join(str(selector) for selector in check.candidates)
-    missing = metrics.gap(name, engine) if engine else None
-    if missing:
-        return Outcome(name, "SKIP", f"{engine} exports no equivalent of {names} ({missing.reason}; "
-                                     "components/metrics.py GAPS)")
-    return Outcome(name, "FAIL", f"metric missing: none of {names} found at {where}")
-
-
-# --------------------------------------------------------------------------- OpenAI-compatible API
-class StepError(Exception):
-    """A step failed for good (deadline reached, or an error that retrying cannot fix)."""
-
-
-class _RetryableError(Exception):
-    """One attempt failed in a way that may clear up (connection, timeout, 5xx, malformed JSON)."""
-
-
-class _FinalError(Exception):
-    """One attempt failed in a way retrying cannot fix (e.g. HTTP 400/404)."""
-
-
-def completion_payload(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    return {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
-
-
-def chat_payload(model: str, content: str, max_tokens: int) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
-            "temperature": 0}
-
-
-def validate_response(body: Any, model: str, chat: bool) -> str:
-    """The generated text of a completions (or chat) response; ValueError naming what is wrong."""
-    if not isinstance(body, dict):
-        raise ValueError(f"response is JSON {type(body).__name__}, not an object")
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise ValueError(f"no choices in response: {_snippet(json.dumps(body))}")
-    first = choices[0] if isinstance(choices[0], dict) else {}
-    if chat:
-        message = first.get("message") if isinstance(first.get("message"), dict) else {}
-        # A reasoning parser (kimi_k2/kimi_k3) moves the first tokens into reasoning_content.
-        texts = [message.get(key) for key in ("content", "reasoning_content", "reasoning")]
-    else:
-        texts = [first.get("text")]
-    text = next((t for t in texts if isinstance(t, str) and t), None)
-    if text is None:
-        raise ValueError(f"empty choices[0].{'message' if chat else 'text'}: {_snippet(json.dumps(first))}")
-    if body.get("model") != model:
-        raise ValueError(f"model is {body.get('model')!r}, expected {model!r}")
-    return text
-
-
-def post_json(session: requests.Session, url: str, payload: Mapping[str, Any], *, request_timeout: float,
-              deadline_seconds: float, backoff_seconds: float,
-              clock: Callable[[], float] = time.monotonic,
-              sleep: Callable[[float], None] = time.sleep) -> tuple[dict[str, Any], int]:
-    """POST JSON until a 200 with a JSON object arrives or the deadline passes; returns (body, attempts)."""
-    return _with_retries(lambda timeout: _post_once(session, url, payload, timeout),
-                         request_timeout=request_timeout, deadline_seconds=deadline_seconds,
-                         backoff_seconds=backoff_seconds, clock=clock, sleep=sleep)
-
-
-def _send(session: requests.Session, method: str, url: str, timeout: float, **kwargs: Any) -> requests.Response:
-    """One HTTP request; transport failures become _RetryableError/_FinalError."""
-    try:
-        return session.request(method, url, timeout=timeout, **kwargs)
-    except requests.Timeout:
-        raise _RetryableError(f"timed out after {timeout:.3g}s") from None
-    except requests.ConnectionError as exc:
-        raise _RetryableError(f"connection failed: {_snippet(str(exc))}") from None
-    except requests.RequestException as exc:
-        raise _FinalError(f"request failed: {_snippet(str(exc))}") from None
-
-
-def _post_once(session: requests.Session, url: str, payload: Mapping[str, Any], timeout: float) -> dict[str, Any]:
-    response = _send(session, "POST", url, timeout, json=payload)
-    if response.status_code != 200:
-        message = f"HTTP {response.status_code}: {_snippet(response.text)}"
-        if response.status_code >= 500 or response.status_code in RETRY_STATUSES:
-            raise _RetryableError(message)
-        raise _FinalError(message)
-    try:
-        body = response.json()
-    except ValueError:
-        raise _RetryableError(f"malformed JSON in HTTP 200 response: {_snippet(response.text)}") from None
-    if not isinstance(body, dict):
-        raise _RetryableError(f"malformed JSON: expected an object, got {_snippet(response.text)}")
-    return body
-
-
-def scrape(session: requests.Session, url: str, timeout: float) -> list[Sample]:
-    """GET a Prometheus text endpoint once; _RetryableError/_FinalError on failure."""
-    response = _send(session, "GET", url, timeout, headers={"Accept": "text/plain"})
-    if response.status_code != 200:
-        raise _RetryableError(f"HTTP {response.status_code}: {_snippet(response.text)}")
-    try:
-        return parse_prometheus(response.text)
-    except MetricsParseError as exc:
-        raise _RetryableError(f"not Prometheus text: {exc}") from None
-
-
-def _with_retries(attempt: Callable[[float], Any], *, request_timeout: float, deadline_seconds: float,
-                  backoff_seconds: float, clock: Callable[[], float] = time.monotonic,
-                  sleep: Callable[[float], None] = time.sleep) -> tuple[Any, int]:
-    """Call attempt(request_timeout) with exponential backoff until it succeeds or the deadline passes.
-
-    The deadline gates new attempts; an attempt already running may take up to its request timeout.
-    """
-    deadline = clock() + deadline_seconds
-    delay = backoff_seconds
-    attempts = 0
-    while True:
-        attempts += 1
-        try:
-            return attempt(request_timeout), attempts
-        except _FinalError as exc:
-            raise StepError(f"{exc} (attempt {attempts}, not retried)") from None
-        except _RetryableError as exc:
-            remaining = deadline - clock()
-            if remaining <= 0:
-                raise StepError(f"{exc} (gave up after {attempts} attempt(s), deadline {deadline_seconds:g}s)") \
-                    from None
-            sleep(min(delay, remaining))
-            delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP_SECONDS)
+TOTAL_SECONDS = 1800.0
 
 
 # --------------------------------------------------------------------------- prompts
@@ -503,6 +122,11 @@ class Settings:
     skip: frozenset[str]
     engine: str = ""
     """The serving engine (ENGINES); empty means the track's default."""
+    total_seconds: float = TOTAL_SECONDS
+    budget: Deadline = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.budget = Deadline(self.total_seconds)  # the whole run's deadline starts with its settings
 
     @property
     def serving_engine(self) -> str:
@@ -532,35 +156,35 @@ def _url(endpoint: str, path: str) -> str:
     return endpoint.rstrip("/") + path
 
 
-def check_generation(session: requests.Session, settings: Settings, chat: bool) -> Outcome:
+def check_generation(settings: Settings, chat: bool) -> Outcome:
     name = "chat-completions" if chat else "completions"
     path = "/v1/chat/completions" if chat else "/v1/completions"
     payload = (chat_payload(settings.model, SHORT_PROMPT, CHAT_MAX_TOKENS) if chat
                else completion_payload(settings.model, SHORT_PROMPT, SHORT_MAX_TOKENS))
     start = time.monotonic()
     try:
-        body, attempts = post_json(session, _url(settings.endpoint, path), payload,
+        body, attempts = post_json(_url(settings.endpoint, path), payload,
                                    request_timeout=settings.request_timeout,
                                    deadline_seconds=settings.deadline_seconds,
-                                   backoff_seconds=settings.backoff_seconds)
+                                   backoff_seconds=settings.backoff_seconds, budget=settings.budget)
         text = validate_response(body, settings.model, chat)
     except (StepError, ValueError) as exc:
         return Outcome(name, "FAIL", f"POST {path}: {exc}")
     took = time.monotonic() - start
     return Outcome(name, "PASS", f"POST {path} -> HTTP 200 in {took:.2f}s after {attempts} attempt(s), "
-                                 f"model={settings.model}, text={_snippet(text, 60)!r}")
+                                 f"model={settings.model}, text={snippet(text, 60)!r}")
 
 
-def send_long_prompt_twice(session: requests.Session, settings: Settings) -> Outcome:
+def send_long_prompt_twice(settings: Settings) -> Outcome:
     prompt = long_prompt(settings.long_prompt_words, settings.prompt_tag)
     url = _url(settings.endpoint, "/v1/completions")
     notes = []
     for round_ in (1, 2):
         try:
-            body, attempts = post_json(session, url, completion_payload(settings.model, prompt, LONG_MAX_TOKENS),
+            body, attempts = post_json(url, completion_payload(settings.model, prompt, LONG_MAX_TOKENS),
                                        request_timeout=settings.request_timeout,
                                        deadline_seconds=settings.deadline_seconds,
-                                       backoff_seconds=settings.backoff_seconds)
+                                       backoff_seconds=settings.backoff_seconds, budget=settings.budget)
             validate_response(body, settings.model, chat=False)
         except (StepError, ValueError) as exc:
             return Outcome("long-prompt", "FAIL", f"request {round_} of 2 ({len(prompt.split())} words): {exc}")
@@ -577,20 +201,23 @@ def _usage_note(body: Mapping[str, Any]) -> str:
     return f"{prompt_tokens} prompt tokens" + (f" ({cached} cached)" if cached is not None else "")
 
 
-def scrape_round(session: requests.Session, targets: Sequence[MetricsTarget], indexes: Iterable[int],
-                 request_timeout: float) -> tuple[Snapshot, dict[int, str]]:
+def scrape_round(targets: Sequence[MetricsTarget], indexes: Iterable[int], request_timeout: float,
+                 budget: Deadline) -> tuple[Snapshot, dict[int, str]]:
     """One scrape attempt per target; returns (samples by target index, error by target index)."""
     snapshot: Snapshot = {}
     errors: dict[int, str] = {}
     for i in indexes:
+        if budget.passed:
+            errors[i] = f"not scraped: the smoke check's total time ({budget.seconds:g}s) ran out"
+            continue
         try:
-            snapshot[i] = scrape(session, targets[i].url, request_timeout)
+            snapshot[i] = scrape(targets[i].url, min(request_timeout, budget.remaining()))
         except (_RetryableError, _FinalError) as exc:
             errors[i] = str(exc)
     return snapshot, errors
 
 
-def poll_metrics(session: requests.Session, settings: Settings, indexes: Sequence[int],
+def poll_metrics(settings: Settings, indexes: Sequence[int],
                  done: Callable[[Snapshot, dict[int, str]], bool]) -> tuple[Snapshot, dict[int, str]]:
     """Scrape in rounds (backoff between rounds) until done(snapshot, errors) or the metrics wait is over.
 
@@ -600,10 +227,10 @@ def poll_metrics(session: requests.Session, settings: Settings, indexes: Sequenc
     delay = settings.backoff_seconds
     snapshot: Snapshot = {}
     while True:
-        fresh, errors = scrape_round(session, settings.targets, indexes, settings.request_timeout)
+        fresh, errors = scrape_round(settings.targets, indexes, settings.request_timeout, settings.budget)
         snapshot.update(fresh)
         errors = {i: message for i, message in errors.items() if i not in snapshot}
-        remaining = deadline - time.monotonic()
+        remaining = min(deadline - time.monotonic(), settings.budget.remaining())
         if done(snapshot, errors) or remaining <= 0:
             return snapshot, errors
         time.sleep(min(delay, remaining))
@@ -624,58 +251,55 @@ def run(settings: Settings, out: Callable[[str], None] = print) -> int:
     reporter = Reporter(out)
     checks = {name: check for name, check in METRIC_CHECKS[settings.track].items() if name not in settings.skip}
     out(f"smoke check: track={settings.track} engine={settings.serving_engine} model={settings.model} "
-        f"endpoint={settings.endpoint} "
-        f"metrics={len(settings.targets)} URL(s)")
+        f"endpoint={settings.endpoint} metrics={len(settings.targets)} URL(s)")
     for name in sorted(settings.skip):
         reporter.add(Outcome(name, "SKIP", "skipped by --skip"))
 
-    with requests.Session() as session:
-        session.trust_env = False  # only the URLs given on the command line; no proxies or netrc from env
-        generation = []
-        for chat in (False, True):
-            name = "chat-completions" if chat else "completions"
-            if name in settings.skip or settings.api not in ("both", "chat" if chat else "completions"):
-                continue
-            if any(o.status == "FAIL" for o in generation):  # the endpoint is broken: do not wait a second time
-                reporter.add(Outcome(name, "SKIP", "not run: generation failed"))
-                continue
-            generation.append(reporter.add(check_generation(session, settings, chat)))
-        later = [n for n in ("long-prompt", "metrics-scrape", *checks) if n not in settings.skip]
-        if any(o.status == "FAIL" for o in generation):
-            for name in later:
-                reporter.add(Outcome(name, "SKIP", "not run: generation failed"))
+    generation = []
+    for chat in (False, True):
+        name = "chat-completions" if chat else "completions"
+        if name in settings.skip or settings.api not in ("both", "chat" if chat else "completions"):
+            continue
+        if any(o.status == "FAIL" for o in generation):  # the endpoint is broken: do not wait a second time
+            reporter.add(Outcome(name, "SKIP", "not run: generation failed"))
+            continue
+        generation.append(reporter.add(check_generation(settings, chat)))
+    later = [n for n in ("long-prompt", "metrics-scrape", *checks) if n not in settings.skip]
+    if any(o.status == "FAIL" for o in generation):
+        for name in later:
+            reporter.add(Outcome(name, "SKIP", "not run: generation failed"))
+        return _finish(reporter, out)
+
+    indexes = [i for i, target in enumerate(settings.targets)
+               if any(target.role in check.roles for check in checks.values())]
+    before: Snapshot = {}
+    if checks:
+        before, _ = poll_metrics(settings, indexes, lambda snapshot, errors: not errors)
+
+    if "long-prompt" not in settings.skip:
+        if reporter.add(send_long_prompt_twice(settings)).status == "FAIL":
+            for name in later[1:]:
+                reporter.add(Outcome(name, "SKIP", "not run: the long-prompt step failed"))
             return _finish(reporter, out)
+    if not checks:
+        return _finish(reporter, out)
 
-        indexes = [i for i, target in enumerate(settings.targets)
-                   if any(target.role in check.roles for check in checks.values())]
-        before: Snapshot = {}
-        if checks:
-            before, _ = poll_metrics(session, settings, indexes, lambda snapshot, errors: not errors)
+    # Counters move asynchronously (engine stats loops, the EPP's bookkeeping): re-scrape until all pass.
+    def evaluate(after: Snapshot) -> list[Outcome]:
+        return [evaluate_metric_check(name, check, settings.targets, before, after, settings.strict,
+                                      settings.serving_engine)
+                for name, check in checks.items()]
 
-        if "long-prompt" not in settings.skip:
-            if reporter.add(send_long_prompt_twice(session, settings)).status == "FAIL":
-                for name in later[1:]:
-                    reporter.add(Outcome(name, "SKIP", "not run: the long-prompt step failed"))
-                return _finish(reporter, out)
-        if not checks:
-            return _finish(reporter, out)
-
-        # Counters move asynchronously (engine stats loops, the EPP's bookkeeping): re-scrape until all pass.
-        def evaluate(after: Snapshot) -> list[Outcome]:
-            return [evaluate_metric_check(name, check, settings.targets, before, after, settings.strict,
-                                          settings.serving_engine)
-                    for name, check in checks.items()]
-
-        after, errors = poll_metrics(
-            session, settings, indexes,
-            lambda snapshot, errors: not errors and all(r.status != "FAIL" for r in evaluate(snapshot)))
-        for i in indexes:
-            if i not in before:
-                errors.setdefault(i, "no baseline: not scraped before the long prompt")
-        if "metrics-scrape" not in settings.skip:
-            reporter.add(scrape_outcome(settings, indexes, errors))
-        for result in evaluate(after):
-            reporter.add(result)
+    after, errors = poll_metrics(
+        settings, indexes,
+        lambda snapshot, errors: not errors and all(r.status != "FAIL" for r in evaluate(snapshot)))
+    for i in indexes:
+        if i not in before:
+            errors.setdefault(i, "no baseline: not scraped before the long prompt")
+    if "metrics-scrape" not in settings.skip:
+        reporter.add(scrape_outcome(settings, indexes, errors))
+    for result in evaluate(after):
+        reporter.add(result)
     return _finish(reporter, out)
 
 
@@ -683,11 +307,6 @@ def _finish(reporter: Reporter, out: Callable[[str], None]) -> int:
     line, ok = reporter.summary()
     out(line)
     return 0 if ok else 1
-
-
-def _snippet(text: str, limit: int = 160) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 # --------------------------------------------------------------------------- CLI
@@ -713,15 +332,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="which generation endpoints to check (default %(default)s)")
     parser.add_argument("--metrics-url", action="append", default=[], metavar="[ROLE=]URL",
                         help="Prometheus text endpoint, repeatable; ROLE is one of " + ", ".join(ROLES))
-    parser.add_argument("--deadline-seconds", type=_positive, default=600.0,
+    parser.add_argument("--deadline-seconds", type=bounded_number(float, 0.01, 86400, above_low=True), default=600.0,
                         help="retry budget of each HTTP step: no new attempt after it (default %(default)s)")
-    parser.add_argument("--request-timeout", type=_positive, default=120.0,
-                        help="timeout of one HTTP request (default %(default)s)")
-    parser.add_argument("--metrics-wait-seconds", type=_non_negative, default=90.0,
+    parser.add_argument("--request-timeout", type=bounded_number(float, 0.01, 3600), default=120.0,
+                        help="total time of one HTTP request, connect to last byte (default %(default)s)")
+    parser.add_argument("--total-seconds", type=bounded_number(float, 0.01, 86400), default=TOTAL_SECONDS,
+                        help="total time of the whole smoke check; no request outlives it (default %(default)s)")
+    parser.add_argument("--metrics-wait-seconds", type=bounded_number(float, 0, 3600), default=90.0,
                         help="how long to re-scrape metrics until the checks pass (default %(default)s)")
-    parser.add_argument("--backoff-seconds", type=_non_negative, default=2.0,
+    parser.add_argument("--backoff-seconds", type=bounded_number(float, 0, 60), default=2.0,
                         help="first retry delay, doubled per retry up to 15 s (default %(default)s)")
-    parser.add_argument("--long-prompt-words", type=int, default=LONG_PROMPT_WORDS,
+    parser.add_argument("--long-prompt-words", type=bounded_number(int, 1, 200_000), default=LONG_PROMPT_WORDS,
                         help="length of the repeated long prompt in words (default %(default)s)")
     parser.add_argument("--prompt-tag", default="",
                         help="text put in front of the long prompt, e.g. a run id for a cold prefix (default none)")
@@ -732,20 +353,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {text}")
-    return value
-
-
 def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         endpoint=args.endpoint, track=args.track, model=args.model, api=args.api,
@@ -753,7 +360,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         request_timeout=args.request_timeout, deadline_seconds=args.deadline_seconds,
         metrics_wait_seconds=args.metrics_wait_seconds, backoff_seconds=args.backoff_seconds,
         long_prompt_words=args.long_prompt_words, prompt_tag=args.prompt_tag, strict=args.strict,
-        skip=frozenset(args.skip), engine=args.engine or "",
+        skip=frozenset(args.skip), engine=args.engine or "", total_seconds=args.total_seconds,
     )
 
 

@@ -1,0 +1,212 @@
+"""The steps of the benchmark driver (`tools.bench`): up, wait, smoke, benchmark, collect, and the cost
+report. A mixin of `tools.bench.Driver`, which owns the state they use."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from components import contract
+from components.cost import cost_per_million_tokens
+from tools.cloud import SERVING_SELECTOR
+from tools.core import OnOutput, StepError
+from tools.pulumi_stack import BENCHMARK_KEY, ENGINE_PROFILE_KEY, PROJECT, RUN_ID_KEY
+
+ROUTER_PORT = contract.ROUTER_SERVICE_PORT  # the routerService port the smoke check talks to
+ROUTER_METRICS_PORT = 9090  # EPP metrics (tools.smoke epilog)
+
+
+class _Lines:
+    """A stdout for the smoke check: each complete line to the driver's console and to smoke.log."""
+
+    def __init__(self, out: OnOutput, log: Any):
+        self.out, self.log, self.buffer = out, log, ""
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        self.buffer += text
+        *lines, self.buffer = self.buffer.split("\n")
+        for line in lines:
+            self.out(line)
+        return len(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+
+
+
+class Steps:
+    """step_<name> for each of Driver.STEPS, and their helpers."""
+
+    def step_up(self) -> None:
+        self.up_started = True
+        self._write_run_record()
+        self._cli("up", lambda: self.deps.backend.up(on_output=self.out), self.opts.up_timeout)
+        self._read_outputs()
+        hourly = self.outputs.get("hourlyCostUsd")
+        if hourly is not None:
+            known = "" if self.outputs.get("hourlyCostComplete") else " plus unpriced items (see `make plan`)"
+            self.out(f"estimated cost while the stack is up: ${float(hourly):,.2f}/hour{known}")
+
+    def step_wait(self) -> None:
+        self.deps.cluster.wait_ready(self.namespace, self.opts.ready_timeout)
+
+    def step_smoke(self) -> None:
+        router = self.outputs.get("routerService") or f"{PROJECT}-epp"
+        user_metrics = any(a == "--metrics-url" or a.startswith("--metrics-url=") for a in self.opts.smoke_args)
+        with ExitStack() as forwards:
+            if self.outputs.get("routerMode") == "gateway":
+                # An internal Gateway is reachable only from the VPC; --smoke-args --endpoint URL overrides.
+                endpoint = "http://" + self.deps.cluster.gateway_address(self.namespace, self.outputs["gatewayName"])
+            else:
+                endpoint = forwards.enter_context(self.deps.cluster.port_forward(self.namespace, f"svc/{router}",
+                                                                                 ROUTER_PORT))
+            metrics = [] if user_metrics else self._metrics_forwards(forwards, router)
+            argv = ["--endpoint", endpoint, "--track", self.track, *metrics, *self._engine_args(),
+                    *self.opts.smoke_args]
+            self.out(f"python -m tools.smoke {' '.join(argv)}")
+            code = self._run_smoke(argv)
+        if code != 0:
+            raise StepError(f"smoke check exited with {code} (see {self._path('smoke.log')})")
+
+    def step_benchmark(self) -> None:
+        backend = self.deps.backend
+        if self.benchmark_previous is None:
+            self.benchmark_previous = (backend.get_config(BENCHMARK_KEY),)
+            self.run_id_previous = (backend.get_config(RUN_ID_KEY),)
+        backend.set_config(BENCHMARK_KEY, "true")
+        # Reports of this run go to their own folder, so collect copies this run's only.
+        assert self.run_dir is not None
+        backend.set_config(RUN_ID_KEY, self.run_dir.name.lower())
+        self.out(f"{BENCHMARK_KEY}=true, {RUN_ID_KEY}={self.run_dir.name.lower()}; up again to create the Job")
+        self._cli("up", lambda: backend.up(on_output=self.out), self.opts.up_timeout)
+        self._read_outputs()
+        job = self.outputs.get("benchmarkJob")
+        if not job:
+            raise StepError("the stack has no `benchmarkJob` output after `up` with benchmark.enabled=true")
+        self.out(f"waiting for Job {self.namespace}/{job} (timeout {self.opts.benchmark_timeout:.0f} s)")
+        self.deps.cluster.wait_job(self.namespace, job, self.opts.benchmark_timeout)
+
+    def step_collect(self) -> None:
+        uri = self.outputs.get("benchmarkResultsUri")
+        if not uri:
+            raise StepError("the stack has no `benchmarkResultsUri` output")
+        assert self.run_dir is not None
+        before = _files(self.run_dir)
+        self.out(f"copying {uri} -> {self.run_dir}")
+        self.deps.storage.copy(uri, self.run_dir)
+        copied = _files(self.run_dir) - before
+        if not copied:
+            raise StepError(f"no benchmark results found under {uri}")
+        self.out(f"{len(copied)} result file(s) in {self.run_dir}")
+        self._report_cost()
+
+    def _report_cost(self) -> None:
+        """Cost per million output tokens from the stack's hourly estimate and the measured throughput."""
+        hourly = self.outputs.get("hourlyCostUsd")
+        tps = measured_output_tokens_per_second(self.run_dir)
+        if not hourly or not tps:
+            self.out("cost per million output tokens: unknown (no hourly estimate or no output throughput found)")
+            return
+        partial = "" if self.outputs.get("hourlyCostComplete") else " (prices incomplete: set kimi-k3-1:cost.*)"
+        self.out(f"cost per million output tokens: ${cost_per_million_tokens(float(hourly), tps):,.2f} "
+                 f"at {tps:,.0f} output tokens/s and ${float(hourly):,.2f}/h{partial}")
+
+    # ---------------------------------------------------------------- helpers of the steps
+    @property
+    def namespace(self) -> str:
+        return self.outputs.get("namespace") or PROJECT
+
+    def _read_outputs(self) -> None:
+        self.outputs = dict(self.deps.backend.outputs())
+        shown = {k: v for k, v in self.outputs.items() if k != "kubeconfig"}
+        self._path("outputs.json").write_text(json.dumps(shown, indent=2, sort_keys=True, default=str) + "\n")
+        for key in ("clusterName", "servingZone", "namespace", "nodePools", "bucketUri"):
+            if key in shown:
+                self.out(f"    {key}: {shown[key]}")
+        kubeconfig = self.outputs.get("kubeconfig")
+        if not kubeconfig:
+            raise StepError("the stack has no `kubeconfig` output")
+        self.deps.cluster.connect(kubeconfig)
+
+    def _engine_args(self) -> list[str]:
+        """The day-0 TPU build exports SGLang's metrics, the default sglang-jax does not (components/metrics.py)."""
+        if any(a == "--engine" or a.startswith("--engine=") for a in self.opts.smoke_args):
+            return []
+        if self.track == "tpu" and self._config(ENGINE_PROFILE_KEY) == "day0":
+            return ["--engine", "sglang"]
+        return []
+
+    def _metrics_forwards(self, forwards: ExitStack, router: str) -> list[str]:
+        """`--metrics-url ROLE=URL` for the router and for every serving leader pod of the track."""
+        cluster, ns = self.deps.cluster, self.namespace
+        url = forwards.enter_context(cluster.port_forward(ns, f"svc/{router}", ROUTER_METRICS_PORT))
+        args = ["--metrics-url", f"router={url}{contract.METRICS_PATH}"]
+        if self.track == "gpu":
+            roles = (("prefill", contract.MODEL_SERVER_PORT), ("decode", contract.DECODE_ENGINE_PORT))
+        else:
+            roles = (("engine", contract.MODEL_SERVER_PORT),)
+        for role, port in roles:
+            # Every pod with the serving labels serves: all P/D pods (DP hybrid LB), the TPU leaders only.
+            selector = SERVING_SELECTOR
+            if role != "engine":
+                selector += f",{contract.ROLE_LABEL}={role}"
+            pods = cluster.pods(ns, selector)
+            if not pods:
+                raise StepError(f"no running {role} leader pod matches {selector}")
+            for pod in pods:
+                url = forwards.enter_context(cluster.port_forward(ns, pod, port))
+                args += ["--metrics-url", f"{role}={url}{contract.METRICS_PATH}"]
+        return args
+
+    def _run_smoke(self, argv: list[str]) -> int:
+        smoke = self.deps.smoke
+        if smoke is None:
+            from tools import smoke as smoke_module
+
+            smoke = smoke_module.main
+        with self._path("smoke.log").open("w") as log, contextlib.redirect_stdout(_Lines(self.out, log)):
+            return smoke(argv)
+
+    def _path(self, name: str) -> Path:
+        assert self.run_dir is not None
+        return self.run_dir / name
+
+
+def _files(folder: Path) -> set[Path]:
+    return {p for p in folder.rglob("*") if p.is_file()}
+
+
+
+OUTPUT_RATE_KEY = re.compile(r"^output_tokens?_per_s(ec(ond)?)?$")
+"""Assumption: inference-perf's summary reports name the generated-token rate like `output_tokens_per_sec`;
+the config schema (https://github.com/kubernetes-sigs/inference-perf/blob/7de5ef2/inference_perf/config/config.py) does
+not cover report contents."""
+
+
+def measured_output_tokens_per_second(folder: Path | None) -> float | None:
+    """The largest output-token rate in any JSON report of the run (the whole-run summary, not a stage)."""
+    if folder is None:
+        return None
+    rates: list[float] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if OUTPUT_RATE_KEY.match(str(key)) and isinstance(value, int | float):
+                    rates.append(float(value))
+                elif isinstance(value, dict) and OUTPUT_RATE_KEY.match(str(key)) and "mean" in value:
+                    rates.append(float(value["mean"]))
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for path in folder.rglob("*.json"):
+        with contextlib.suppress(ValueError, OSError):
+            walk(json.loads(path.read_text()))
+    return max(rates) if rates else None
