@@ -104,8 +104,8 @@ def test_a_failed_stack_is_named_keeps_its_plan_and_the_others_still_render(plan
     bad = write_stack(tmp_path, "tpu", config)
     proc = run_plan(out, "--stack-file", str(fixture_stack("gpu")), "--stack-file", str(bad))
     assert proc.returncode == 1
-    assert "plan tpu (Pulumi.tpu.yaml) failed: " in proc.stderr and "kimi-k3-1:tpu.topology" in proc.stderr
-    assert "plan failed for 1 of 2 stack(s): tpu" in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("plan tpu: ") and "kimi-k3-1:tpu.topology" in line
     assert "Traceback" not in proc.stderr + proc.stdout
     after = {p: p.read_bytes() for p in (out / "tpu").rglob("*") if p.is_file()}
     assert after == before, "the failed stack's previous plan must stay untouched"
@@ -139,8 +139,8 @@ def test_malformed_stack_fails_cleanly(tmp_path, change, key):
 
 
 def test_unset_secret_is_fed_the_sentinel_and_named(plans):
-    """Committed stack files carry no token: the plan runs on the sentinel, as `pulumi up` would stop on the
-    CLI's missing-configuration message, and the summary says which secret to set."""
+    """Stack files carry no token (the fixtures, like the committed files): the plan runs on the sentinel, as
+    `pulumi up` would stop on the CLI's missing-configuration message, and the summary says which secret to set."""
     for stack in STACKS:
         assert "hfToken" not in stack_document(stack)["config"].__repr__()
         assert any("kimi-k3-1:hfToken is not set" in line for line in plans[stack].summary.splitlines()), stack

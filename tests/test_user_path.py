@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, STACKS
+from tests.conftest import ROOT, STACKS, stack_document
 
 README = (ROOT / "README.md").read_text()
 RUN_IT = README.split("## Run it for real", 1)[1].split("\n## ", 1)[0]
@@ -73,8 +73,9 @@ def test_outputs_the_readme_names_exist(plans, variants):
 @pytest.mark.parametrize("stack", STACKS)
 def test_kubeconfig_command_uses_the_dns_endpoint(plans, stack):
     command = plans[stack].outputs["kubeconfigCommand"]
+    project = stack_document(stack)["config"]["kimi-k3-1:gcp.project"]
     assert command == (f"gcloud container clusters get-credentials kimi-k3-1-{stack} --location us-central1 "
-                       "--project my-gcp-project --dns-endpoint")
+                       f"--project {project} --dns-endpoint")
 
 
 def test_router_is_reached_per_mode(plans, variants):

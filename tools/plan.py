@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     results = render_all(stacks)
     failed = [(stack, message) for stack, document, message in results if document is None]
     for stack, message in failed:
-        print(f"plan {stack} (Pulumi.{stack}.yaml) failed: {message}", file=sys.stderr)
+        print(f"plan {stack}: {message}", file=sys.stderr)
     results = [result for result in results if result[1] is not None]
 
     if results:
@@ -187,11 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(summarize(stack, document)))
         if results:
             print(f"plan written to {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}/")
-    if failed:
-        print(f"plan failed for {len(failed)} of {len(failed) + len(results)} stack(s): "
-              f"{', '.join(stack for stack, _ in failed)}", file=sys.stderr)
-        return 1
-    return 0
+        if failed:
+            print(f"not rendered: {', '.join(stack for stack, _ in failed)} (errors above); the other stacks were")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
