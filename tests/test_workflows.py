@@ -223,7 +223,7 @@ def test_preview_gives_the_stack_its_token_from_a_secret_not_the_stack_file():
     assert steps[setter]["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
     assert '| pulumi config set --secret hfToken --stack "$STACK"' in steps[setter]["run"]
     assert setter < steps.index(preview)
-    gate = load("preview.yml")["jobs"]["gate"]["steps"][0]
+    gate = next(s for s in load("preview.yml")["jobs"]["gate"]["steps"] if s.get("id") == "check")
     assert "HF_TOKEN" in gate["run"] and gate["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
 
 
