@@ -562,3 +562,27 @@ def test_every_exception_is_used_exactly_by_a_committed_plan(plan_resources):
                     used.setdefault((kind, container["name"]), set()).update(mine | pod_fields)
     assert used == {(e.kind, e.container): set(e.fields) for e in hardening.EXCEPTIONS}
     assert all(e.reason and "http" in e.source for e in hardening.EXCEPTIONS)
+
+
+def test_stack_policies_run_through_the_analyzer_wrapper(plan_resources):
+    """The stack policies get their resources as the analyzer hands them over (PolicyResource, proxied props)."""
+    from pulumi_policy import PolicyResource, PolicyResourceOptions, StackValidationArgs
+
+    def policy_resources(resources):
+        options = PolicyResourceOptions(False, [], False, [], None, [])
+        return [PolicyResource(r["type"], unknown_checking_proxy(copy.deepcopy(r["inputs"])), f"urn:{r['name']}",
+                               r["name"], options, None, None, [], {}) for r in resources]
+
+    policy = next(p for p in rules.POLICIES if p.name == "k8s-namespace-default-deny")
+    reported: list[str] = []
+
+    def report(message, urn=None):
+        reported.append(message)
+
+    policy.validate(StackValidationArgs(policy_resources(plan_resources["tpu"])), report)
+    assert reported == []
+    broken = copy.deepcopy(plan_resources["tpu"])
+    _drop_default_deny(broken)
+    policy.validate(StackValidationArgs(policy_resources(broken)), report)
+    assert reported == ['namespace "kimi-k3-1" has no default-deny ingress NetworkPolicy (podSelector {}, '
+                        "policyTypes [Ingress], no ingress rules)"]
