@@ -80,6 +80,8 @@ class BenchmarkArgs(Args):
     results_path: str
     """Folder in the bucket for this stack's reports."""
     base_url: str
+    models_claim: StrInput
+    """The hydrated weights claim (WeightStaging.claim): the tokenizer is read from it."""
 
 
 class Benchmark(Component):
@@ -99,7 +101,7 @@ class Benchmark(Component):
             opts=self.child(),
         )
         models = k8s.core.v1.VolumeArgs(name="models", persistent_volume_claim=k8s.core.v1
-                                        .PersistentVolumeClaimVolumeSourceArgs(claim_name=contract.MODELS_PVC,
+                                        .PersistentVolumeClaimVolumeSourceArgs(claim_name=args.models_claim,
                                                                                read_only=True))
         scratch, scratch_mount = hardening.scratch_volume("scratch", SCRATCH_PATH, "4Gi")
         self.job = k8s.batch.v1.Job(

@@ -51,6 +51,7 @@ class WeightStaging:
     throughput_mibps: int
     volume_gib: int
     checkpoint_bytes: int
+    staging_workers: int
 
     @property
     def hydration_s(self) -> float:
@@ -61,6 +62,17 @@ class WeightStaging:
     def read_mibps(self) -> int:
         """Aggregate read rate: the volume's throughput, unless the readers' per-VM caps are lower."""
         return min(self.throughput_mibps, self.reader_nodes * catalog.HYPERDISK_PER_VM_READ_MIBPS)
+
+    @property
+    def staging_s(self) -> float:
+        """Expected time of the staging Job's copy from the Hub into the bucket (an assumed per-stream rate)."""
+        return self.checkpoint_bytes / (self.staging_workers * catalog.HUB_STREAM_ASSUMED_MBPS * 1e6)
+
+    @property
+    def critical_path_s(self) -> float:
+        """After the cluster and its system pool: staging, then hydration, then every replica loading at once.
+        The accelerator pools are created meanwhile; their time is not published, so it is not part of this."""
+        return self.staging_s + self.hydration_s + self.load_s
 
     @property
     def load_s(self) -> float:
@@ -76,6 +88,7 @@ def weight_staging(cfg: StackConfig) -> WeightStaging:
         throughput_mibps=cfg.storage.throughputMiBps or default_throughput_mibps(copies),
         volume_gib=cfg.storage.volumeSizeGi,
         checkpoint_bytes=catalog.KIMI.checkpoint_bytes,
+        staging_workers=cfg.storage.stagingWorkers,
     )
 
 

@@ -228,5 +228,10 @@ HYPERDISK_PER_VM_READ_MIBPS = 2400
 accelerator-optimized machines. Caps how fast one node can read, so a replica on N nodes reads at most
 N x this. Override the throughput in config if your measurements differ."""
 
+HUB_STREAM_ASSUMED_MBPS = 60
+"""Assumption (unpublished, not measured against the real Hub): MB/s one download stream from the Hugging Face
+Hub sustains into a GKE pod. The staging Job runs storage.stagingWorkers streams, so its expected time is
+checkpoint / (workers x this); its progress log prints the real rate to calibrate against."""
+
 WEIGHT_LOAD_TARGET_SECONDS = 600
 """Design target: every replica's copy of the checkpoint loads within 10 minutes."""

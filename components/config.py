@@ -457,6 +457,8 @@ class StorageConfig(Section):
     throughputMiBps: Optional[int] = Field(
         None,
         description="Hyperdisk ML provisioned throughput in MiB/s (default: enough to load every replica in 10 min).")
+    stagingWorkers: int = Field(
+        16, ge=1, le=64, description="Files the staging Job copies from the Hugging Face Hub into the bucket at once.")
 
     @model_validator(mode="after")
     def _check(self) -> StorageConfig:
@@ -484,6 +486,11 @@ class StorageConfig(Section):
 
 class ModelConfig(Section):
     prefix: ClassVar[str] = "model"
+    repoId: str = Field(catalog.KIMI.hf_id,
+                        description="Hugging Face repository the staging Job copies into the bucket.")
+    revision: Optional[str] = Field(
+        None, description="Commit of repoId to stage and serve (40 hex characters; default: `main` as the first "
+                          "`pulumi up` finds it, then kept until you set one).")
     contextLength: Optional[int] = Field(
         None, description="Served context length (default: 1048576 on gpu, 491520 = 480K on tpu as the seed says).")
     path: str = Field(contract.MODELS_MOUNT_PATH, description="Checkpoint folder inside the pods (the volume's mount).")
@@ -502,6 +509,12 @@ class ModelConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
+        if not re.fullmatch(r"[A-Za-z0-9][-_.A-Za-z0-9]{0,95}/[A-Za-z0-9][-_.A-Za-z0-9]{0,95}", self.repoId):
+            _fail(self.key("repoId"), self.repoId, "a Hugging Face repository id such as 'moonshotai/Kimi-K3.1-Pro'")
+        if self.revision is not None and not re.fullmatch(r"[0-9a-f]{40}", self.revision):
+            _fail(self.key("revision"), self.revision,
+                  "a full 40-character lowercase commit hash (branch and tag names move, so they are not accepted; "
+                  "leave it unset to stage the commit `main` points to now)")
         limit = catalog.KIMI.max_positions
         if self.contextLength is not None and not 1024 <= self.contextLength <= limit:
             _fail(self.key("contextLength"), self.contextLength,

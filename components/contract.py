@@ -83,3 +83,24 @@ PREFILL_CHUNK_TOKENS = 8192
 --chunked-prefill-size). The router's peakPrefillThroughput calibration divides this chunk by the median
 TTFT, so it must equal the engines' setting
 (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/plugin.go)."""
+
+STAGING_SERVICE_ACCOUNT = f"{catalog.GUIDE_NAME}-weights-stager"
+"""Kubernetes service account of the staging Job (Hugging Face Hub -> checkpoint bucket); its Workload
+Identity principal may list the bucket and create/delete objects under the checkpoint prefix only."""
+
+STAGING_LABELS = {"app.kubernetes.io/name": "weights-staging", "app.kubernetes.io/part-of": catalog.GUIDE_NAME}
+"""Labels of the staging Job's pods, for NetworkPolicies that must let them out (STAGING_EGRESS)."""
+
+STAGING_EGRESS = (
+    ("DNS", "kube-dns in kube-system", "53/UDP, 53/TCP"),
+    ("metadata server: Workload Identity tokens (google-auth compute_engine/_metadata.py calls 169.254.169.254)",
+     "169.254.169.254/32", "80/TCP"),
+    ("Python package index: the hashed install of tools/staging/requirements.lock", "pypi.org, files.pythonhosted.org",
+     "443/TCP"),
+    ("Hugging Face Hub API and downloads: hubDomains, lfsDomains and cdnDomains of "
+     "https://huggingface.co/.well-known/meta.json", "huggingface.co, cdn-lfs*.hf.co, transfer.xethub*.hf.co, "
+     "*.cdn.hf.co", "443/TCP"),
+    ("Cloud Storage JSON API: listing and resumable uploads", "storage.googleapis.com", "443/TCP"),
+)
+"""Where a staging pod connects: (purpose, destination, ports). The public hosts change addresses, so an
+IP-based NetworkPolicy must allow TCP 443 to the internet for pods with STAGING_LABELS (docs/weights.md)."""

@@ -68,8 +68,9 @@ def common_env() -> list[k8s.core.v1.EnvVarArgs]:
     ]
 
 
-def weights_volume() -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:
-    claim = k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(claim_name=contract.MODELS_PVC, read_only=True)
+def weights_volume(claim_name: StrInput) -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:
+    """The claim's name carries the checkpoint's revision (components/weights.py), so a new revision rolls the pods."""
+    claim = k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(claim_name=claim_name, read_only=True)
     volume = k8s.core.v1.VolumeArgs(name="models", persistent_volume_claim=claim)
     return volume, k8s.core.v1.VolumeMountArgs(name="models", mount_path=contract.MODELS_MOUNT_PATH, read_only=True)
 
@@ -122,12 +123,12 @@ def gpu_memory_gib(cfg: StackConfig) -> tuple[int, int]:
     return shm, shm + PROCESS_MEMORY_GIB
 
 
-def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
+def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.v1.PodSpecArgs:
     machine = cfg.gpu.spec
     command = engines.vllm_command(cfg, role)
     port = engines.vllm_port(role)
     shm_gib, memory_gib = gpu_memory_gib(cfg)
-    models, models_mount = weights_volume()
+    models, models_mount = weights_volume(claim)
     shm, shm_mount = shm_volume(shm_gib)
     nvidia = k8s.core.v1.VolumeArgs(name="nvidia", host_path=k8s.core.v1.HostPathVolumeSourceArgs(
         path=NVIDIA_DRIVER_ROOT))
@@ -218,7 +219,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role) -> k8s.core.v1.PodSpecArgs:
     )
 
 
-def vllm_role(cfg: StackConfig, role: engines.Role) -> dict[str, Any]:
+def vllm_role(cfg: StackConfig, role: engines.Role, claim: StrInput) -> dict[str, Any]:
     replicas = cfg.gpu.prefillGroups if role == "prefill" else cfg.gpu.decodeGroups
     labels = serving_labels("gpu", "vllm", role)
     return {
@@ -229,7 +230,7 @@ def vllm_role(cfg: StackConfig, role: engines.Role) -> dict[str, Any]:
             "leaderWorkerTemplate": {
                 "size": engines.vllm_group_nodes(cfg, role),
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "workerTemplate": pod_template(labels, vllm_pod(cfg, role)),
+                "workerTemplate": pod_template(labels, vllm_pod(cfg, role, claim)),
             },
             "rolloutStrategy": rollout(),
         },
@@ -240,6 +241,8 @@ class VllmDisaggregatedSetArgs(Args):
     namespace: StrInput
     name: str
     config: StackConfig
+    models_claim: StrInput
+    """The hydrated weights claim (WeightStaging.claim)."""
 
 
 class VllmDisaggregatedSet(Component):
@@ -262,7 +265,7 @@ class VllmDisaggregatedSet(Component):
                                                 labels={"llm-d.ai/guide": catalog.GUIDE_NAME},
                                                 annotations=await_annotations(*ready)),
             spec={
-                "roles": [vllm_role(cfg, "prefill"), vllm_role(cfg, "decode")],
+                "roles": [vllm_role(cfg, "prefill", args.models_claim), vllm_role(cfg, "decode", args.models_claim)],
                 # Co-locate a slice's roles in one NVLink sub-block
                 # (https://github.com/llm-d/llm-d/blob/main/docs/operations/disaggregation/disaggregatedset.md).
                 "placementPolicy": {"type": "ExclusiveTopology", "topology": "cloud.google.com/gce-topology-subblock"},
@@ -288,9 +291,9 @@ def sglang_lock_volume() -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMoun
     return volume, k8s.core.v1.VolumeMountArgs(name="sglang-jax-lock", mount_path=SGLANG_JAX_LOCK_DIR, read_only=True)
 
 
-def sglang_pod(cfg: StackConfig, image: str, memory_gib: int) -> k8s.core.v1.PodSpecArgs:
+def sglang_pod(cfg: StackConfig, image: str, memory_gib: int, claim: StrInput) -> k8s.core.v1.PodSpecArgs:
     command = engines.sglang_command(cfg)
-    models, models_mount = weights_volume()
+    models, models_mount = weights_volume(claim)
     shm, shm_mount = shm_volume(64)
     volumes, mounts = [models, shm], [models_mount, shm_mount]
     if cfg.tpu.engineProfile == "release":  # the start-time install reads the lock
@@ -334,6 +337,8 @@ class SglangLeaderWorkerSetArgs(Args):
     namespace: StrInput
     name: str
     config: StackConfig
+    models_claim: StrInput
+    """The hydrated weights claim (WeightStaging.claim)."""
     host_pool_bytes_per_node: float
     """HiCache host pool of one host (capacity model); the pod's memory request must hold it."""
 
@@ -345,7 +350,7 @@ class SglangLeaderWorkerSet(Component):
         super().__init__("modelserver", "SglangLeaderWorkerSet", name, opts)
         cfg = args.config
         image = cfg.tpu.day0Image if cfg.tpu.engineProfile == "day0" else images.ref(cfg.images, "jax-tpu")
-        pod = sglang_pod(cfg, image, tpu_memory_gib(args.host_pool_bytes_per_node))
+        pod = sglang_pod(cfg, image, tpu_memory_gib(args.host_pool_bytes_per_node), args.models_claim)
         self.lock = None
         if cfg.tpu.engineProfile == "release":
             self.lock = k8s.core.v1.ConfigMap(

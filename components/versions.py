@@ -125,6 +125,10 @@ https://github.com/llm-d/llm-d-router/tree/v0.10.0/charts); set only to add a di
 CALIBRATION_IMAGE = "docker.io/library/python:3.11-slim"
 """The router calibration Job runs a plain Python image
 (https://github.com/llm-d/llm-d/tree/main/guides/recipes/router/calibration)."""
+STAGING_IMAGE = CALIBRATION_IMAGE
+"""The checkpoint staging Job runs the same plain Python image: one Python pin. Its libraries come from
+tools/staging/requirements.lock, resolved for this image's CPython 3.11 on linux x86_64 (the system pool)."""
+
 
 INFERENCE_PERF_IMAGE = "quay.io/inference-perf/inference-perf:v0.7.0"
 """Upstream inference-perf image (quay.io/inference-perf/inference-perf,

@@ -23,15 +23,23 @@ class WeightStagingArgs(Args):
     zone: str
     """Hyperdisk ML is zonal: the volume must be in the serving zone."""
     checkpoint_uri: StrInput
-    """gs://bucket/prefix/ (trailing slash: a folder)."""
+    """gs://bucket/prefix/<revision>/ (trailing slash: a folder): the staging Job's verified copy."""
+    revision: StrInput
+    """Commit of the checkpoint; part of the claim's and data source's names."""
     volume_gib: int
     throughput_mibps: int
     labels: dict[str, str]
     """GCP labels of the disk the CSI driver creates, so a disk that outlives its stack can be found."""
 
 
+def claim_name(revision: StrInput) -> pulumi.Output[str]:
+    """One claim per checkpoint revision: a new revision hydrates a new volume beside the old one, model servers
+    move to it in a rolling update, and the old claim is deleted after them, so no pod reads half of each."""
+    return pulumi.Output.from_input(revision).apply(lambda rev: f"{contract.MODELS_PVC}-{rev[:12]}")
+
+
 class WeightStaging(Component):
-    """Populated at creation (Immediate binding), so hydration overlaps accelerator node-pool creation."""
+    """Populated at creation (Immediate binding), once the staging Job has verified the copy in the bucket."""
 
     def __init__(self, name: str, args: WeightStagingArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("weights", "WeightStaging", name, opts)
@@ -41,7 +49,8 @@ class WeightStaging(Component):
             metadata=k8s.meta.v1.ObjectMetaArgs(name=contract.TRANSFER_SERVICE_ACCOUNT, namespace=args.namespace),
             opts=self.child(),
         )
-        source_name = f"{contract.MODELS_PVC}-source"
+        name_of_claim = claim_name(args.revision)
+        source_name = name_of_claim.apply(lambda claim: f"{claim}-source")
         self.data_source = k8s.apiextensions.CustomResource(
             f"{name}-source",
             api_version=DATA_SOURCE_API,
@@ -71,7 +80,7 @@ class WeightStaging(Component):
         self.claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=contract.MODELS_PVC,
+                name=name_of_claim,
                 namespace=args.namespace,
                 annotations={
                     # The claim binds when population completes; that is what model servers need.

@@ -18,8 +18,10 @@ from components.network import Network, NetworkArgs
 from components.nodepools import CpuPoolArgs, CpuPools, PoolCommon, transfer_pool
 from components.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
 from components.platform import Platform, PlatformArgs
+from components.revision import HubRevision, HubRevisionArgs
 from components.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
 from components.services import ProjectServices, ProjectServicesArgs
+from components.staging import CheckpointStaging, CheckpointStagingArgs
 from components.storage import CheckpointBucket, CheckpointBucketArgs
 from components.weights import WeightStaging, WeightStagingArgs
 
@@ -34,6 +36,7 @@ class Foundation:
     cpu_pools: CpuPools
     bucket: CheckpointBucket
     platform: Platform
+    staging: CheckpointStaging
     weights: WeightStaging
     router: Router
     capacity: capacity.ServingCapacity
@@ -96,17 +99,29 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
     # Controllers installed from charts are awaited until Ready, which needs nodes: the system pool.
     on_system_nodes = pulumi.ResourceOptions(provider=cluster.provider, depends_on=[cpu_pools.pools["system"]])
+    hf_token = pulumi.Config().require_secret("hfToken")
     platform = Platform("platform", PlatformArgs(
         namespace=cfg.kubernetes.namespace, disaggregated_set=cfg.track == "gpu", images=cfg.images,
-        hf_token=pulumi.Config().require_secret("hfToken")), on_system_nodes)
+        hf_token=hf_token), on_system_nodes)
+    # The commit to stage: model.revision, else `main` resolved once by the first `up` and kept in state.
+    revision = cfg.model.revision or HubRevision("model-revision", HubRevisionArgs(
+        repo_id=cfg.model.repoId, token=hf_token)).revision
+    # Hugging Face -> bucket on the system pool: it waits for the cluster, that pool and the token Secret only,
+    # so it copies while the accelerator pools are still being created.
+    staged = CheckpointStaging("weights-staging", CheckpointStagingArgs(
+        namespace=platform.namespace.metadata.name, bucket=bucket.bucket.name, prefix=cfg.storage.checkpointPrefix,
+        repo_id=cfg.model.repoId, revision=revision, workers=cfg.storage.stagingWorkers,
+        project_number=project_number, workload_pool=pool, node_pool=cpu_pools.pools["system"].name,
+        hf_token_secret=platform.hf_token.metadata.name),
+        pulumi.ResourceOptions(providers=[provider, cluster.provider], depends_on=[cpu_pools.pools["system"]]))
     staging = capacity.weight_staging(cfg)
-    checkpoint_uri = pulumi.Output.concat(bucket.uri, "/", cfg.storage.checkpointPrefix)
     weights = WeightStaging("weights-volume", WeightStagingArgs(
-        namespace=platform.namespace.metadata.name, zone=cfg.gcp.zone, checkpoint_uri=checkpoint_uri,
+        namespace=platform.namespace.metadata.name, zone=cfg.gcp.zone, checkpoint_uri=staged.uri, revision=revision,
         volume_gib=staging.volume_gib, throughput_mibps=staging.throughput_mibps, labels=labels),
-        # The transfer Job needs its node pool and read access on the bucket before it can copy anything.
+        # Hydration copies a verified checkpoint only: after the staging Job completed. The transfer Job also
+        # needs its node pool and read access on the bucket.
         pulumi.ResourceOptions(provider=cluster.provider,
-                               depends_on=[cpu_pools.pools["weights-transfer"], *bucket.grants]))
+                               depends_on=[staged.job, cpu_pools.pools["weights-transfer"], *bucket.grants]))
     if cfg.monitoring.enabled:
         Monitoring("monitoring", MonitoringArgs(
             namespace=platform.namespace.metadata.name, prefix=catalog.GUIDE_NAME,
@@ -133,7 +148,9 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("clusterEndpoint", cluster.cluster.endpoint)
     pulumi.export("kubeconfig", cluster.kubeconfig)
     pulumi.export("bucketUri", bucket.uri)
-    pulumi.export("checkpointUri", checkpoint_uri)
+    pulumi.export("checkpointUri", staged.uri)
+    pulumi.export("stagedRevision", staged.revision)
+    pulumi.export("stagingJob", staged.job.metadata.name)
     pulumi.export("servingZone", cfg.gcp.zone)
     pulumi.export("namespace", platform.namespace.metadata.name)
     pulumi.export("modelsClaim", weights.claim.metadata.name)
@@ -147,7 +164,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("hourlyCostComplete", complete)
     pulumi.export("hourlyCost", cost.headline(costs))
     pulumi.export("benchmarkResultsUri", pulumi.Output.concat(bucket.uri, "/", results_path(cfg)))
-    return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket, platform, weights, router,
+    return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket, platform, staged, weights, router,
                       serving, in_cluster, on_system_nodes)
 
 
@@ -203,8 +220,15 @@ def summary(cfg: StackConfig) -> list[str]:
     return [
         f"track {cfg.track}: cluster {cfg.cluster_name} in {cfg.gcp.region}, serving zone {cfg.gcp.zone}",
         f"accelerators: {hw}",
-        f"checkpoint: gs://{cfg.bucket_name}/{cfg.storage.checkpointPrefix} "
+        f"checkpoint: {cfg.model.repoId}@{cfg.model.revision or '<main, resolved at the first up>'} staged into "
+        f"gs://{cfg.bucket_name}/{cfg.storage.checkpointPrefix}<revision>/ "
         f"({'deleted' if cfg.storage.deleteCheckpointOnDestroy else 'kept'} on destroy)",
+        f"staging: {staging.checkpoint_bytes / 1e12:.2f} TB from the Hugging Face Hub in "
+        f"{staging.staging_s / 60:.1f} min ({staging.staging_workers} streams x {catalog.HUB_STREAM_ASSUMED_MBPS} "
+        "MB/s assumed); 0 when the bucket already holds the revision",
+        f"critical path after the cluster and system pool: staging {staging.staging_s / 60:.1f} + hydration >= "
+        f"{staging.hydration_s / 60:.1f} + load {staging.load_s / 60:.1f} = {staging.critical_path_s / 60:.1f} min "
+        "(the accelerator pools are created meanwhile)",
         f"weights: Hyperdisk ML {staging.volume_gib} GiB at {staging.throughput_mibps} MiB/s; hydration >= "
         f"{staging.hydration_s / 60:.1f} min; {staging.copies} replicas on {staging.reader_nodes} nodes load their "
         f"copies in {staging.load_s / 60:.1f} min (target {catalog.WEIGHT_LOAD_TARGET_SECONDS // 60} min)",
@@ -269,7 +293,7 @@ def add_benchmark(foundation: Foundation, servers: pulumi.Resource) -> None:
     bench = benchmark.Benchmark("benchmark", benchmark.BenchmarkArgs(
         namespace=foundation.platform.namespace.metadata.name, config=cfg,
         bucket=foundation.bucket.bucket.name, results_path=results_path(cfg),
-        base_url=cfg.client_url),
+        base_url=cfg.client_url, models_claim=foundation.weights.claim.metadata.name),
         # Load only once the model servers are Available and the results prefix is writable.
         pulumi.ResourceOptions(provider=foundation.cluster.provider,
                                depends_on=[servers, foundation.router.chart, *foundation.bucket.grants]))

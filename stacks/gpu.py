@@ -28,7 +28,8 @@ def build(cfg: StackConfig) -> None:
                                                             nodes=cfg.gpu.node_count, images=cfg.images),
                          foundation.on_system_nodes)
     servers = VllmDisaggregatedSet("vllm", VllmDisaggregatedSetArgs(
-        namespace=namespace, name=f"{cfg.kubernetes.namespace}-vllm", config=cfg),
+        namespace=namespace, name=f"{cfg.kubernetes.namespace}-vllm", config=cfg,
+        models_claim=foundation.weights.claim.metadata.name),
         pulumi.ResourceOptions(provider=foundation.cluster.provider, depends_on=[
             # The DisaggregatedSet CRD and webhook, the populated weights, the nodes and the claims its pods
             # reference by name: without them the set cannot become Available within its timeout.

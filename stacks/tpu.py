@@ -24,7 +24,8 @@ def build(cfg: StackConfig) -> None:
     ), pulumi.ResourceOptions(provider=foundation.gcp_provider))
     servers = SglangLeaderWorkerSet("sglang", SglangLeaderWorkerSetArgs(
         namespace=foundation.platform.namespace.metadata.name, name=f"{cfg.kubernetes.namespace}-sglang",
-        config=cfg, host_pool_bytes_per_node=foundation.capacity.host_bytes_per_node),
+        config=cfg, host_pool_bytes_per_node=foundation.capacity.host_bytes_per_node,
+        models_claim=foundation.weights.claim.metadata.name),
         pulumi.ResourceOptions(provider=foundation.cluster.provider, depends_on=[
             foundation.platform.lws, foundation.weights.claim, *tpu.pools, foundation.platform.hf_token]))
     add_calibration(foundation, servers)

@@ -130,6 +130,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                      "model.kvCacheDtype": "bf16", "gpu.tensorParallel": 2}),
     "tpu-spec": ("tpu", {"model.speculative": "mtp"}),
     "adopt": ("gpu", {"storage.bucketExists": True}),
+    "pinned": ("tpu", {"model.revision": "5f1c0ffee0ddba11c0de5eed0123456789abcdef", "storage.stagingWorkers": 4}),
     "bench": ("gpu", {"benchmark.enabled": True, "router.calibrate": True,
                       "cost.gpuNodeHourUsd": "42.50", "cost.cpuNodeHourUsd": "0.50",
                       "lifecycle.maxLifetimeHours": 6}),

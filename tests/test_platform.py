@@ -40,7 +40,9 @@ def gke_md(shared) -> str:
 @pytest.mark.parametrize("stack", STACKS)
 def test_models_claim_resolves_to_the_objects_created(plans, stack):
     plan = plans[stack]
-    pvc = manifest(plan, "PersistentVolumeClaim", "kimi-k3-1-models")
+    pvc = manifest(plan, "PersistentVolumeClaim")
+    revision = plan.outputs["stagedRevision"]
+    assert pvc["metadata"]["name"] == plan.outputs["modelsClaim"] == f"kimi-k3-1-models-{revision[:12]}"
     storage_class = manifest(plan, "StorageClass")
     source = manifest(plan, "GCPDataSource")
     namespace = manifest(plan, "Namespace", "kimi-k3-1")["metadata"]["name"]
@@ -66,8 +68,8 @@ def test_models_claim_resolves_to_the_objects_created(plans, stack):
 @pytest.mark.parametrize("stack", STACKS)
 def test_claim_is_deleted_before_its_data_source(plans, stack):
     plan = plans[stack]
-    pvc = resource_of(plan, "PersistentVolumeClaim", "kimi-k3-1-models")
-    source = resource_of(plan, "GCPDataSource", "kimi-k3-1-models-source")
+    pvc = resource_of(plan, "PersistentVolumeClaim", plan.outputs["modelsClaim"])
+    source = resource_of(plan, "GCPDataSource", f"{plan.outputs['modelsClaim']}-source")
     assert source["name"] in pvc["dependsOn"], "Pulumi deletes dependents first"
 
 
@@ -91,7 +93,9 @@ def test_transfer_identity_is_exactly_the_bucket_reader(plans, stack):
     account = source["spec"]["cloudStorage"]["serviceAccountName"]
     namespace = source["metadata"]["namespace"]
     project = plan.one("gcp:container/cluster:Cluster")["inputs"]["project"]
-    [grant] = plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    [grant] = [g for g in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+               if g["inputs"]["member"].endswith(f"/sa/{account}")]
+    assert grant["inputs"]["role"] == "roles/storage.objectViewer"
     assert grant["inputs"]["member"] == (
         f"principal://iam.googleapis.com/projects/{PROJECT_NUMBER}/locations/global/workloadIdentityPools/"
         f"{project}.svc.id.goog/subject/ns/{namespace}/sa/{account}")
@@ -112,9 +116,9 @@ def test_default_throughput_loads_every_copy_within_ten_minutes(plans, stack, co
 @pytest.mark.parametrize("stack", STACKS)
 def test_weights_wait_only_for_what_hydration_needs(plans, stack):
     plan = plans[stack]
-    pvc = resource_of(plan, "PersistentVolumeClaim", "kimi-k3-1-models")
+    pvc = resource_of(plan, "PersistentVolumeClaim", plan.outputs["modelsClaim"])
     deps = plan.closure(pvc["name"])
-    assert {"cpu-weights-transfer", "weights-reader-0"} <= deps
+    assert {"cpu-weights-transfer", "weights-reader-0", "weights-staging-job"} <= deps, "hydrates a verified copy"
     accelerator_pools = {p["name"] for p in plan.of_type("gcp:container/nodePool:NodePool") if p["parent"] != "cpu"}
     assert not accelerator_pools & deps, "hydration must overlap accelerator pool creation"
     annotations = pvc["inputs"]["metadata"]["annotations"]
@@ -262,4 +266,5 @@ def test_monitoring_switch(variants):
     assert not [m for m in plan.manifests if m["kind"] == "PodMonitoring"]
     # The namespace from config reaches every namespaced object and the bucket reader principal.
     assert manifest(plan, "PersistentVolumeClaim")["metadata"]["namespace"] == "llm-d-kimi"
-    assert "/subject/ns/llm-d-kimi/sa/" in plan.one("gcp:storage/bucketIAMMember:BucketIAMMember")["inputs"]["member"]
+    grants = plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    assert grants and all("/subject/ns/llm-d-kimi/sa/" in g["inputs"]["member"] for g in grants)

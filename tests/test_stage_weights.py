@@ -253,3 +253,25 @@ def test_help_works_without_the_client_libraries():
                           env={**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "STORAGE_EMULATOR_HOST": ""})
     assert proc.returncode == 0, proc.stderr
     assert "--repo-id" in proc.stdout and "HF_TOKEN" in proc.stdout
+
+
+def test_unset_revision_resolves_main_once_from_the_serialized_provider(tmp_path):
+    """The provider `pulumi up` runs is a dill copy loaded in another process: it must not need this checkout."""
+    from pulumi.dynamic.dynamic import serialize_provider
+
+    from components.revision import _ResolveMain
+
+    serialized = serialize_provider(_ResolveMain())
+    script = ("import base64, sys, dill\n"
+              "provider = dill.loads(base64.b64decode(sys.stdin.read()))\n"
+              "print(provider.create({'repoId': sys.argv[1], 'token': sys.argv[2]}).outs['revision'])\n"
+              "print(provider.diff('id', {'repoId': sys.argv[1]}, {'repoId': sys.argv[1]}).changes)\n")
+    with fake_hub() as hub:
+        env = {"PATH": os.environ["PATH"], "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path)}
+        proc = subprocess.run([sys.executable, "-c", script, REPO, TOKEN], cwd=tmp_path, input=serialized, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == [hub.repos[REPO].commit, "False"], "kept until the repository changes"
+        gated = subprocess.run([sys.executable, "-c", script, REPO, OTHER_TOKEN], cwd=tmp_path, input=serialized,
+                               env=env, capture_output=True, text=True, timeout=60)
+        assert gated.returncode == 1 and "accept the model's license at" in gated.stderr

@@ -15,6 +15,9 @@ from typing import Any
 from google.protobuf import json_format
 from pulumi.runtime import mocks
 
+UNRESOLVED_REVISION = "0" * 40
+"""Stand-in for the commit `main` resolves to at the first `pulumi up` (components/revision.py) when
+`model.revision` is unset: the plan never asks the Hub."""
 PROJECT_NUMBER = "123456789012"
 """Stand-in project number; realistic shape so Workload Identity principals resolve."""
 GKE_MASTER_VERSION = "1.35.1-gke.1396000"
@@ -127,6 +130,8 @@ class PlanMocks(mocks.Mocks):
         project = state.get("project", self.project)
         kind = args.typ
         compute = f"https://www.googleapis.com/compute/v1/projects/{project}"
+        if kind == "pulumi-python:dynamic/kimi:HubRevision":
+            return f"{state['repoId']}@{UNRESOLVED_REVISION}", {**state, "revision": UNRESOLVED_REVISION}
         if kind.startswith("kubernetes:") and not kind.startswith("pulumi:"):
             return f"{args.name}", state
         if kind == "gcp:compute/network:Network":

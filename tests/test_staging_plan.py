@@ -1,0 +1,148 @@
+"""Checkpoint staging in the plan: a Job that copies the model into the bucket, gates hydration, does not wait
+for accelerator pools, runs the repository's copier, and holds the token only as a secret."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from importlib.metadata import PackageNotFoundError, version
+
+import pytest
+
+from components import contract, staging, versions
+from tests.conftest import ROOT, STACKS
+from tests.test_config import error
+from tools.mocks import PROJECT_NUMBER, UNRESOLVED_REVISION
+
+PINNED = "5f1c0ffee0ddba11c0de5eed0123456789abcdef"
+
+
+def job(plan) -> dict:
+    return plan.one("kubernetes:batch/v1:Job", "weights-staging-job")
+
+
+def accelerator_pools(plan) -> set[str]:
+    return {p["name"] for p in plan.of_type("gcp:container/nodePool:NodePool") if p["parent"] != "cpu"}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_staging_gates_hydration_and_does_not_wait_for_accelerator_pools(plans, stack):
+    plan = plans[stack]
+    staged = job(plan)
+    before = plan.closure(staged["name"])
+    assert {"cluster-gke", "cpu-system", "platform-hf-token", "weights-staging-writer"} <= before
+    assert accelerator_pools(plan) and not accelerator_pools(plan) & before, "copies while accelerator pools create"
+    assert "cpu-weights-transfer" not in before
+    for kind in ("kubernetes:core/v1:PersistentVolumeClaim", "datalayer.gke.io/v1:GCPDataSource"):
+        hydration = [r for r in plan.resources if r["type"] == kind or
+                     f"{r['inputs'].get('apiVersion')}:{r['inputs'].get('kind')}" == kind]
+        assert len(hydration) == 1 and staged["name"] in plan.closure(hydration[0]["name"]), kind
+    servers = next(r for r in plan.resources if r["type"].startswith("kimi:modelserver:"))
+    assert staged["name"] in plan.closure(servers["name"]), "model servers wait for the verified copy"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_token_reaches_staging_only_as_a_secret(plans, stack):
+    plan = plans[stack]
+    resolver = plan.one("pulumi-python:dynamic/kimi:HubRevision")
+    assert resolver["inputs"]["token"] == "[secret]" and resolver["inputs"]["__provider"] == "[secret]"
+    [container] = job(plan)["inputs"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": contract.HF_TOKEN_SECRET, "key": contract.HF_TOKEN_KEY}}}
+    assert not [e for e in container["env"] if "TOKEN" in e["name"] and "value" in e]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_job_runs_the_copier_of_this_repository(plans, stack):
+    plan = plans[stack]
+    spec = job(plan)["inputs"]["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    code = plan.one("kubernetes:core/v1:ConfigMap", "weights-staging-code")["inputs"]["data"]
+    assert {staging.key(path): (ROOT / path).read_text() for path in staging.SHIPPED} == code
+    [volume] = [v for v in spec["volumes"] if "configMap" in v]
+    assert {(i["key"], i["path"]) for i in volume["configMap"]["items"]} == {
+        (staging.key(p), p) for p in staging.SHIPPED}
+    assert container["image"] == versions.STAGING_IMAGE
+    install = container["command"][2]
+    assert "--require-hashes" in shlex.split(install) and "--no-deps" in shlex.split(install)
+    assert "-r /app/tools/staging/requirements.lock" in install and "python -m tools.stage_weights" in install
+    args = dict(zip(container["args"][::2], container["args"][1::2], strict=True))
+    assert args["--revision"] == plan.outputs["stagedRevision"] == UNRESOLVED_REVISION
+    assert args["--dest"] == plan.outputs["checkpointUri"] == (
+        f"gs://my-gcp-project-kimi-k3-1-weights/moonshotai/Kimi-K3.1-Pro/{UNRESOLVED_REVISION}/")
+    source = next(m for m in plan.manifests if m["kind"] == "GCPDataSource")
+    assert source["spec"]["cloudStorage"]["uri"] == args["--dest"], "hydration reads exactly the staged folder"
+    assert args["--repo-id"] == "moonshotai/Kimi-K3.1-Pro" and args["--workers"] == "16"
+    assert spec["nodeSelector"] == {staging.NODE_POOL_LABEL: "system"}
+    assert job(plan)["inputs"]["spec"]["template"]["metadata"]["labels"] == contract.STAGING_LABELS
+    assert int(job(plan)["inputs"]["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]) >= 3600
+    assert "skipAwait" not in str(job(plan)["inputs"]["metadata"]), "pulumi up waits for the copy"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_stager_may_list_the_bucket_and_write_only_the_checkpoint_prefix(plans, stack):
+    plan = plans[stack]
+    grants = {g["name"]: g["inputs"] for g in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+              if g["parent"] == "weights-staging"}
+    member = (f"principal://iam.googleapis.com/projects/{PROJECT_NUMBER}/locations/global/workloadIdentityPools/"
+              f"my-gcp-project.svc.id.goog/subject/ns/kimi-k3-1/sa/{contract.STAGING_SERVICE_ACCOUNT}")
+    assert {g["member"] for g in grants.values()} == {member}
+    assert grants["weights-staging-lister"]["role"] == "roles/storage.objectViewer"
+    writer = grants["weights-staging-writer"]
+    assert writer["role"] == "roles/storage.objectUser"
+    assert writer["condition"]["expression"] == ('resource.name.startsWith("projects/_/buckets/'
+                                                 'my-gcp-project-kimi-k3-1-weights/objects/moonshotai/Kimi-K3.1-Pro/")')
+    account = plan.one("kubernetes:core/v1:ServiceAccount", "weights-staging-sa")["inputs"]["metadata"]
+    assert account["name"] == contract.STAGING_SERVICE_ACCOUNT
+
+
+def test_a_pinned_revision_needs_no_hub_at_plan_or_up_time(variants):
+    plan = variants["pinned"]
+    assert not plan.of_type("pulumi-python:dynamic/kimi:HubRevision")
+    args = job(plan)["inputs"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--revision") + 1] == PINNED == plan.outputs["stagedRevision"]
+    assert args[args.index("--workers") + 1] == "4"
+    assert plan.outputs["modelsClaim"] == f"{contract.MODELS_PVC}-{PINNED[:12]}"
+    assert job(plan)["inputs"]["metadata"]["name"] == f"kimi-k3-1-weights-stage-{PINNED[:12]}"
+    assert plan.outputs["checkpointUri"].endswith(f"/moonshotai/Kimi-K3.1-Pro/{PINNED}/")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_plan_summary_prints_the_staging_time_and_the_critical_path(plans, stack):
+    """Hand-worked: 1.56e12 B / (16 x 60e6 B/s) = 1625 s = 27.1 min; GPU hydration 1.56e12 / (10240 x 2^20) =
+    145 s = 2.4 min, load 9.7 min: 39.2 min; TPU hydration 4.8 min: 41.6 min."""
+    summary = plans[stack].summary
+    assert "staging: 1.56 TB from the Hugging Face Hub in 27.1 min (16 streams x 60 MB/s assumed)" in summary
+    total = {"gpu": "39.2", "tpu": "41.6"}[stack]
+    assert re.search(rf"critical path after the cluster and system pool: staging 27\.1 \+ hydration >= "
+                     rf"\d\.\d \+ load 9\.7 = {total} min", summary), summary
+
+
+@pytest.mark.parametrize("value", ["main", "v1.0", "5F1C0FFEE0DDBA11C0DE5EED0123456789ABCDEF", PINNED[:12]])
+def test_revision_must_be_a_full_commit(value):
+    assert error("gpu", model__revision=value) == (
+        f"kimi-k3-1:model.revision = {value!r}: a full 40-character lowercase commit hash (branch and tag names "
+        "move, so they are not accepted; leave it unset to stage the commit `main` points to now)")
+
+
+def test_repo_id_and_workers_are_checked():
+    assert "a Hugging Face repository id such as" in error("gpu", model__repoId="not a repo")
+    assert "kimi-k3-1:storage.stagingWorkers" in error("gpu", storage__stagingWorkers=0)
+
+
+def test_the_job_installs_the_libraries_the_tests_ran():
+    """The lock pins every package with a hash, and the versions installed here (which the copier's tests ran)."""
+    lines = [line for line in (ROOT / "tools/staging/requirements.lock").read_text().splitlines()
+             if line and not line.startswith("#")]
+    pins = {}
+    for line in lines:
+        match = re.fullmatch(r"([a-z0-9_.-]+)==(\S+) --hash=sha256:[0-9a-f]{64}", line)
+        assert match, line
+        pins[match.group(1)] = match.group(2)
+    assert {"huggingface_hub", "google-cloud-storage", "httpx2", "protobuf"} <= set(pins)
+    for name, pinned in pins.items():
+        try:
+            assert version(name) == pinned, name
+        except PackageNotFoundError:
+            pytest.fail(f"{name} is in the lock but not installed here, so no test ran it")
