@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import queue
 import random
 import re
 import threading
@@ -34,6 +35,8 @@ RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """Answers worth another try: rate limits and server-side failures."""
 READ_BYTES = 1 << 20
 """Bytes taken from the socket at a time."""
+READ_AHEAD_BYTES = 16 << 20
+"""Bytes fetched ahead of the upload per file (one upload chunk), so download and upload overlap."""
 TIMEOUT = httpx2.Timeout(connect=30.0, read=120.0, write=60.0, pool=60.0)
 """A stalled connection counts as cut after the read timeout (the shared session has none of its own)."""
 
@@ -158,23 +161,30 @@ class HubStream(io.RawIOBase):
     """A file's bytes, fetched once and hashed as they arrive; read() raises IntegrityError instead of
     returning the last bytes when size or hash is wrong, so an upload built on it never completes.
 
-    Memory: one socket read plus the last block handed out, which the upload may ask for again
-    (google-resumable-media seeks back to the last byte the server confirmed)."""
+    A reader thread fetches ahead while the caller uploads what it already has, so download and upload of one
+    file overlap. Memory: `read_ahead` bytes queued, plus the last block handed out, which the upload may ask
+    for again (google-resumable-media seeks back to the last byte the server confirmed)."""
 
     def __init__(self, hub: Hub, url: str, file: HubFile, commit: str, cancelled: threading.Event,
-                 on_bytes: Callable[[int], None]):
+                 on_bytes: Callable[[int], None], read_ahead: int = READ_AHEAD_BYTES):
         super().__init__()
         self.hub, self.url, self.file, self.commit = hub, url, file, commit
         self.cancelled, self.on_bytes = cancelled, on_bytes
         self.sha256 = hashlib.sha256()
         self.git_sha1 = None if file.lfs_sha256 else hashlib.sha1(b"blob %d\0" % file.size)
-        self.fetched = 0  # bytes received from the Hub, hashed
-        self.position = 0  # bytes handed to the reader
+        self.fetched = 0  # bytes received from the Hub and hashed (reader thread)
+        self.delivered = 0  # bytes taken from the queue (caller)
+        self.position = 0  # the caller's offset: <= delivered after a seek back
         self.last: tuple[int, bytes] = (0, b"")  # the last block handed out, for a seek back
         self.pending = b""
         self.requests = 0
         self._context: Any = None
         self._chunks: Any = None
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, read_ahead // READ_BYTES))
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._leftover = b""
+        self._ended = False
 
     # io.RawIOBase protocol ---------------------------------------------------------------------
     def readable(self) -> bool:
@@ -189,8 +199,8 @@ class HubStream(io.RawIOBase):
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         target = {io.SEEK_SET: offset, io.SEEK_CUR: self.position + offset,
                   io.SEEK_END: self.file.size + offset}[whence]
-        if not self.last[0] <= target <= self.fetched:
-            raise OSError(f"{self.file.path}: cannot seek to {target}: only bytes {self.last[0]}-{self.fetched} "
+        if not self.last[0] <= target <= self.delivered:
+            raise OSError(f"{self.file.path}: cannot seek to {target}: only bytes {self.last[0]}-{self.delivered} "
                           "are kept")
         self.position = target
         return target
@@ -198,30 +208,75 @@ class HubStream(io.RawIOBase):
     def read(self, size: int = -1) -> bytes:
         want = self.file.size - self.position if size is None or size < 0 else size
         begin, (start, block) = self.position, self.last
-        parts = [block[begin - start:begin - start + want]] if begin < self.fetched else []
+        parts = [block[begin - start:begin - start + want]] if begin < self.delivered else []
         got = len(parts[0]) if parts else 0  # a re-read after a seek back is served from the kept block
-        while got < want and self.fetched < self.file.size:
-            piece = self._take(want - got)
+        while got < want and self.delivered < self.file.size:
+            piece = self._next_piece(want - got)
             parts.append(piece)
             got += len(piece)
-        if self.fetched >= self.file.size:
-            self._verify()
+        if self.delivered >= self.file.size and not self._ended:
+            self._next_item()  # the end marker, or the reason there is none (a failed verification)
+            self._ended = True
         out = b"".join(parts)
         self.position = begin + len(out)
-        if self.position == self.fetched:
+        if self.position == self.delivered:
             self.last = (begin, out)
         return out
 
     def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=TIMEOUT.read)
         self._disconnect()
         super().close()
+
+    # reader thread -----------------------------------------------------------------------------
+    def _next_piece(self, limit: int) -> bytes:
+        if not self._leftover:
+            self._leftover = self._next_item()
+        piece, self._leftover = self._leftover[:limit], self._leftover[limit:]
+        self.delivered += len(piece)
+        return piece
+
+    def _next_item(self) -> bytes:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._fetch_all, name=f"fetch {self.file.path}", daemon=True)
+            self._thread.start()
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def _fetch_all(self) -> None:
+        """Every byte in order, verified before the last piece is queued; an error is queued in its place."""
+        try:
+            while self.fetched < self.file.size and not self._stop.is_set():
+                piece = self._take(READ_BYTES)
+                if self.fetched >= self.file.size:
+                    self._verify()
+                self._put(piece)
+            if self.file.size == 0:
+                self._verify()
+            self._put(b"")
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread, which raises it
+            self._put(err)
+        finally:
+            self._disconnect()
+
+    def _put(self, item: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
 
     # network -----------------------------------------------------------------------------------
     def _take(self, limit: int) -> bytes:
         attempt = 0
         while True:
-            if self.cancelled.is_set():
-                raise StagingError(f"{self.file.path}: cancelled after another file failed")
+            if self.cancelled.is_set() or self._stop.is_set():
+                raise StagingError(f"{self.file.path}: cancelled")
             try:
                 if not self.pending:
                     self.pending = self._next_network_block()
