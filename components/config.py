@@ -561,6 +561,7 @@ class ImagesConfig(Section):
     jaxTpuDigest: Optional[str] = _digest_field("JAX TPU (sglang-jax base)")
     asapdLiteDigest: Optional[str] = _digest_field("asapd-lite NIC initializer")
     calibrationDigest: Optional[str] = _digest_field("calibration Job's Python")
+    stagingDigest: Optional[str] = _digest_field("checkpoint staging Job's Python")
     inferencePerfDigest: Optional[str] = _digest_field("inference-perf benchmark")
     lwsDigest: Optional[str] = _digest_field("LeaderWorkerSet controller")
     draDriverDigest: Optional[str] = _digest_field("NVIDIA DRA driver")

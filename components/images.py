@@ -38,6 +38,7 @@ IMAGES: dict[str, Image] = {
     "jax-tpu": Image(versions.SGLANG_JAX.image, "jaxTpuDigest"),
     "asapd-lite": Image(versions.ASAPD_LITE_IMAGE, "asapdLiteDigest"),
     "calibration": Image(versions.CALIBRATION_IMAGE, "calibrationDigest"),
+    "staging": Image(versions.STAGING_IMAGE, "stagingDigest"),
     "inference-perf": Image(versions.INFERENCE_PERF_IMAGE, "inferencePerfDigest"),
     "lws": Image(versions.LWS_IMAGE, "lwsDigest"),
     "dra-driver": Image(versions.NVIDIA_DRA_DRIVER_IMAGE, "draDriverDigest"),

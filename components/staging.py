@@ -21,7 +21,6 @@ import pulumi_kubernetes as k8s
 from . import catalog, contract, hardening
 from .base import Args, Component, StrInput
 from .identity import workload_principal
-from .versions import STAGING_IMAGE
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ("tools/__init__.py", "tools/stage_weights.py", "tools/staging/__init__.py", "tools/staging/hub.py",
@@ -74,6 +73,8 @@ class CheckpointStagingArgs(Args):
     """Name of the CPU pool the Job runs on (the system pool)."""
     hf_token_secret: StrInput
     """Name of the Secret holding HF_TOKEN."""
+    image: str
+    """images.ref(cfg.images, "staging"): the pinned Python image, with its digest when configured."""
 
 
 class CheckpointStaging(Component):
@@ -121,7 +122,7 @@ class CheckpointStaging(Component):
             items=[k8s.core.v1.KeyToPathArgs(key=key(path), path=path) for path in SHIPPED]))
         container = k8s.core.v1.ContainerArgs(
             name="stage-weights",
-            image=STAGING_IMAGE,
+            image=args.image,
             working_dir=APP_DIR,
             command=["sh", "-c", install_and_run(), "stage-weights"],
             args=["--repo-id", args.repo_id, "--revision", self.revision, "--dest", self.uri,

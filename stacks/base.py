@@ -112,7 +112,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
         namespace=platform.namespace.metadata.name, bucket=bucket.bucket.name, prefix=cfg.storage.checkpointPrefix,
         repo_id=cfg.model.repoId, revision=revision, workers=cfg.storage.stagingWorkers,
         project_number=project_number, workload_pool=pool, node_pool=cpu_pools.pools["system"].name,
-        hf_token_secret=platform.hf_token.metadata.name),
+        hf_token_secret=platform.hf_token.metadata.name, image=images.ref(cfg.images, "staging")),
         pulumi.ResourceOptions(providers=[provider, cluster.provider], depends_on=[cpu_pools.pools["system"]]))
     staging = capacity.weight_staging(cfg)
     weights = WeightStaging("weights-volume", WeightStagingArgs(

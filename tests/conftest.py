@@ -137,10 +137,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # Every image digest key set (tests/test_supply_chain.py), with the Jobs on so their images render too.
     "gpu-pinned": ("gpu", {**{f"images.{key}": f"sha256:{index:064x}" for index, key in enumerate(
         ("vllmDigest", "routingSidecarDigest", "eppDigest", "envoyDigest", "asapdLiteDigest", "calibrationDigest",
-         "inferencePerfDigest", "lwsDigest", "draDriverDigest"), 1)},
+         "inferencePerfDigest", "lwsDigest", "draDriverDigest", "stagingDigest"), 1)},
         "benchmark.enabled": True, "router.calibrate": True}),
     "tpu-pinned": ("tpu", {"images.jaxTpuDigest": "sha256:" + "a" * 64, "images.lwsDigest": "sha256:" + "b" * 64,
-                           "images.eppDigest": "sha256:" + "c" * 64}),
+                           "images.eppDigest": "sha256:" + "c" * 64, "images.stagingDigest": "sha256:" + "d" * 64}),
 }
 
 
