@@ -69,8 +69,9 @@ def test_the_job_runs_the_copier_of_this_repository(plans, stack):
     assert "-r /app/tools/staging/requirements.lock" in install and "python -m tools.stage_weights" in install
     args = dict(zip(container["args"][::2], container["args"][1::2], strict=True))
     assert args["--revision"] == plan.outputs["stagedRevision"] == UNRESOLVED_REVISION
+    bucket = plan.one("gcp:storage/bucket:Bucket")["inputs"]["name"]
     assert args["--dest"] == plan.outputs["checkpointUri"] == (
-        f"gs://my-gcp-project-kimi-k3-1-weights/moonshotai/Kimi-K3.1-Pro/{UNRESOLVED_REVISION}/")
+        f"gs://{bucket}/moonshotai/Kimi-K3.1-Pro/{UNRESOLVED_REVISION}/")
     source = next(m for m in plan.manifests if m["kind"] == "GCPDataSource")
     assert source["spec"]["cloudStorage"]["uri"] == args["--dest"], "hydration reads exactly the staged folder"
     assert args["--repo-id"] == "moonshotai/Kimi-K3.1-Pro" and args["--workers"] == "16"
@@ -85,14 +86,16 @@ def test_the_stager_may_list_the_bucket_and_write_only_the_checkpoint_prefix(pla
     plan = plans[stack]
     grants = {g["name"]: g["inputs"] for g in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
               if g["parent"] == "weights-staging"}
+    project = plan.one("gcp:container/cluster:Cluster")["inputs"]["project"]
+    bucket = plan.one("gcp:storage/bucket:Bucket")["inputs"]["name"]
     member = (f"principal://iam.googleapis.com/projects/{PROJECT_NUMBER}/locations/global/workloadIdentityPools/"
-              f"my-gcp-project.svc.id.goog/subject/ns/kimi-k3-1/sa/{contract.STAGING_SERVICE_ACCOUNT}")
+              f"{project}.svc.id.goog/subject/ns/kimi-k3-1/sa/{contract.STAGING_SERVICE_ACCOUNT}")
     assert {g["member"] for g in grants.values()} == {member}
     assert grants["weights-staging-lister"]["role"] == "roles/storage.objectViewer"
     writer = grants["weights-staging-writer"]
     assert writer["role"] == "roles/storage.objectUser"
-    assert writer["condition"]["expression"] == ('resource.name.startsWith("projects/_/buckets/'
-                                                 'my-gcp-project-kimi-k3-1-weights/objects/moonshotai/Kimi-K3.1-Pro/")')
+    assert writer["condition"]["expression"] == (
+        f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/moonshotai/Kimi-K3.1-Pro/")')
     account = plan.one("kubernetes:core/v1:ServiceAccount", "weights-staging-sa")["inputs"]["metadata"]
     assert account["name"] == contract.STAGING_SERVICE_ACCOUNT
 
