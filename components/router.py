@@ -34,6 +34,10 @@ RELEASE_NAME = catalog.GUIDE_NAME
 EPP_SERVICE = f"{RELEASE_NAME}-epp"
 """The chart's EPP Service; `StackConfig.client_url` builds the same name from the guide name."""
 PLUGINS_FILE = f"{catalog.GUIDE_NAME}.yaml"
+PROXY_RESOURCES = {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+"""The standalone chart's Envoy sidecar. Its default (4 CPU, 8Gi, like the EPP's) makes the router pod request
+8 CPU, more than an n2-standard-8 system node's allocatable 7.91 (tools/scheduling.py): the pod would stay
+Pending. Envoy only forwards to one EPP and the model servers, so half a node's worth is not needed."""
 GATEWAY_NAME = "llm-d-inference-gateway"
 
 
@@ -115,9 +119,9 @@ def base_layer() -> dict[str, Any]:
 
 def monitoring_layer() -> dict[str, Any]:
     """Metrics without auth so the PodMonitoring of components.monitoring can scrape the EPP; the chart's own
-    scrape object stays off so nothing is scraped twice."""
-    return {"router": {"monitoring": {"interval": "10s", "provider": {"name": "gmp"},
-                                      "prometheus": {"enabled": False, "auth": {"enabled": False}}}}}
+    scrape object stays off so nothing is scraped twice. (Its `interval` and `provider` only shape that scrape
+    object, so they are not passed: tests/test_charts.py fails on values the chart does not read.)"""
+    return {"router": {"monitoring": {"prometheus": {"enabled": False, "auth": {"enabled": False}}}}}
 
 
 def track_layer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
@@ -137,6 +141,7 @@ def track_layer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
     if cfg.router.mode == "standalone":
         router["extraServicePorts"] = [{"name": "http", "port": contract.ROUTER_SERVICE_PORT, "protocol": "TCP",
                                         "targetPort": contract.ROUTER_PROXY_PORT}]
+        router["proxy"] = {"resources": PROXY_RESOURCES}
     else:
         layer["provider"] = {"name": "gke"}
         layer["httpRoute"] = {"create": False}  # created below, typed and schema-checked

@@ -12,6 +12,9 @@ class ChartRef:
     repo: str | None = None
     """Classic Helm repository URL; None for an `oci://` chart reference."""
     why: str = ""
+    content_sha256: str = ""
+    """sha256 over the chart's files as reviewed (tools.helm_render.content_digest): the offline plan renders a
+    local copy, or one pulled from the registry, only if its files hash to this."""
 
 
 LWS_CHART = ChartRef(
@@ -19,6 +22,7 @@ LWS_CHART = ChartRef(
     version="0.11.1",
     why="llm-d guides require LWS v0.11.1 or newer with enableDisaggregatedSet=true "
         "(https://github.com/llm-d/llm-d/blob/main/guides/pd-disaggregation/README.md)",
+    content_sha256="4a7c417fbe443d7821af482fe2c5883035d963f88c81740c32b80cd9e5275681",
 )
 LWS_MIN_VERSION = "0.11.1"
 
@@ -29,6 +33,7 @@ NVIDIA_DRA_DRIVER_CHART = ChartRef(
     why="Cluster Toolkit pins v25.8.0 for A4X Max ComputeDomains (https://github.com/GoogleCloudPlatform/"
         "cluster-toolkit/blob/1047080375af/examples/gke-a4x-max-bm/nvidia-dra-driver.yaml); the llm-d GKE guide "
         "installs 25.8.0 (https://github.com/llm-d/llm-d/blob/60be8bb/docs/infrastructure/providers/gke/README.md)",
+    content_sha256="56476d347bd1eb0ee26970f14efcd30b2f490d66e07786742d646fb62aa1fbed",
 )
 
 LWS_IMAGE = f"registry.k8s.io/lws/lws:v{LWS_CHART.version}"
@@ -108,9 +113,11 @@ ROUTER_VERSION = "v0.10.0"
 (llm-d's env.sh floats on the `v0` channel, https://github.com/llm-d/llm-d/blob/14ecef0/guides/env.sh; a real tag keeps
 it reproducible)."""
 ROUTER_STANDALONE_CHART = ChartRef(chart="oci://ghcr.io/llm-d/charts/llm-d-router-standalone", version=ROUTER_VERSION,
-                                   why="EPP + Envoy proxy; default router mode (https://github.com/llm-d/llm-d-router/blob/v0.10.0/config/charts/README.md)")
+                                   why="EPP + Envoy proxy; default router mode (https://github.com/llm-d/llm-d-router/blob/v0.10.0/config/charts/README.md)",
+                                   content_sha256="36d65bafb2cbdae70b947957f1cd66c6a6da66da55c7e37757c790b0a9199aee")
 ROUTER_GATEWAY_CHART = ChartRef(chart="oci://ghcr.io/llm-d/charts/llm-d-router-gateway", version=ROUTER_VERSION,
-                                why="EPP + InferencePool for a GKE Gateway (https://github.com/llm-d/llm-d-router/blob/v0.10.0/config/charts/README.md)")
+                                why="EPP + InferencePool for a GKE Gateway (https://github.com/llm-d/llm-d-router/blob/v0.10.0/config/charts/README.md)",
+                                content_sha256="5e88cdd2a46e08e1a4044f03b3c00ee1750be16964a8f7f50239567c5b8d95f7")
 EPP_IMAGE = ("ghcr.io/llm-d", "llm-d-router-endpoint-picker", ROUTER_VERSION)
 """(registry, repository, tag): the chart's default tag is the moving `main`, so the tag is pinned in values."""
 ROUTING_SIDECAR_IMAGE = f"ghcr.io/llm-d/llm-d-router-disagg-sidecar:{ROUTER_VERSION}"

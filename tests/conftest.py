@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,10 +34,28 @@ class Plan:
     def __init__(self, folder: Path):
         self.folder = folder
         self.resources: list[dict[str, Any]] = json.loads((folder / "resources.json").read_text())
-        self.manifests: list[dict[str, Any]] = [
-            m for m in yaml.safe_load_all((folder / "manifests.yaml").read_text()) if m]
+        self.manifest_charts: list[str | None] = []
+        """For each manifest, the chart resource it was rendered from (its `# chart` line), or None."""
+        self.manifests: list[dict[str, Any]] = []
+        for doc in (folder / "manifests.yaml").read_text().split("---\n"):
+            obj = yaml.load(doc, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            if obj:
+                chart = re.match(r"# chart (\S+):", doc)
+                self.manifest_charts.append(chart.group(1) if chart else None)
+                self.manifests.append(obj)
+        self.charts: list[dict[str, Any]] = json.loads((folder / "charts.json").read_text())
         self.outputs: dict[str, Any] = json.loads((folder / "outputs.json").read_text())
         self.summary = (folder / "summary.txt").read_text()
+
+    @property
+    def program_manifests(self) -> list[dict[str, Any]]:
+        """Objects the program creates itself (not rendered from a chart)."""
+        return [m for m, chart in zip(self.manifests, self.manifest_charts, strict=True) if chart is None]
+
+    def chart_manifests(self, chart: str | None = None) -> list[dict[str, Any]]:
+        """Objects rendered from the charts (or from one chart resource)."""
+        pairs = zip(self.manifests, self.manifest_charts, strict=True)
+        return [m for m, c in pairs if c and (chart is None or c == chart)]
 
     def of_type(self, type_token: str) -> list[dict[str, Any]]:
         return [r for r in self.resources if r["type"] == type_token]

@@ -231,7 +231,7 @@ def test_a4x_fallback_gets_only_what_a4x_uses(variants):
     node = plan.one("gcp:container/nodePool:NodePool", "gpu-pool")["inputs"]["nodeConfig"]
     assert node["labels"] == {"cloud.google.com/gke-networking-dra-driver": "true"}
     assert "linuxNodeConfig" not in node
-    assert not [m for m in plan.manifests if m["kind"] == "DaemonSet"]
+    assert not [m for m in plan.program_manifests if m["kind"] == "DaemonSet"]
 
 
 def test_tpu_track_has_no_gpu_plumbing(tpu):

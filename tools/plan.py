@@ -4,8 +4,8 @@
     python -m tools.plan --stack gpu     # one stack
     python -m tools.plan --stack-file path/to/Pulumi.x.yaml   # a stack file kept elsewhere
 
-Writes build/plan/<stack>/{resources.json, manifests.yaml, outputs.json, summary.txt} (format:
-docs/plan-format.md) and prints a short summary. All stacks render first. A stack that fails (a config
+Writes build/plan/<stack>/{resources.json, manifests.yaml, crds.yaml, charts.json, outputs.json,
+summary.txt} (format: docs/plan-format.md) and prints a short summary. All stacks render first. A stack that fails (a config
 error in its file, say) is named with its error and keeps its previous plan folder untouched; every
 other stack is still written, each folder swapped in whole, so no stack ever has partial output. The
 exit code is 1 if any stack failed.
@@ -30,6 +30,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "build" / "plan"
+DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def discover_stacks() -> list[Path]:
@@ -128,9 +129,11 @@ def _json(data: Any) -> str:
 def write_stack(folder: Path, document: dict[str, Any]) -> None:
     folder.mkdir(parents=True)
     (folder / "resources.json").write_text(_json(document["resources"]))
-    (folder / "manifests.yaml").write_text(
-        yaml.safe_dump_all(document["manifests"], sort_keys=True, default_flow_style=False, width=120)
-        if document["manifests"] else "")
+    (folder / "manifests.yaml").write_text(manifests_text(document))
+    (folder / "crds.yaml").write_text("---\n".join(
+        f"# chart {resource}: {file}\n{text.removeprefix('---').lstrip(chr(10))}"
+        for resource, file, text in document["crds"]))
+    (folder / "charts.json").write_text(_json(document["charts"]))
     (folder / "outputs.json").write_text(_json(document["outputs"]))
     (folder / "summary.txt").write_text("\n".join(document["summary"]) + "\n")
 
@@ -149,6 +152,16 @@ def write_plans(out: Path, results: list[Result]) -> None:
             (staging / stack).rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def manifests_text(document: dict[str, Any]) -> str:
+    """Multi-document YAML; an object from a chart is preceded by a `# chart <resource>: <chart> <version>` line."""
+    charts = {c["resource"]: f"{c['chart']} {c['version']}" for c in document["charts"]}
+    docs = []
+    for chart, manifest in zip(document["manifestCharts"], document["manifests"], strict=True):
+        text = yaml.dump(manifest, Dumper=DUMPER, sort_keys=True, default_flow_style=False, width=120)
+        docs.append(f"# chart {chart}: {charts[chart]}\n{text}" if chart else text)
+    return "---\n".join(docs)
 
 
 def summarize(stack: str, document: dict[str, Any]) -> list[str]:

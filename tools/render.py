@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from tools import helm_render, scheduling
+
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "[secret]"
 SECRET_SENTINEL = "plan-only-secret-value"
@@ -136,7 +138,7 @@ def _clean(value: Any, path: str) -> Any:
 
 
 def _manifest(resource: dict[str, Any]) -> dict[str, Any] | None:
-    """A Kubernetes object the program creates directly, as `kubectl apply` would take it."""
+    """A Kubernetes object the program or one of its charts creates, as `kubectl apply` would take it."""
     kind_type = resource["type"]
     if not kind_type.startswith("kubernetes:") or kind_type.startswith(COMPONENT_KUBERNETES_TYPES):
         return None
@@ -235,17 +237,55 @@ def render(stack_file: Path) -> dict[str, Any]:
     from components.config import load_config
     from stacks import summary_lines
 
+    resources, charts = with_chart_objects(resources)
+    manifests = [(r.get("parent") if r["parent"] in charts else None, m)
+                 for r, m in ((r, _manifest(r)) for r in resources) if m is not None]
+    report = scheduling.check(resources, [m for _, m in manifests])
+    if report.failures:
+        raise PlanError("scheduling: " + " | ".join(report.failures))
     document = {
         "resources": resources,
-        "manifests": [m for m in map(_manifest, resources) if m is not None],
+        "manifests": [m for _, m in manifests],
+        "manifestCharts": [chart for chart, _ in manifests],
+        "charts": [c.index() for c in charts.values()],
+        "crds": [[c.resource, file, text] for c in charts.values() for _, file, text in c.crds],
         "outputs": _clean(json_format.MessageToDict(outputs), "outputs"),
         "summary": summary_lines(load_config()) + [
             f"{key} is not set: pulumi up stops until you run "
             f"`pulumi config set --secret {key.split(':', 1)[1]} <value>`"
-            for key in unset_secrets(stack_file, project)],
+            for key in unset_secrets(stack_file, project)] + chart_lines(charts) + report.lines(),
     }
     check_no_secret_leak(document)
     return document
+
+
+def with_chart_objects(resources: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each Helm chart followed by the objects it renders to (tools/helm_render.py), as Chart v4 registers them;
+    a Secret's data is masked as Pulumi marks it secret."""
+    expanded, charts = [], {}
+    for entry in resources:
+        expanded.append(entry)
+        if entry["type"] != helm_render.CHART_TYPE:
+            continue
+        try:
+            rendered = charts[entry["name"]] = helm_render.render_chart(entry)
+        except helm_render.ChartError as err:
+            raise PlanError(str(err)) from None
+        for child in helm_render.child_entries(entry, rendered):
+            inputs = child["inputs"]
+            if child["type"] == "kubernetes:core/v1:Secret":
+                inputs.update({k: _mask(inputs[k]) for k in ("data", "stringData") if k in inputs})
+            expanded.append(child)
+    return expanded, charts
+
+
+def chart_lines(charts: dict[str, Any]) -> list[str]:
+    lines = []
+    for c in charts.values():
+        what = (f"not rendered: {c.skipped}" if c.skipped else
+                f"{len(c.objects)} objects + {len(c.crds)} CRDs (release {c.release} in {c.namespace})")
+        lines.append(f"chart {c.resource}: {helm_render.chart_dir_name(c.chart)} {c.version}: {what}")
+    return lines
 
 
 PRELOAD = (
@@ -265,7 +305,8 @@ def preload() -> None:
         for module in modules:
             loaded = importlib.import_module(f"{package}.{module}")
             dir(loaded)  # lazily loaded modules resolve on first attribute access
-    for module in ("stacks.gpu", "stacks.tpu", "tools.mocks"):
+    # Not helm_python: its Go runtime does not survive a fork, so each child loads it.
+    for module in ("stacks.gpu", "stacks.tpu", "tools.mocks", "tools.helm_render", "tools.scheduling"):
         importlib.import_module(module)
 
 
@@ -278,7 +319,7 @@ def run(stack_file: Path) -> int:
         return 3
     except SystemExit as stop:
         return int(stop.code or 0) if not isinstance(stop.code, str) else (print(stop.code, file=sys.stderr) or 2)
-    json.dump(document, sys.stdout, sort_keys=True)
+    sys.stdout.write(json.dumps(document, sort_keys=True))  # one shot: json.dump would encode in pure Python
     return 0
 
 

@@ -1,0 +1,174 @@
+"""The scheduling proof (tools/scheduling.py): every pod of both stacks fits, and each rule can fail."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from components import machines
+from tests.conftest import STACKS, Plan
+from tools import helm_render, scheduling
+
+
+def with_charts(plan: Plan) -> Plan:
+    skipped = [c["skipped"] for c in plan.charts if c["skipped"]]
+    if skipped:
+        pytest.skip("charts not rendered, so their pods are not in the plan: " + "; ".join(skipped))
+    return plan
+
+
+def run(plan: Plan, manifests: list[dict[str, Any]] | None = None, resources: list[dict[str, Any]] | None = None):
+    return scheduling.check(resources or plan.resources, manifests if manifests is not None else plan.manifests)
+
+
+def find(manifests: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_pod_of_the_stack_fits(plans, stack):
+    plan = with_charts(plans[stack])
+    report = run(plan)
+    assert not report.failures
+    assert "scheduling: every pod fits its node pool" in plan.summary
+    assert "system (2 x n2-standard-8): allocatable/node cpu 7.91" in plan.summary
+
+
+@pytest.mark.parametrize("name", ["gateway", "gpu2", "bench", "day0", "spec"])
+def test_every_variant_fits(variants, name):
+    assert not run(with_charts(variants[name])).failures
+
+
+def test_a_pod_too_big_for_every_pool_fails_naming_it(gpu):
+    manifests = copy.deepcopy(with_charts(gpu).manifests)
+    epp = find(manifests, "Deployment", "kimi-k3-1-epp")
+    epp["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "64"
+    [failure] = run(gpu, manifests).failures
+    assert failure.startswith("pod Deployment kimi-k3-1/kimi-k3-1-epp fits no node pool: requests cpu 68, memory")
+    assert "closest pool weights-transfer" not in failure  # tainted for the transfer Job
+    assert "closest pool system (n2-standard-8) allocatable cpu 7.91" in failure
+
+
+def test_plan_fails_naming_the_pod(tmp_path, gpu):
+    """End to end: a system pool of n2-standard-4 cannot hold the router pod; the plan stops naming it."""
+    from tests.conftest import run_plan, stack_document, write_stack
+
+    with_charts(gpu)
+    config = dict(stack_document("gpu")["config"])
+    config["kimi-k3-1:systemPool.machineType"] = "n2-standard-4"
+    proc = run_plan(tmp_path / "out", "--stack-file", str(write_stack(tmp_path, "small", config)))
+    assert proc.returncode != 0 and not (tmp_path / "out" / "small").exists()
+    assert ("scheduling: pod Deployment kimi-k3-1/kimi-k3-1-epp fits no node pool: requests cpu 6, memory 10.0Gi; "
+            "closest pool system (n2-standard-4) allocatable cpu 3.92") in proc.stderr
+
+
+def test_upstream_proxy_resources_would_not_fit(gpu):
+    """The regression this check found: the standalone chart's default Envoy resources (4 CPU, 8Gi, as the EPP)
+    make the router pod request 8 CPU, above an n2-standard-8 node's allocatable."""
+    plan = with_charts(gpu)
+    entry = copy.deepcopy(plan.one(helm_render.CHART_TYPE, "router-chart"))
+    del entry["inputs"]["values"]["router"]["proxy"]
+    rendered = helm_render.render_chart(entry)
+    others = [m for m, c in zip(plan.manifests, plan.manifest_charts, strict=True) if c != "router-chart"]
+    manifests = others + rendered.objects
+    [failure] = run(plan, manifests).failures
+    assert "pod Deployment kimi-k3-1/kimi-k3-1-epp fits no node pool: requests cpu 8, memory 16.0Gi" in failure
+    assert "cpu 8 > 7.91 allocatable" in failure
+
+
+def test_replicas_needing_whole_nodes_cannot_outnumber_the_nodes(gpu):
+    manifests = copy.deepcopy(with_charts(gpu).manifests)
+    dset = next(m for m in manifests if m["kind"] == "DisaggregatedSet")
+    dset["spec"]["roles"][0]["spec"]["replicas"] += 1
+    [failure] = run(gpu, manifests).failures
+    assert "replicas" in failure and "find no node with room left in a4x-max-nvl72 (16 nodes)" in failure
+
+
+def test_vllm_pod_must_tolerate_the_arm_taint(gpu):
+    manifests = copy.deepcopy(with_charts(gpu).manifests)
+    dset = next(m for m in manifests if m["kind"] == "DisaggregatedSet")
+    spec = dset["spec"]["roles"][1]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    spec["tolerations"] = [t for t in spec["tolerations"] if t["key"] != "kubernetes.io/arch"]
+    failures = run(gpu, manifests).failures
+    assert failures and "taint kubernetes.io/arch=arm64:NoSchedule not tolerated" in failures[0]
+
+
+def test_dra_claims_need_their_driver_on_the_pool(gpu):
+    manifests = copy.deepcopy(with_charts(gpu).manifests)
+    plugin = find(manifests, "DaemonSet", "nvidia-dra-driver-gpu-kubelet-plugin")
+    plugin["spec"]["template"]["spec"]["tolerations"] = []  # can no longer land on the GPU nodes
+    failures = run(gpu, manifests).failures
+    assert failures and "the nvidia-dra-driver-gpu-kubelet-plugin DaemonSet does not run on this pool" in failures[0]
+    resources = copy.deepcopy(gpu.resources)
+    pool = next(r for r in resources if r["name"] == "gpu-pool")
+    pool["inputs"]["nodeConfig"]["labels"].pop("cloud.google.com/gke-networking-dra-driver")
+    failures = run(gpu, resources=resources).failures
+    assert failures
+    assert "mrdma.google.com needs pool label cloud.google.com/gke-networking-dra-driver=true" in failures[0]
+
+
+def test_daemonsets_and_serving_pod_share_a_node(gpu):
+    manifests = copy.deepcopy(with_charts(gpu).manifests)
+    asapd = find(manifests, "DaemonSet", "asapd-lite")
+    for key in ("requests", "limits"):
+        asapd["spec"]["template"]["spec"]["containers"][0]["resources"][key]["memory"] = "300Gi"
+    failures = run(gpu, manifests).failures
+    assert failures and all("a4x-max-nvl72" in f for f in failures)
+
+
+def test_node_selector_must_match_gke_labels(tpu):
+    manifests = copy.deepcopy(with_charts(tpu).manifests)
+    lws = next(m for m in manifests if m["kind"] == "LeaderWorkerSet")
+    lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["nodeSelector"][
+        "cloud.google.com/gke-tpu-topology"] = "4x4x4"
+    failures = run(tpu, manifests).failures
+    assert failures
+    assert "nodeSelector cloud.google.com/gke-tpu-topology=4x4x4 not on the pool (has 2x2x4)" in failures[0]
+
+
+def test_effective_requests_count_init_containers_sidecars_and_overhead():
+    spec = {
+        "initContainers": [
+            {"name": "setup", "resources": {"requests": {"cpu": "3", "memory": "1Gi"}}},
+            {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+            {"name": "late-init", "resources": {"requests": {"cpu": "2"}}},
+        ],
+        "containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "2Gi"}}}],
+        "overhead": {"cpu": "250m"},
+    }
+    requests = scheduling.effective_requests(spec)
+    # cpu: max(app 1 + sidecar 0.5, setup 3, sidecar 0.5 + late-init 2) + overhead 0.25
+    assert requests["cpu"] == 3250
+    # memory: app's limit stands in for its request; max(2Gi + 1Gi, 1Gi, 1Gi)
+    assert requests["memory"] == 3 * 2**30
+
+
+def test_quantities():
+    assert scheduling.quantity("500m") == 0.5 and scheduling.quantity("8Gi") == 8 * 2**30
+    assert scheduling.quantity(4) == 4 and scheduling.quantity("1e3") == 1000 and scheduling.quantity("2k") == 2000
+    with pytest.raises(scheduling.SchedulingError):
+        scheduling.quantity("lots")
+
+
+def test_allocatable_follows_gke_reservations():
+    n2 = machines.allocatable(machines.MACHINES["n2-standard-8"])
+    # CPU: 60m + 10m + 2 x 5m + 4 x 2.5m = 90m reserved of 8000m.
+    assert n2.cpu_milli == 7910
+    memory = 32 * 10**9
+    reserved = 0.25 * 4 * 2**30 + 0.20 * 4 * 2**30 + 0.10 * 8 * 2**30 + 0.06 * (memory - 16 * 2**30)
+    assert abs(n2.memory_bytes - (memory - reserved - 100 * 2**20)) < 2
+    a4x = machines.allocatable(machines.MACHINES["a4x-maxgpu-4g-metal"], hugepages_2m=4096)
+    assert a4x.extended == {"nvidia.com/gpu": 4, "hugepages-2Mi": 8 * 2**30}
+    assert machines.reserved_memory_bytes(512 * 2**20) == 255 * 2**20
+
+
+def test_tolerations_follow_kubernetes_rules():
+    taint = ("nvidia.com/gpu", "present", "NoSchedule")
+    assert scheduling.tolerates([{"key": "nvidia.com/gpu", "operator": "Exists"}], taint)
+    assert scheduling.tolerates([{"operator": "Exists"}], taint)
+    assert scheduling.tolerates([{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
+                                  "effect": "NoSchedule"}], taint)
+    assert not scheduling.tolerates([{"key": "nvidia.com/gpu", "operator": "Equal", "value": "absent"}], taint)
+    assert not scheduling.tolerates([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}], taint)
