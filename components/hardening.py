@@ -102,6 +102,13 @@ EXCEPTIONS: tuple[Exemption, ...] = (
                "units, so it runs in the host's network and PID namespaces with host paths",
         source="Cluster Toolkit examples/gke-a4x-max-bm/asapd-lite-installer.yaml "
                "(https://github.com/GoogleCloudPlatform/cluster-toolkit @1047080375afbb44da4b596be314634e7486af4a)"),
+    *(Exemption(
+        kind="DaemonSet", container=container, fields=frozenset({"privileged", "hostPath"}),
+        reason="the NVIDIA DRA driver's kubelet plugin (rendered from its chart, tools/helm_render.py) waits for the "
+               "host's GPU driver, writes CDI specs on the host and registers with the kubelet's plugin socket",
+        source="nvidia-dra-driver-gpu chart templates/kubeletplugin.yaml (https://github.com/NVIDIA/"
+               "k8s-dra-driver-gpu/blob/v25.8.0/deployments/helm/nvidia-dra-driver-gpu/templates/kubeletplugin.yaml)")
+      for container in ("init-container", "compute-domains")),
 )
 """The only pod templates the policy pack lets run privileged, share a host namespace or mount host paths."""
 

@@ -556,7 +556,7 @@ def test_every_exception_is_used_exactly_by_a_committed_plan(plan_resources):
         for _, spec in rules._pod_specs(resource["inputs"]):
             pod_fields = {f for f in rules.POD_FIELDS if spec.get(f) is True}
             pod_fields |= {"hostPath"} if any("hostPath" in v for v in spec.get("volumes") or []) else set()
-            for container in spec["containers"]:
+            for container in [*(spec.get("initContainers") or []), *spec["containers"]]:
                 if hardening.exemption(kind, container["name"]):
                     mine = {"privileged"} if (container.get("securityContext") or {}).get("privileged") else set()
                     used.setdefault((kind, container["name"]), set()).update(mine | pod_fields)
