@@ -172,3 +172,30 @@ def test_tolerations_follow_kubernetes_rules():
                                   "effect": "NoSchedule"}], taint)
     assert not scheduling.tolerates([{"key": "nvidia.com/gpu", "operator": "Equal", "value": "absent"}], taint)
     assert not scheduling.tolerates([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}], taint)
+
+
+def test_claims_on_an_unrendered_chart_are_noted_not_failed(gpu):
+    plan = with_charts(gpu)
+    others = [m for m, c in zip(plan.manifests, plan.manifest_charts, strict=True) if c != "gpu-devices-dra-driver"]
+    assert run(plan, others).failures, "without the driver's objects the claims cannot be served"
+    report = scheduling.check(plan.resources, others, unrendered=("gpu-devices-dra-driver",))
+    assert not report.failures
+    assert any("claim compute-domain-channel (compute-domain-default-channel.nvidia.com) not checked" in n
+               for n in report.notes)
+
+
+def test_plan_without_charts_says_so(tmp_path, monkeypatch):
+    """No chart copy anywhere: the plan still renders, and its summary and charts.json say what is missing."""
+    from tests.conftest import run_plan
+
+    monkeypatch.setenv("KIMI_SHARED_DIR", str(tmp_path / "nothing"))
+    monkeypatch.delenv("KIMI_CHARTS_DIR", raising=False)
+    if helm_render.FETCH_DIR.is_dir():
+        pytest.skip(f"{helm_render.FETCH_DIR} holds fetched charts")
+    proc = run_plan(tmp_path / "out", "--stack", "gpu")
+    assert proc.returncode == 0, proc.stderr
+    plan = Plan(tmp_path / "out" / "gpu")
+    assert all(c["skipped"].startswith("no copy of") for c in plan.charts)
+    assert "chart router-chart: llm-d-router-standalone v0.10.0: not rendered: no copy of" in plan.summary
+    assert "charts not rendered (platform-lws, router-chart, gpu-devices-dra-driver)" in plan.summary
+    assert not plan.chart_manifests() and (plan.folder / "crds.yaml").read_text() == ""

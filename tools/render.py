@@ -240,7 +240,8 @@ def render(stack_file: Path) -> dict[str, Any]:
     resources, charts = with_chart_objects(resources)
     manifests = [(r.get("parent") if r["parent"] in charts else None, m)
                  for r, m in ((r, _manifest(r)) for r in resources) if m is not None]
-    report = scheduling.check(resources, [m for _, m in manifests])
+    report = scheduling.check(resources, [m for _, m in manifests],
+                              unrendered=tuple(name for name, c in charts.items() if c.skipped))
     if report.failures:
         raise PlanError("scheduling: " + " | ".join(report.failures))
     document = {

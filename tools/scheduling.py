@@ -283,7 +283,9 @@ def _claim_classes(spec: dict[str, Any], namespace: str, manifests: list[dict[st
 
 
 def claim_problems(group: PodGroup, pool: Pool, manifests: list[dict[str, Any]],
-                   placed: dict[str, set[str]]) -> list[str]:
+                   placed: dict[str, set[str]], unverified: set[str] | None = None) -> list[str]:
+    """Why the pod's DRA claims cannot be served on the pool. With `unverified` given (some chart was not
+    rendered, so its driver objects are missing), a claim on a chart-provided driver is noted there instead."""
     classes = {m["metadata"]["name"] for m in manifests if m.get("kind") == "DeviceClass"}
     problems = []
     for claim, device_class in _claim_classes(group.spec, group.namespace, manifests):
@@ -294,6 +296,9 @@ def claim_problems(group: PodGroup, pool: Pool, manifests: list[dict[str, Any]],
             problems.append(f"claim {claim}: no known driver for device class {device_class}")
         elif provider[0] == "label" and pool.labels.get(provider[1]) != provider[2]:
             problems.append(f"claim {claim}: {device_class} needs pool label {provider[1]}={provider[2]}")
+        elif provider[0] == "daemonset" and unverified is not None and device_class not in classes:
+            unverified.add(f"pod {group.owner}: claim {claim} ({device_class}) not checked: its driver's chart "
+                           "was not rendered")
         elif provider[0] == "daemonset":
             if device_class not in classes:
                 problems.append(f"claim {claim}: DeviceClass {device_class} is not in the plan")
@@ -332,8 +337,10 @@ class Report:
         return lines + [f"  {n}" for n in self.notes] + [f"  FAIL {f}" for f in self.failures]
 
 
-def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> Report:
+def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]], unrendered: tuple[str, ...] = ()) -> Report:
+    """`unrendered`: chart resources whose objects are missing from `manifests` (no verified copy found)."""
     pools = pools_of(resources)
+    unverified: set[str] | None = set() if unrendered else None
     loads = {p.name: PoolLoad(p, nodes=[[] for _ in range(p.nodes)],
                               used=[{} for _ in range(p.nodes)]) for p in pools}
     failures: list[str] = []
@@ -359,7 +366,8 @@ def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> R
                         key=lambda g: (-g.requests.get("cpu", 0), -g.requests.get("memory", 0), g.owner)):
         reasons: dict[str, list[str]] = {}
         for pool in pools:
-            problems = placement_problems(group.spec, pool) + claim_problems(group, pool, manifests, placed)
+            problems = placement_problems(group.spec, pool) + claim_problems(group, pool, manifests, placed,
+                                                                             unverified)
             if not problems and pool.allocatable is not None:
                 problems = resource_problems(group.requests, _capacity(pool))
             reasons[pool.name] = problems
@@ -382,6 +390,9 @@ def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> R
             nodes = sum(p.nodes for p in candidates)
             failures.append(f"pod {group.owner}: {left} of {group.count} replicas ({format_requests(group.requests)}) "
                             f"find no node with room left in {', '.join(p.name for p in candidates)} ({nodes} nodes)")
+    if unrendered:
+        notes.append(f"charts not rendered ({', '.join(unrendered)}): their pods are not in this check")
+        notes += sorted(unverified or ())
     return Report(list(loads.values()), failures, notes)
 
 
