@@ -130,7 +130,7 @@ def unread_values(entry: dict[str, Any]) -> list[str]:
     return unread
 
 
-@pytest.mark.parametrize("stack", [*STACKS, "gateway", "quiet"])
+@pytest.mark.parametrize("stack", [*STACKS, "gateway", "quiet", "gpu-pinned"])
 def test_every_value_passed_to_a_chart_is_read(plans, variants, stack):
     plan = rendered(plans[stack] if stack in STACKS else variants[stack])
     unread = {c["name"]: unread_values(c) for c in plan.of_type(CHART)}
