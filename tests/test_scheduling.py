@@ -186,13 +186,13 @@ def test_claims_on_an_unrendered_chart_are_noted_not_failed(gpu):
 
 def test_plan_without_charts_says_so(tmp_path, monkeypatch):
     """No chart copy anywhere: the plan still renders, and its summary and charts.json say what is missing."""
-    from tests.conftest import run_plan
+    from tests.conftest import fixture_stack, run_plan
 
     monkeypatch.setenv("KIMI_SHARED_DIR", str(tmp_path / "nothing"))
     monkeypatch.delenv("KIMI_CHARTS_DIR", raising=False)
     if helm_render.FETCH_DIR.is_dir():
         pytest.skip(f"{helm_render.FETCH_DIR} holds fetched charts")
-    proc = run_plan(tmp_path / "out", "--stack", "gpu")
+    proc = run_plan(tmp_path / "out", "--stack-file", str(fixture_stack("gpu")))
     assert proc.returncode == 0, proc.stderr
     plan = Plan(tmp_path / "out" / "gpu")
     assert all(c["skipped"].startswith("no copy of") for c in plan.charts)

@@ -5,10 +5,10 @@
     python -m tools.plan --stack-file path/to/Pulumi.x.yaml   # a stack file kept elsewhere
 
 Writes build/plan/<stack>/{resources.json, manifests.yaml, crds.yaml, charts.json, outputs.json,
-summary.txt} (format: docs/plan-format.md) and prints a short summary. All stacks render first. A stack that fails (a config
-error in its file, say) is named with its error and keeps its previous plan folder untouched; every
-other stack is still written, each folder swapped in whole, so no stack ever has partial output. The
-exit code is 1 if any stack failed.
+summary.txt} (format: docs/plan-format.md) and prints a short summary. All stacks render first. A stack
+that fails (a config error in its file, say) is named with its error and keeps its previous plan folder
+untouched; every other stack is still written, each folder swapped in whole, so no stack ever has
+partial output. The exit code is 1 if any stack failed.
 """
 
 from __future__ import annotations
