@@ -143,7 +143,8 @@ def track_layer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
                                         "targetPort": contract.ROUTER_PROXY_PORT}]
         router["proxy"] = {"resources": PROXY_RESOURCES}
     else:
-        layer["provider"] = {"name": "gke"}
+        # No `provider.name: gke`: its HealthCheckPolicy sets `port` without `portSpecification`, which the
+        # HealthCheckPolicy CRD's CEL rule rejects (tests/test_crd_cel.py); both GKE policies are made below.
         layer["httpRoute"] = {"create": False}  # created below, typed and schema-checked
     return layer
 
@@ -220,7 +221,31 @@ class Router(Component):
                 # The InferencePool it targets comes with the chart.
                 opts=self.child(depends_on=[self.chart, self.gateway]),
             )
+            self.policies = [
+                k8s.apiextensions.CustomResource(
+                    f"{name}-{suffix}",
+                    api_version="networking.gke.io/v1",
+                    kind=kind,
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=RELEASE_NAME, namespace=args.namespace),
+                    spec={"targetRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool",
+                                        "name": RELEASE_NAME}, "default": default},
+                    opts=self.child(depends_on=[self.chart]),
+                )
+                for suffix, kind, default in gke_pool_policies()
+            ]
         self.finish(release=RELEASE_NAME, service=EPP_SERVICE)
+
+
+def gke_pool_policies() -> list[tuple[str, str, dict[str, Any]]]:
+    """What the gateway chart's `provider.name: gke` adds (llm-d-router v0.10.0
+    config/charts/llm-d-router-gateway/templates/gke.yaml, https://github.com/llm-d/llm-d-router/blob/v0.10.0/
+    config/charts/llm-d-router-gateway/templates/gke.yaml): a fast HTTP health check of the model servers and a
+    5-minute backend timeout with request logging. The health check names its port with `USE_FIXED_PORT`, as
+    the HealthCheckPolicy CRD requires for an explicit port (its CEL rules; the chart's gRPC branch does so)."""
+    health = {"timeoutSec": 2, "checkIntervalSec": 2, "config": {"type": "HTTP", "httpHealthCheck": {
+        "portSpecification": "USE_FIXED_PORT", "port": contract.MODEL_SERVER_PORT, "requestPath": "/health"}}}
+    backend = {"timeoutSec": 300, "logging": {"enabled": True}}
+    return [("health-check", "HealthCheckPolicy", health), ("backend-policy", "GCPBackendPolicy", backend)]
 
 
 CALIBRATION_SCRIPT = """\
