@@ -88,13 +88,22 @@ class Exemption:
 
 EXCEPTIONS: tuple[Exemption, ...] = (
     Exemption(
-        kind="DisaggregatedSet", container="vllm", fields=frozenset({"privileged", "hostIPC", "hostPath"}),
+        kind="DisaggregatedSet", container="vllm",
+        fields=frozenset({"privileged", "hostIPC", "hostPID", "hostPath"}),
         reason="DeepEP/NVSHMEM GPU-initiated communication needs a privileged container on GKE; CUDA IPC across "
-               "the engines of a pod and the NVL72 domain needs the host IPC namespace; the GKE-installed NVIDIA "
-               "driver is mounted from the host",
+               "the engines of a pod and the NVL72 domain (NIXL KV transfer over MNNVL) needs the host IPC and "
+               "PID namespaces; the GKE-installed NVIDIA driver is mounted from the host",
         source="llm-d docs/infrastructure/providers/gke/README.md (privileged for DeepEP/NVSHMEM) and "
-               "guides/models/deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml (GB200: hostIPC), "
+               "guides/models/deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml@6b047cf (GB200: hostIPC, "
+               "hostPID), "
                "https://github.com/llm-d/llm-d"),
+    Exemption(
+        kind="LeaderWorkerSet", container="tpu-node-setup", fields=frozenset({"privileged"}),
+        reason="raises vm.max_map_count and the vfio DMA entry limit on the TPU host before the engine maps its "
+               "host KV pool: node-wide kernel settings a container can only write privileged",
+        source="llm-d guides/tiered-prefix-cache/modelserver/tpu/base/vllm/multi-host/patch-vllm.yaml@54523a5 "
+               "(https://github.com/llm-d/llm-d/blob/54523a5/guides/tiered-prefix-cache/modelserver/tpu/base/vllm/"
+               "multi-host/patch-vllm.yaml)"),
     Exemption(
         kind="DaemonSet", container="asapd-lite", fields=frozenset({"privileged", "hostNetwork", "hostPID",
                                                                     "hostPath"}),

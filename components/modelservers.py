@@ -24,6 +24,8 @@ throughput), engine start and compilation. llm-d allows 45 min for a decode pod'
 STARTUP_PROBE_PERIOD_S = 10
 STARTUP_PROBE_FAILURES = 360
 """60 minutes of startup probing before the kubelet restarts a loading engine."""
+PROBE_TIMEOUT_S = 5
+"""The kubelet's default is 1 s; a busy engine answers /health slower (llm-d's GB200 pods use 5)."""
 GIB = 2**30
 PROCESS_MEMORY_GIB = 128
 """Memory an engine process needs besides its offload buffers (assumption; llm-d requests 300-600Gi per GPU pod)."""
@@ -81,13 +83,19 @@ def shm_volume(size_gib: int) -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.Volum
     return volume, k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm")
 
 
-def probes(port: int) -> dict[str, k8s.core.v1.ProbeArgs]:
+def probes(port: int, ready_path: str = "/health") -> dict[str, k8s.core.v1.ProbeArgs]:
+    """Timeouts and liveness threshold as llm-d's GB200 pods (docs/upstream-alignment.md); ready when `ready_path`
+    answers (vLLM serves /v1/models once the model is loaded; SGLang's non-zero ranks serve only /health)."""
     health = k8s.core.v1.HTTPGetActionArgs(path="/health", port=port)
+    ready = k8s.core.v1.HTTPGetActionArgs(path=ready_path, port=port)
     return {
         "startup_probe": k8s.core.v1.ProbeArgs(http_get=health, period_seconds=STARTUP_PROBE_PERIOD_S,
-                                               failure_threshold=STARTUP_PROBE_FAILURES),
-        "readiness_probe": k8s.core.v1.ProbeArgs(http_get=health, period_seconds=10, failure_threshold=3),
-        "liveness_probe": k8s.core.v1.ProbeArgs(http_get=health, period_seconds=30, failure_threshold=5),
+                                               failure_threshold=STARTUP_PROBE_FAILURES,
+                                               timeout_seconds=PROBE_TIMEOUT_S),
+        "readiness_probe": k8s.core.v1.ProbeArgs(http_get=ready, period_seconds=10, failure_threshold=3,
+                                                 timeout_seconds=PROBE_TIMEOUT_S),
+        "liveness_probe": k8s.core.v1.ProbeArgs(http_get=health, period_seconds=30, failure_threshold=3,
+                                                timeout_seconds=PROBE_TIMEOUT_S),
     }
 
 
@@ -162,9 +170,27 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
             _env("NCCL_NVLS_ENABLE", "1"),
             _env("NCCL_CUMEM_ENABLE", "1"),
             _env("NCCL_P2P_LEVEL", "NVL"),
-            _env("TORCH_SYMMMEM", "NVSHMEM"),
-            _env("UCX_TLS", "cuda_copy,cuda_ipc,tcp"),
+            # The same guide's current GB200 settings (they replaced TORCH_SYMMMEM=NVSHMEM): NVSHMEM over fabric
+            # handles, vLLM without NCCL symmetric memory, NIXL over CUDA IPC within the domain and RDMA beyond,
+            # UCX memory-type caching off, DP dummy batches randomized, the P2P probe skipped, GDRCopy on.
+            _env("NVSHMEM_CUMEM_HANDLE_TYPE", "FABRIC"),
+            _env("NVSHMEM_DISABLE_CUDA_VMM", "0"),
+            _env("VLLM_USE_NCCL_SYMM_MEM", "0"),
+            _env("UCX_TLS", "cuda_ipc,rc,cuda_copy"),
             _env("UCX_CUDA_IPC_ENABLE_MNNVL", "y"),
+            _env("UCX_MEMTYPE_CACHE", "n"),
+            _env("UCX_MEMTYPE_REG_WHOLE", "n"),
+            _env("VLLM_RANDOMIZE_DP_DUMMY_INPUTS", "1"),
+            _env("VLLM_SKIP_P2P_CHECK", "1"),
+            _env("NVIDIA_GDRCOPY", "enabled"),
+            # GKE's RDMA settings, as llm-d's GKE overlays set them (A4X Max P/D guide, wide-EP GKE overlay
+            # https://github.com/llm-d/llm-d/blob/1c96db2/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/gke/
+            # kustomization.yaml): the RDMA NICs sit on separate subnets, so UCX must reach RoCE v2 GIDs across
+            # them; GKE's own NCCL tuner and net plugin off; NVSHMEM without GDRCopy.
+            _env("UCX_IB_ROCE_REACHABILITY_MODE", "all"),
+            _env("NCCL_TUNER_PLUGIN", "none"),
+            _env("NCCL_NET_PLUGIN", ""),
+            _env("NVSHMEM_DISABLE_GDRCOPY", "true"),
             _env("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"),
         ],
         ports=ports,
@@ -180,7 +206,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         security_context=hardening.privileged_context(),
         volume_mounts=[models_mount, shm_mount,
                        k8s.core.v1.VolumeMountArgs(name="nvidia", mount_path="/usr/local/nvidia")],
-        **probes(port),
+        **probes(port, ready_path="/v1/models"),
     )
     init = []
     if role == "decode":
@@ -188,7 +214,10 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
             name="routing-proxy",
             image=images.ref(cfg.images, "routing-sidecar"),
             args=[f"--port={contract.MODEL_SERVER_PORT}", f"--model-server-port={contract.DECODE_ENGINE_PORT}",
-                  "--kv-connector=nixlv2", "--secure-proxy=false"],
+                  "--kv-connector=nixlv2", "--secure-proxy=false",
+                  # Pick among the prefill hosts the router offers at random (llm-d-router v0.10.0
+                  # docs/disaggregation.md), as llm-d's GB200 decode pods do.
+                  "--enable-prefiller-sampling"],
             ports=[k8s.core.v1.ContainerPortArgs(name="serve", container_port=contract.MODEL_SERVER_PORT)],
             # native sidecar, as
             # https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml
@@ -208,6 +237,8 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         # CUDA IPC between the engines of a pod and across the domain (llm-d GB200 DeepSeek-V4 guide,
         # https://github.com/llm-d/llm-d/blob/6b047cf/guides/models/deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml).
         host_ipc=True,
+        # Cross-pod cuda_ipc for NIXL's KV transfer over MNNVL needs the host PID namespace too (same guide).
+        host_pid=True,
         node_selector={"cloud.google.com/gke-accelerator": machine.accelerator,
                        "gke.networks.io/accelerator-network-profile": catalog.ACCELERATOR_NETWORK_PROFILE},
         tolerations=[k8s.core.v1.TolerationArgs(key=gpu_key, operator="Exists", effect="NoSchedule"),
@@ -291,6 +322,29 @@ def sglang_lock_volume() -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMoun
     return volume, k8s.core.v1.VolumeMountArgs(name="sglang-jax-lock", mount_path=SGLANG_JAX_LOCK_DIR, read_only=True)
 
 
+TPU_MAX_MAP_COUNT = 33554432
+TPU_DMA_ENTRY_LIMIT = 8000000
+
+
+def tpu_node_setup(image: str) -> k8s.core.v1.ContainerArgs:
+    """Host preparation of llm-d's TPU host-offload guide: more memory mappings for the host KV pool and more DMA
+    entries for the TPU driver (https://github.com/llm-d/llm-d/blob/54523a5/guides/tiered-prefix-cache/
+    modelserver/tpu/base/vllm/multi-host/patch-vllm.yaml). Both are node-wide kernel settings, so the container is
+    privileged (a listed exception, components/hardening.py). It runs the engine's own pinned image, which has a
+    shell, instead of an unpinned busybox."""
+    script = "\n".join([
+        "set -eu",
+        f"echo {TPU_MAX_MAP_COUNT} > /proc/sys/vm/max_map_count",
+        "limit=/sys/module/vfio_iommu_type1/parameters/dma_entry_limit",
+        f'if [ -f "$limit" ]; then echo {TPU_DMA_ENTRY_LIMIT} > "$limit"; fi',
+    ]) + "\n"
+    return k8s.core.v1.ContainerArgs(
+        name="tpu-node-setup", image=image, command=["/bin/sh", "-c"], args=[script],
+        security_context=hardening.privileged_context(),
+        resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "100m", "memory": "64Mi"},
+                                                       limits={"memory": "64Mi"}))
+
+
 def sglang_pod(cfg: StackConfig, image: str, memory_gib: int, claim: StrInput) -> k8s.core.v1.PodSpecArgs:
     command = engines.sglang_command(cfg)
     models, models_mount = weights_volume(claim)
@@ -303,6 +357,7 @@ def sglang_pod(cfg: StackConfig, image: str, memory_gib: int, claim: StrInput) -
     tpu_key, _, _ = catalog.TPU_TAINT
     chips = str(catalog.IRONWOOD.chips_per_host)
     return k8s.core.v1.PodSpecArgs(
+        init_containers=[tpu_node_setup(image)],
         containers=[k8s.core.v1.ContainerArgs(
             name="sglang",
             image=image,

@@ -38,6 +38,7 @@ PROXY_RESOURCES = {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory
 """The standalone chart's Envoy sidecar. Its default (4 CPU, 8Gi, like the EPP's) makes the router pod request
 8 CPU, more than an n2-standard-8 system node's allocatable 7.91 (tools/scheduling.py): the pod would stay
 Pending. Envoy only forwards to one EPP and the model servers, so half a node's worth is not needed."""
+SCREENER = "disaggregatedset-rollout-screener"
 GATEWAY_NAME = "llm-d-inference-gateway"
 
 
@@ -70,6 +71,20 @@ def prefix_producer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, An
     }}
 
 
+def rollout_screener(cfg: StackConfig) -> dict[str, Any]:
+    """Pins each request to one DisaggregatedSet revision during a rollout, so prefill and decode never pair
+    across revisions (llm-d's DisaggregatedSet router values,
+    https://github.com/llm-d/llm-d/blob/785dfec/guides/models/deepseek-v4/router/deepseek-v4.values.yaml). Spelled
+    as the pinned router parses it (`requireRoles.values`; llm-d-router v0.10.0 pkg/epp/framework/plugins/
+    requestcontrol/screener/disaggregatedsetrollout/config.go); Alpha, so the EPP needs
+    --allow-experimental-plugins (track_layer). The DisaggregatedSet controller labels every pod with the set's
+    name, role and revision (kubernetes-sigs/lws v0.10.0 api/disaggregatedset/v1/disaggregatedset_types.go)."""
+    return {"type": SCREENER, "parameters": {
+        "scope": {"labelSelector": f"disaggregatedset.x-k8s.io/name={contract.disaggregated_set_name(cfg)}"},
+        "revisionGating": {"mode": "max-role", "requireRoles": {"values": ["prefill", "decode"]}},
+    }}
+
+
 def endpoint_picker_config(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
     """Session- and load-aware scheduling: prefix affinity until saturated, then token load (seed post)."""
     shared = [
@@ -87,6 +102,7 @@ def endpoint_picker_config(cfg: StackConfig, capacity: ServingCapacity) -> dict[
         profiles = [{"name": "default", "plugins": affinity_then_load}]
     else:
         plugins = [
+            rollout_screener(cfg),
             {"type": "always-disagg-pd-decider"},
             {"type": "disagg-profile-handler", "parameters": {"deciders": {"prefill": "always-disagg-pd-decider"}}},
             {"type": "prefill-filter"},
@@ -132,6 +148,8 @@ def track_layer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
             "targetPorts": [{"number": contract.MODEL_SERVER_PORT}],
         },
         "epp": {
+            # The rollout screener is an Alpha plugin (llm-d-router v0.10.0 pkg/epp/framework/plugins/README.md).
+            **({"flags": {"allow-experimental-plugins": True}} if cfg.track == "gpu" else {}),
             "pluginsConfigFile": PLUGINS_FILE,
             "pluginsCustomConfig": {PLUGINS_FILE: yaml.safe_dump(endpoint_picker_config(cfg, capacity),
                                                                  sort_keys=False)},

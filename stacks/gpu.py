@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
+from components import contract
 from components.config import StackConfig
 from components.dra import GpuDevices, GpuDevicesArgs
 from components.modelservers import VllmDisaggregatedSet, VllmDisaggregatedSetArgs
@@ -28,7 +29,7 @@ def build(cfg: StackConfig) -> None:
                                                             nodes=cfg.gpu.node_count, images=cfg.images),
                          foundation.on_system_nodes)
     servers = VllmDisaggregatedSet("vllm", VllmDisaggregatedSetArgs(
-        namespace=namespace, name=f"{cfg.kubernetes.namespace}-vllm", config=cfg,
+        namespace=namespace, name=contract.disaggregated_set_name(cfg), config=cfg,
         models_claim=foundation.weights.claim.metadata.name),
         pulumi.ResourceOptions(provider=foundation.cluster.provider, depends_on=[
             # The DisaggregatedSet CRD and webhook, the populated weights, the nodes and the claims its pods

@@ -549,7 +549,7 @@ def test_every_exception_is_used_exactly_by_a_committed_plan(plan_resources):
     from components import hardening
 
     used: dict[tuple[str, str], set[str]] = {}
-    for resource in plan_resources["gpu"]:
+    for resource in [r for stack in ("gpu", "tpu") for r in plan_resources[stack]]:
         if not resource["type"].startswith("kubernetes:") or resource["type"].startswith("kubernetes:helm.sh/"):
             continue
         kind = rules._kind(resource["type"], resource["inputs"])

@@ -98,7 +98,9 @@ def test_target_ports_are_the_serving_ports(plans, stack):
         if not match.items() <= template["metadata"]["labels"].items():
             continue
         spec = template["spec"]
-        serving = spec.get("initContainers") or spec["containers"]  # decode: the routing sidecar takes the port
+        # decode: the routing sidecar (a native sidecar init container) takes the port
+        serving = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"] or \
+            spec["containers"]
         ports = {p["containerPort"] for c in serving for p in c.get("ports", [])}
         assert targets <= ports
 
