@@ -250,6 +250,7 @@ def test_success_runs_every_step_then_destroys(tmp_path):
     assert "nothing billable left under pulumi-stack=gpu" in lines
     run_dir = tmp_path / "results" / "gpu" / "20260102T030405Z"
     assert (run_dir / "summary_lifecycle_metrics.json").is_file()
+    assert (run_dir / "report.md").is_file() and f"report: {run_dir / 'report.md'}" in "\n".join(lines)
     assert "SECRET" not in (run_dir / "outputs.json").read_text()
     assert '"destroyed": true' in (run_dir / "run.json").read_text()
     assert world.open_forwards == 0

@@ -104,6 +104,19 @@ class Steps:
             raise StepError(f"no benchmark results found under {uri}")
         self.out(f"{len(copied)} result file(s) in {self.run_dir}")
         self._report_cost()
+        self._write_report()
+
+    def _write_report(self) -> None:
+        """report.md and PNG plots next to the raw results (tools.report); a report problem never fails the run."""
+        from tools import report
+
+        assert self.run_dir is not None
+        try:
+            path = report.render([self.run_dir])
+        except (report.ReportError, OSError, ValueError) as err:
+            self.out(f"report: not written ({err})")
+            return
+        self.out(f"report: {path} (`python -m tools.report {self.run_dir} OTHER_RUN` compares two runs)")
 
     def _report_cost(self) -> None:
         """Cost per million output tokens from the stack's hourly estimate and the measured throughput."""

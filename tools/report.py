@@ -1,0 +1,359 @@
+"""Benchmark report: report.md and PNG plots from the inference-perf reports of one run, or two runs side by side.
+
+    python -m tools.report RUN_DIR              # writes RUN_DIR/report.md and RUN_DIR/*.png
+    python -m tools.report RUN_DIR RUN_DIR2     # compares: writes RUN_DIR/compare-<RUN_DIR2 name>/
+    python -m tools.report RUN_DIR --hourly-usd 120.5
+
+A run folder is what `tools.bench` collects: inference-perf's `*summary_lifecycle_metrics.json` (whole-run
+percentiles and throughput), `*per_request_lifecycle_metrics.json` (one entry per request, with the session
+and conversation turn; the Job asks for it with computed metrics and without payloads), optionally
+`*summary_prometheus_metrics.json` (engine metrics inference-perf read from Prometheus, with prefix-cache
+hits per tier) and the driver's `outputs.json` (the stack's `hourlyCostUsd`, for cost per million output
+tokens). Report files are found anywhere below the folder, whatever prefix the Job gave them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.cost import cost_per_million_tokens
+
+SUMMARY = "summary_lifecycle_metrics.json"
+PER_REQUEST = "per_request_lifecycle_metrics.json"
+PROMETHEUS = "summary_prometheus_metrics.json"
+QUANTILES = (50, 90, 99)
+REPORT = "report.md"
+
+
+class ReportError(Exception):
+    """The folder holds no inference-perf report this tool can read."""
+
+
+@dataclass(frozen=True)
+class Request:
+    start: float
+    end: float
+    ok: bool
+    ttft: float | None = None
+    itl: float | None = None
+    """Mean inter-token latency of the request."""
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int | None = None
+    """Prompt tokens the server reported as served from its prefix cache (usage.prompt_tokens_details)."""
+    turn: int | None = None
+    session: str | None = None
+
+    @property
+    def e2e(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Run:
+    name: str
+    folder: Path
+    summary: dict[str, Any]
+    requests: list[Request] = field(default_factory=list)
+    prometheus: dict[str, Any] | None = None
+    hourly_usd: float | None = None
+    hourly_complete: bool = True
+
+    # ----------------------------------------------------------------------------- whole-run figures
+    def latency(self, metric: str, stat: str) -> float | None:
+        """`metric` of inference-perf's summary (time_to_first_token, inter_token_latency, request_latency)."""
+        values = self.summary.get("successes", {}).get("latency", {}).get(metric) or {}
+        value = values.get("median" if stat == "p50" else stat)
+        return float(value) if isinstance(value, int | float) else None
+
+    def throughput(self, key: str) -> float | None:
+        value = self.summary.get("successes", {}).get("throughput", {}).get(key)
+        return float(value) if isinstance(value, int | float) else None
+
+    @property
+    def successes(self) -> int:
+        return int(self.summary.get("successes", {}).get("count") or 0)
+
+    @property
+    def failures(self) -> int:
+        return int(self.summary.get("failures", {}).get("count") or 0)
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.requests:
+            return max(r.end for r in self.requests) - min(r.start for r in self.requests)
+        value = self.summary.get("benchmark_time_seconds")
+        return float(value) if isinstance(value, int | float) else None
+
+    @property
+    def cached_share(self) -> float | None:
+        """Share of prompt tokens the engines reported as cached (all tiers), from response usage."""
+        prompt = self.summary.get("successes", {}).get("prompt_tokens") or {}
+        total, cached = prompt.get("total"), prompt.get("cached")
+        if isinstance(total, int | float) and isinstance(cached, int | float) and total > 0:
+            return cached / total
+        return None
+
+    @property
+    def tier_hits(self) -> dict[str, float]:
+        """Prefix-cache hit percent per tier when inference-perf scraped the engines: HBM (the engines' local
+        prefix cache) and connector (on GPU prefill engines, the host-DRAM offload tier)."""
+        if not self.prometheus:
+            return {}
+        found = {}
+        for label, key in (("HBM (local prefix cache)", "prefix_cache_hit_percent"),
+                           ("connector (host DRAM on prefill)", "external_prefix_cache_hit_percent")):
+            value = (self.prometheus.get("successes", {}).get(key) or {}).get("mean")
+            if isinstance(value, int | float):
+                found[label] = float(value)
+        return found
+
+    @property
+    def cost_per_million_output(self) -> float | None:
+        tps = self.throughput("output_tokens_per_sec")
+        if not self.hourly_usd or not tps:
+            return None
+        return cost_per_million_tokens(self.hourly_usd, tps)
+
+
+# --------------------------------------------------------------------------------------------- loading
+def _find(folder: Path, suffix: str) -> Path | None:
+    found = sorted(p for p in folder.rglob(f"*{suffix}") if p.is_file() and "compare-" not in p.parent.name)
+    return found[0] if found else None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def parse_request(entry: dict[str, Any]) -> Request | None:
+    start, end = _number(entry.get("start_time")), _number(entry.get("end_time"))
+    if start is None or end is None:
+        return None
+    info = entry.get("info") or {}
+    response = info.get("response_metrics") or {}
+    extra = info.get("extra_info") or {}
+    usage = response.get("server_usage") or {}
+    computed = entry.get("computed_metrics") or {}
+    ttft, itl = _number(computed.get("time_to_first_token")), _number(computed.get("inter_token_latency"))
+    times = [t for t in response.get("output_token_times") or [] if isinstance(t, int | float)]
+    if ttft is None and times:
+        ttft = times[0] - start
+    if itl is None and len(times) > 1:
+        itl = (times[-1] - times[0]) / (len(times) - 1)
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    prompt = ((info.get("request_metrics") or {}).get("text") or {}).get("input_tokens") or usage.get("prompt_tokens")
+    turn = extra.get("chat_round")
+    return Request(
+        start=start, end=end, ok=entry.get("error") is None, ttft=ttft, itl=itl,
+        output_tokens=int(_number(response.get("output_tokens")) or _number(usage.get("completion_tokens")) or 0),
+        prompt_tokens=int(_number(prompt) or 0),
+        cached_tokens=int(cached) if isinstance(cached, int | float) else None,
+        turn=int(turn) if isinstance(turn, int | float) else None,
+        session=extra.get("user_session"),
+    )
+
+
+def load_run(folder: Path, hourly_usd: float | None = None) -> Run:
+    folder = Path(folder)
+    summary_path = _find(folder, SUMMARY)
+    if summary_path is None:
+        raise ReportError(f"{folder}: no inference-perf *{SUMMARY} below it (is this a benchmark run folder?)")
+    run = Run(folder.name, folder, json.loads(summary_path.read_text()))
+    if (per_request := _find(folder, PER_REQUEST)) is not None:
+        entries = json.loads(per_request.read_text())
+        run.requests = [r for r in map(parse_request, entries if isinstance(entries, list) else []) if r]
+    if (prometheus := _find(folder, PROMETHEUS)) is not None:
+        run.prometheus = json.loads(prometheus.read_text())
+    outputs = folder / "outputs.json"
+    if hourly_usd is not None:
+        run.hourly_usd = hourly_usd
+    elif outputs.is_file():
+        stack = json.loads(outputs.read_text())
+        run.hourly_usd = _number(stack.get("hourlyCostUsd"))
+        run.hourly_complete = bool(stack.get("hourlyCostComplete", True))
+    return run
+
+
+# --------------------------------------------------------------------------------------------- statistics
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default), `q` in percent."""
+    ordered = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not ordered:
+        return None
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def windows(requests: Sequence[Request], count: int = 12) -> list[tuple[float, float, list[Request]]]:
+    """Successful requests grouped by completion time into equal windows: (midpoint s, width s, requests)."""
+    done = [r for r in requests if r.ok]
+    if not done:
+        return []
+    t0 = min(r.start for r in done)
+    span = max(r.end for r in done) - t0 or 1.0
+    count = max(1, min(count, len(done) // 3 or 1))
+    width = span / count
+    groups: list[list[Request]] = [[] for _ in range(count)]
+    for r in done:
+        groups[min(count - 1, int((r.end - t0) / width))].append(r)
+    return [((i + 0.5) * width, width, g) for i, g in enumerate(groups) if g]
+
+
+def by_turn(requests: Iterable[Request]) -> dict[int, list[Request]]:
+    turns: dict[int, list[Request]] = {}
+    for r in requests:
+        if r.ok and r.turn is not None:
+            turns.setdefault(r.turn, []).append(r)
+    return dict(sorted(turns.items()))
+
+
+# --------------------------------------------------------------------------------------------- markdown
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:,.1f} ms"
+
+
+def _num(value: float | None, unit: str = "", digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}{unit}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+LATENCIES = (("TTFT", "time_to_first_token"), ("ITL", "inter_token_latency"), ("end-to-end", "request_latency"))
+
+
+def _summary_rows(run: Run) -> list[tuple[str, str]]:
+    rows = [("requests", f"{run.successes} ok, {run.failures} failed"),
+            ("duration", _num(run.duration_s, " s")),
+            ("requests/s", _num(run.throughput("requests_per_sec"), digits=2)),
+            ("input tokens/s", _num(run.throughput("input_tokens_per_sec"))),
+            ("output tokens/s", _num(run.throughput("output_tokens_per_sec")))]
+    for label, metric in LATENCIES:
+        for stat in ("p50", "p90", "p99"):
+            rows.append((f"{label} {stat}", _ms(run.latency(metric, stat))))
+    rows.append(("prefix-cache hits, all tiers (share of prompt tokens, from usage)", _pct(run.cached_share)))
+    tiers = run.tier_hits
+    for tier, value in tiers.items():
+        rows.append((f"prefix-cache hit rate, {tier}", f"{value:.1f}%"))
+    if not tiers:
+        rows.append(("prefix-cache hits by tier", "not scraped (no summary_prometheus_metrics report)"))
+    cost = run.cost_per_million_output
+    if cost is None:
+        rows.append(("cost per million output tokens", "unknown (no hourly cost: outputs.json or --hourly-usd)"))
+    else:
+        partial = "" if run.hourly_complete else ", prices incomplete"
+        rows.append(("cost per million output tokens",
+                     f"${cost:,.2f} (at ${run.hourly_usd:,.2f}/h{partial})"))
+    return rows
+
+
+def _turn_table(runs: Sequence[Run]) -> list[str]:
+    turns = sorted({t for run in runs for t in by_turn(run.requests)})
+    if not turns:
+        return ["No per-request report: latency by conversation turn needs inference-perf's per-request report."]
+    head = "| turn | " + " | ".join(f"{run.name}: TTFT p50 | {run.name}: TTFT p90 | {run.name}: e2e p50 | "
+                                     f"{run.name}: cached" for run in runs) + " |"
+    lines = [head, "|" + " --- |" * (1 + 4 * len(runs))]
+    for turn in turns:
+        cells = []
+        for run in runs:
+            reqs = by_turn(run.requests).get(turn, [])
+            prompt = sum(r.prompt_tokens for r in reqs if r.cached_tokens is not None)
+            cached = sum(r.cached_tokens or 0 for r in reqs)
+            cells += [_ms(percentile([r.ttft for r in reqs if r.ttft is not None], 50)),
+                      _ms(percentile([r.ttft for r in reqs if r.ttft is not None], 90)),
+                      _ms(percentile([r.e2e for r in reqs], 50)),
+                      _pct(cached / prompt if prompt else None)]
+        lines.append(f"| {turn} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(runs: Sequence[Run], plots: Sequence[tuple[str, str]]) -> str:
+    title = (f"# Benchmark report: {runs[0].name}" if len(runs) == 1
+             else f"# Benchmark comparison: {runs[0].name} vs {runs[1].name}")
+    lines = [title, "", f"Generated by `python -m tools.report` from inference-perf's reports in "
+                        f"{', '.join(f'`{r.folder.name}/`' for r in runs)}.", "", "## Summary", ""]
+    rows = [_summary_rows(run) for run in runs]
+    lines.append("| | " + " | ".join(run.name for run in runs) + (" | change |" if len(runs) == 2 else " |"))
+    lines.append("|" + " --- |" * (len(runs) + 1 + (len(runs) == 2)))
+    for i, (label, _) in enumerate(rows[0]):
+        cells = [r[i][1] for r in rows]
+        change = f" | {_change(runs, label)}" if len(runs) == 2 else ""
+        lines.append(f"| {label} | " + " | ".join(cells) + change + " |")
+    lines += ["", "## Latency by conversation turn", "", *_turn_table(runs), "", "## Plots", ""]
+    for file, caption in plots:
+        lines += [f"### {caption}", "", f"![{caption}]({file})", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _change(runs: Sequence[Run], label: str) -> str:
+    """Relative change from the first run to the second, for the rows that are plain numbers."""
+    def value(run: Run) -> float | None:
+        for name, metric in LATENCIES:
+            for stat in ("p50", "p90", "p99"):
+                if label == f"{name} {stat}":
+                    return run.latency(metric, stat)
+        keys = {"requests/s": "requests_per_sec", "input tokens/s": "input_tokens_per_sec",
+                "output tokens/s": "output_tokens_per_sec"}
+        if label in keys:
+            return run.throughput(keys[label])
+        if label.startswith("cost per million"):
+            return run.cost_per_million_output
+        return None
+
+    a, b = value(runs[0]), value(runs[1])
+    if a is None or b is None or a == 0:
+        return ""
+    return f"{(b - a) / a:+.1%}"
+
+
+# --------------------------------------------------------------------------------------------- command
+def render(folders: Sequence[Path], out: Path | None = None, hourly_usd: float | None = None) -> Path:
+    """Write report.md and the plots; return the report's path."""
+    from tools import report_plots
+
+    runs = [load_run(Path(f), hourly_usd) for f in folders]
+    if out is None:
+        out = runs[0].folder if len(runs) == 1 else runs[0].folder / f"compare-{runs[1].name}"
+    out.mkdir(parents=True, exist_ok=True)
+    plots = report_plots.draw(runs, out)
+    path = out / REPORT
+    path.write_text(markdown(runs, plots))
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tools.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="one run folder, or two to compare")
+    parser.add_argument("--out", type=Path, help="where to write (default: the run folder, or "
+                                                 "RUN_DIR/compare-<RUN_DIR2 name> when comparing)")
+    parser.add_argument("--hourly-usd", type=float, help="stack cost per hour, instead of outputs.json's estimate")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if len(args.runs) > 2:
+        print("error: give one run folder, or two to compare", file=sys.stderr)
+        return 2
+    try:
+        path = render(args.runs, args.out, args.hourly_usd)
+    except (ReportError, OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {path} and {len(list(path.parent.glob('*.png')))} plot(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
