@@ -304,7 +304,6 @@ E2E_STACK = {
     # Its own stack file, so values a user puts in the committed ones do not matter.
     "kimi-k3-1:track": "gpu", "kimi-k3-1:gcp.project": "plan-diff-test", "kimi-k3-1:gcp.zone": "us-central1-b",
     "kimi-k3-1:gpu.reservation": "r", "kimi-k3-1:gpu.prefillGroups": 3, "kimi-k3-1:gpu.decodeGroups": 1,
-    "kimi-k3-1:hfToken": {"secure": "placeholder"},
 }
 
 
