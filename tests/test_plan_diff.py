@@ -47,6 +47,7 @@ accelerators: 16 x a4x-maxgpu-4g-metal (64 nvidia-gb300) in one NVL72 domain: 3P
 weights: Hyperdisk ML 1800 GiB at 10240 MiB/s; hydration >= 2.4 min; 4 replicas on 16 nodes load their copies in 9.7 min
 router cache: lruCapacityPerServer 612,163 blocks of 128 tokens per endpoint (4 per replica)
 cost estimate (prices of 2026-11-29): $2.97/hour plus the unpriced items below
+  2 x n2-standard-8 (system): $0.78/h
 """
 
 
@@ -290,6 +291,7 @@ def test_summary_figures_survive_new_and_reworded_lines():
     new = plan_diff.figures(extra + SUMMARY.replace("router cache:", "router:") + "headline: $9.99/hour\n")
     assert figures["lruCapacityPerServer"] == 612163 and figures["hourly cost"] == 2.97
     assert figures["weight load time"] == 9.7 and figures["accelerator nodes"] == 16
+    assert figures["system pool nodes"] == 2 and "weights-transfer pool nodes" not in figures
     assert new == old
 
 

@@ -621,6 +621,8 @@ FIGURES: tuple[tuple[str, str, str], ...] = (
     ("accelerator nodes", r"^accelerators:.*?([\d,]+) x \S+ \(", ""),
     ("accelerator devices", r"^accelerators:.*?\(([\d,]+) [^)]*\)", ""),
     ("CPU nodes", r"([\d,]+) CPU nodes", ""),
+    ("system pool nodes", r"^\s*([\d,]+) x \S+ \(system\)", ""),
+    ("weights-transfer pool nodes", r"^\s*([\d,]+) x \S+ \(weights-transfer\)", ""),
     ("weight load time", r"load their copies in ([\d.,]+) min", " min"),
     ("volume hydration time", r"hydration >= ([\d.,]+) min", " min"),
     ("Hyperdisk ML throughput", r"Hyperdisk ML [\d,]+ GiB at ([\d,]+) MiB/s", " MiB/s"),
