@@ -14,6 +14,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.loopback_http import send_json
+
 PREFILL_S_PER_TOKEN = 0.00002
 """Time to first token per uncached prompt token (a 1,000-token cold prompt: 20 ms)."""
 DECODE_S_PER_TOKEN = 0.002
@@ -68,13 +70,8 @@ class FakeOpenAI:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _json(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+            def _json(self, status: int, body: dict) -> None:
+                send_json(self, status, body)
 
             def do_GET(self) -> None:
                 if self.path.rstrip("/") == "/v1/models":

@@ -22,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 from urllib.parse import unquote, urlsplit
 
+from tests.loopback_http import send_json
+
 BLOCK = 1 << 16
 _BASE = hashlib.shake_256(b"fake hub content").digest(BLOCK)
 
@@ -191,12 +193,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
 
         # responses ------------------------------------------------------------------------
         def _json(self, status: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, body)
 
         def _error(self, status: int, code: Optional[str], message: str) -> None:
             data = json.dumps({"error": message}).encode()

@@ -1,0 +1,17 @@
+"""What the loopback fakes of the tests (Hugging Face Hub, OpenAI-compatible server) share."""
+
+from __future__ import annotations
+
+import json
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:
+    """One JSON response with its length, so keep-alive clients know where it ends."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
