@@ -65,9 +65,8 @@ VLLM = VllmRelease(
     hybrid_kv_flag="--enable-hybrid-kv-cache-manager",
     why="newest release with a parser dump (engine-flags/vllm-0.33.0.tsv); first with the kimi_k3 reasoning parser "
         "and kimi_k3_mtp (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/reasoning/__init__.py, "
-        "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/config/speculative.py). Upstream vllm-openai images "
-        "run on GB200 Arm nodes in llm-d's DeepSeek-V4 guide (https://github.com/llm-d/llm-d/blob/6b047cf/guides/"
-        "models/deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml)",
+        "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/config/speculative.py). The release tag is a "
+        "linux/amd64 + linux/arm64 manifest list (architectures and sources: components/images.py)",
 )
 
 

@@ -199,3 +199,117 @@ def test_plan_without_charts_says_so(tmp_path, monkeypatch):
     assert "chart router-chart: llm-d-router-standalone v0.10.0: not rendered: no copy of" in plan.summary
     assert "charts not rendered (platform-lws, router-chart, gpu-devices-dra-driver)" in plan.summary
     assert not plan.chart_manifests() and (plan.folder / "crds.yaml").read_text() == ""
+
+
+# --------------------------------------------------------------------------- image architectures
+GPU_POOL = "a4x-max-nvl72"
+
+
+def vllm_pods(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pod specs of the GPU model servers (every DisaggregatedSet role's leader and worker templates)."""
+    specs = []
+    for m in manifests:
+        if m["kind"] == "DisaggregatedSet":
+            for role in m["spec"]["roles"]:
+                template = role["spec"]["leaderWorkerTemplate"]
+                specs += [t["spec"] for t in (template.get("leaderTemplate"), template["workerTemplate"]) if t]
+    return specs
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_container_image_has_recorded_architectures(plans, stack):
+    """Every image both stacks run, chart pods included, is one components/images.py records with sources, and
+    the check found nothing unrecorded to note."""
+    from components import images
+
+    plan = with_charts(plans[stack])
+    seen = set()
+    for group in scheduling.pod_groups(plan.manifests):
+        for container in [*(group.spec.get("initContainers") or []), *group.spec["containers"]]:
+            name, _ = images.by_reference(container["image"])
+            assert name, f"{group.owner}: {container['image']} is not in components/images.py"
+            seen.add(name)
+    assert not [n for n in run(plan).notes if "has no architectures" in n]
+    assert all(images.IMAGES[n].architectures and "https://" in images.IMAGES[n].evidence for n in seen)
+    if stack == "gpu":
+        assert {"vllm", "routing-sidecar", "dra-driver", "asapd-lite"} <= seen
+
+
+def test_images_on_the_gpu_pool_publish_arm64(gpu):
+    """What the check enforces, stated directly: every image a pod can land on the Grace pool with has arm64."""
+    from components import images
+
+    plan = with_charts(gpu)
+    [pool] = [p for p in scheduling.pools_of(plan.resources) if p.name == GPU_POOL]
+    assert pool.labels["kubernetes.io/arch"] == "arm64"
+    on_gpu = {images.by_reference(c["image"])[0]
+              for g in scheduling.pod_groups(plan.manifests) if not scheduling.placement_problems(g.spec, pool)
+              for c in [*(g.spec.get("initContainers") or []), *g.spec["containers"]]}
+    assert on_gpu == {"vllm", "routing-sidecar", "dra-driver", "asapd-lite"}
+    assert all("arm64" in images.IMAGES[n].architectures for n in on_gpu)
+
+
+def test_an_amd64_only_image_on_the_gpu_pods_fails_the_plan_with_one_line(tmp_path):
+    """End to end through the real program: pin the GPU model server to an image recorded amd64-only
+    (inference-perf's release builds linux/amd64 only) and the stack's plan stops with one line naming the pod,
+    the image and the pool."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, fixture_stack
+
+    swap = ("import dataclasses, sys\n"
+            "from components import images\n"
+            "images.IMAGES['vllm'] = dataclasses.replace(images.IMAGES['inference-perf'], config_key='vllmDigest')\n"
+            "from tools import render\n"
+            f"sys.exit(render.run(__import__('pathlib').Path({str(fixture_stack('gpu'))!r})))\n")
+    proc = subprocess.run([sys.executable, "-c", swap], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3 and not proc.stdout
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("error: scheduling: pod DisaggregatedSet kimi-k3-1/kimi-k3-1-vllm role ")
+    assert ("container vllm image quay.io/inference-perf/inference-perf:v0.7.0 can land on pool a4x-max-nvl72 "
+            "(a4x-maxgpu-4g-metal, arm64) but the image publishes linux/amd64 only (components/images.py "
+            "'vllm')") in line
+    assert line.count("| pod ") == 1  # prefill and decode: one failure each, nothing else
+
+
+def test_a_wrong_digest_for_the_gpu_pods_is_refused(gpu, monkeypatch):
+    """A digest recorded as another tag's, or as another platform's manifest, cannot pass; the tag's index
+    and the arm64 manifest can."""
+    import dataclasses
+
+    from components import images
+
+    manifests = copy.deepcopy(gpu.manifests)
+    specs = vllm_pods(manifests)
+    arm64_of_030 = "sha256:4864d46625cbc3307623e29ac742030655e27249feba7b97ec925ce4cc4dfb56"
+
+    def with_vllm_digest(value: str) -> list[str]:
+        for spec in specs:
+            for c in spec["containers"]:
+                if c["name"] == "vllm":
+                    c["image"] = f"{images.IMAGES['vllm'].reference}@{value}"
+        return [f for f in run(gpu, manifests).failures if "image docker.io/vllm" in f]
+
+    wrong_tag = with_vllm_digest(arm64_of_030)
+    assert len(wrong_tag) == 2 and all(
+        f"its digest {arm64_of_030} is the linux/arm64 manifest of tag v0.30.0, not of the pinned v0.33.0" in f
+        for f in wrong_tag)
+    amd64_manifest, index, arm64_manifest = (f"sha256:{c * 64}" for c in "123")
+    facts = tuple(images.KnownDigest(d, "v0.33.0", p, "test fact") for d, p in
+                  ((amd64_manifest, images.AMD64), (index, images.INDEX), (arm64_manifest, images.ARM64)))
+    monkeypatch.setitem(images.IMAGES, "vllm", dataclasses.replace(images.IMAGES["vllm"], known_digests=facts))
+    [one, _] = with_vllm_digest(amd64_manifest)
+    assert f"pool {GPU_POOL} (a4x-maxgpu-4g-metal, arm64) but its digest {amd64_manifest} is the linux/amd64 " \
+           "manifest of v0.33.0, not runnable on linux/arm64 (test fact)" in one
+    assert with_vllm_digest(index) == [] and with_vllm_digest(arm64_manifest) == []
+    assert with_vllm_digest("sha256:" + "f" * 64) == []  # unknown offline: the registry decides at pull time
+
+
+def test_an_image_not_pinned_here_is_noted_not_failed(tpu, variants):
+    """The day-0 TPU image is the user's own: no architecture is known offline, so the summary says it is not
+    checked rather than passing it silently."""
+    report = run(variants["day0"])
+    assert not report.failures
+    assert any("image registry.example/sglang-tpu:day0-k31 has no architectures in components/images.py; "
+               "not checked against pool tpu7x-2x2x4-0 (amd64)" in n for n in report.notes)

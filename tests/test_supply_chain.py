@@ -13,6 +13,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from components.versions import SGLANG_JAX, SGLANG_JAX_LOCK_DIR
+from tests.conftest import ROOT
 from tools import lock_sglang_jax
 
 LOCK_TEXT = lock_sglang_jax.LOCK.read_text()
@@ -185,3 +186,19 @@ def test_scan_exceptions_name_real_resources_and_nothing_else(plans):
     assert not scan.expected("CKV_K8S_19", "Pod.kimi-k3-1.kimi-k3-1-vllm-spec-roles-0--spec-leaderworkertemplate-"
                                            "workertemplate")
     assert not scan.expected("CKV_K8S_99", "Pod.x.y")
+
+
+def test_docs_image_table_lists_every_image_with_its_architectures_and_source():
+    """docs/versions.md "Image architectures" has one row per image of components/images.py, with the same
+    reference, architectures and evidence, so the table cannot drift from what the plan checks."""
+    from components import images
+
+    text = (ROOT / "docs" / "versions.md").read_text()
+    table = text.split("## Image architectures", 1)[1].split("\n\n")[2]
+    rows = {r.split("|")[1].strip(): [c.strip() for c in r.split("|")[2:-1]] for r in table.splitlines()[2:]}
+    assert set(rows) == set(images.IMAGES)
+    for name, image in images.IMAGES.items():
+        reference, architectures, key, _, source = rows[name]
+        assert reference == f"`{image.reference}`" and key == f"`images.{image.config_key}`"
+        assert architectures == ", ".join(f"linux/{a}" for a in image.architectures)
+        assert source == image.evidence and "https://" in source

@@ -13,6 +13,12 @@ decreasing onto the nodes left, so replicas that need a whole node cannot outnum
 
 Not modelled: GKE's own DaemonSets (their requests are not published per version), pod (anti-)affinity and
 topology spread, and pods other controllers create (the Volume Populator's transfer Job).
+
+Architecture: every container (init, sidecar, app) of a pod is checked against each pool the pod can land on
+by taints, selector and affinity: the pool's `kubernetes.io/arch` (components/machines.py) must be among the
+architectures components/images.py records for the image, and a configured digest must not be one recorded
+as another platform's manifest or another tag's. An image the program does not pin (a user's own) is noted,
+not checked.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import machines
+from components import images, machines
 
 GKE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 """Node labels GKE sets: pool name (https://cloud.google.com/kubernetes-engine/docs/concepts/node-pools),
@@ -307,6 +313,32 @@ def claim_problems(group: PodGroup, pool: Pool, manifests: list[dict[str, Any]],
     return problems
 
 
+# --------------------------------------------------------------------------- image architectures
+def architecture_problems(group: PodGroup, pool: Pool, unrecorded: set[str]) -> list[str]:
+    """One line per container image of the pod that cannot run on the pool's architecture; images not pinned
+    in components/images.py are added to `unrecorded`."""
+    arch = pool.labels.get("kubernetes.io/arch")
+    if not arch:
+        return []
+    problems = []
+    for container in [*(group.spec.get("initContainers") or []), *(group.spec.get("containers") or [])]:
+        reference = container.get("image", "")
+        name, digest = images.by_reference(reference)
+        if name is None:
+            unrecorded.add(f"pod {group.owner}: image {reference} has no architectures in components/images.py; "
+                           f"not checked against pool {pool.name} ({arch})")
+            continue
+        where = f"pod {group.owner} container {container.get('name')} image {reference} can land on pool " \
+                f"{pool.name} ({pool.machine_type}, {arch})"
+        recorded = images.IMAGES[name].architectures
+        if arch not in recorded:
+            problems.append(f"{where} but the image publishes {', '.join(f'linux/{a}' for a in recorded)} only "
+                            f"(components/images.py {name!r})")
+        elif digest and (wrong := images.digest_problem(name, digest, arch)):
+            problems.append(f"{where} but its {wrong}")
+    return problems
+
+
 # --------------------------------------------------------------------------- the check
 @dataclass
 class PoolLoad:
@@ -323,9 +355,10 @@ class Report:
     notes: list[str]
 
     def lines(self) -> list[str]:
-        head = "scheduling: every pod fits its node pool" if not self.failures else "scheduling: FAILED"
+        head = ("scheduling: every pod fits its node pool and each of its images publishes the pool's architecture"
+                if not self.failures else "scheduling: FAILED")
         lines = [f"{head} (allocatable per node = machine - GKE reservations - eviction threshold, "
-                 "components/machines.py)"]
+                 "components/machines.py; architectures: components/images.py)"]
         for load in self.loads:
             pool = load.pool
             capacity = _capacity(pool)
@@ -347,6 +380,11 @@ def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]], unre
     notes = [f"pool {p.name}: machine type {p.machine_type} has no size in components/machines.py; fit not checked"
              for p in pools if p.allocatable is None]
     groups = pod_groups(manifests)
+    unrecorded: set[str] = set()
+    for group in groups:
+        for pool in pools:
+            if not placement_problems(group.spec, pool):
+                failures += architecture_problems(group, pool, unrecorded)
     placed: dict[str, set[str]] = {}
     # DaemonSets first: on every node of every pool they can land on.
     for group in (g for g in groups if g.daemon):
@@ -390,6 +428,7 @@ def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]], unre
             nodes = sum(p.nodes for p in candidates)
             failures.append(f"pod {group.owner}: {left} of {group.count} replicas ({format_requests(group.requests)}) "
                             f"find no node with room left in {', '.join(p.name for p in candidates)} ({nodes} nodes)")
+    notes += sorted(unrecorded)
     if unrendered:
         notes.append(f"charts not rendered ({', '.join(unrendered)}): their pods are not in this check")
         notes += sorted(unverified or ())
