@@ -1,94 +1,47 @@
 """Sizing computed from the config and the catalog, used by components and the plan summary.
 
-Weight staging (docs/weights.md has the formulas):
-- copies read at start-up: every serving replica loads the whole checkpoint once (GPU: prefill + decode
-  groups; TPU: slices), all at the same time after `pulumi up`;
-- Hyperdisk ML provisioned throughput is a property of the volume, shared by every attached reader, and
-  each reader VM is capped (catalog.HYPERDISK_PER_VM_READ_MIBPS), so
-  load time = copies x checkpoint / min(throughput, reader nodes x per-VM cap), and
-  hydration (one copy written) >= checkpoint / throughput.
+Weight staging and loading (docs/weights.md has the formulas): the bytes each rank reads, the load time and
+the Hyperdisk ML throughput come from components.loading; this module adds the staging Job's expected time.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from . import catalog, contract
+from . import catalog, contract, loading
 from .config import ConfigError, StackConfig
 
-MIB = 2**20
-THROUGHPUT_STEP_MIBPS = 512
-"""Default throughput is rounded up to a multiple of this, to keep the figure readable."""
-
-
-def reader_nodes(cfg: StackConfig) -> int:
-    """Nodes that mount the volume and read weights at start-up."""
-    if cfg.track == "gpu":
-        return cfg.gpu.node_count
-    return cfg.tpu.slices * cfg.tpu.hosts_per_slice
-
-
-def replica_copies(cfg: StackConfig) -> int:
-    """How many full copies of the checkpoint are read when the model servers start."""
-    if cfg.track == "gpu":
-        return cfg.gpu.prefillGroups + cfg.gpu.decodeGroups
-    return cfg.tpu.slices
-
-
-def default_throughput_mibps(copies: int, checkpoint_bytes: int = catalog.KIMI.checkpoint_bytes,
-                             target_s: int = catalog.WEIGHT_LOAD_TARGET_SECONDS) -> int:
-    """Smallest throughput (rounded up) that loads `copies` checkpoints within the target."""
-    needed = copies * checkpoint_bytes / target_s / MIB
-    rounded = math.ceil(needed / THROUGHPUT_STEP_MIBPS) * THROUGHPUT_STEP_MIBPS
-    return max(catalog.HYPERDISK_ML_MIN_MIBPS, rounded)
+MIB = loading.MIB
 
 
 @dataclass(frozen=True)
 class WeightStaging:
-    copies: int
     reader_nodes: int
     throughput_mibps: int
     volume_gib: int
     checkpoint_bytes: int
     staging_workers: int
-
-    @property
-    def hydration_s(self) -> float:
-        """Lower bound for writing one copy into the volume (the transfer Job may be slower)."""
-        return self.checkpoint_bytes / (self.throughput_mibps * MIB)
-
-    @property
-    def read_mibps(self) -> int:
-        """Aggregate read rate: the volume's throughput, unless the readers' per-VM caps are lower."""
-        return min(self.throughput_mibps, self.reader_nodes * catalog.HYPERDISK_PER_VM_READ_MIBPS)
+    load_s: float
+    """Every replica loading at once (components.loading.LoadModel.load_s)."""
+    hydration_s: float
+    """Lower bound for writing one copy into the volume (components.loading.hydration_s)."""
 
     @property
     def staging_s(self) -> float:
         """Expected time of the staging Job's copy from the Hub into the bucket (an assumed per-stream rate)."""
         return self.checkpoint_bytes / (self.staging_workers * catalog.HUB_STREAM_ASSUMED_MBPS * 1e6)
 
-    @property
-    def critical_path_s(self) -> float:
-        """After the cluster and its system pool: staging, then hydration, then every replica loading at once.
-        The accelerator pools are created meanwhile; their time is not published, so it is not part of this."""
-        return self.staging_s + self.hydration_s + self.load_s
-
-    @property
-    def load_s(self) -> float:
-        """Time until every replica has read its copy, all reading at once."""
-        return self.copies * self.checkpoint_bytes / (self.read_mibps * MIB)
-
 
 def weight_staging(cfg: StackConfig) -> WeightStaging:
-    copies = replica_copies(cfg)
+    model = loading.load_model(cfg)
     return WeightStaging(
-        copies=copies,
-        reader_nodes=reader_nodes(cfg),
-        throughput_mibps=cfg.storage.throughputMiBps or default_throughput_mibps(copies),
+        reader_nodes=model.readers,
+        throughput_mibps=model.throughput_mibps,
         volume_gib=cfg.storage.volumeSizeGi,
         checkpoint_bytes=catalog.KIMI.checkpoint_bytes,
         staging_workers=cfg.storage.stagingWorkers,
+        load_s=model.load_s,
+        hydration_s=loading.hydration_s(cfg),
     )
 
 

@@ -224,9 +224,11 @@ HYPERDISK_ML_MAX_MIBPS = 1_200_000
 (https://cloud.google.com/compute/docs/disks/hd-types/hyperdisk-ml)."""
 
 HYPERDISK_PER_VM_READ_MIBPS = 2400
-"""Assumption (unverified secondary source, no Google page found): per-VM Hyperdisk read throughput on
-accelerator-optimized machines. Caps how fast one node can read, so a replica on N nodes reads at most
-N x this. Override the throughput in config if your measurements differ."""
+"""Assumption (unverified secondary source): how fast one node reads a Hyperdisk ML volume. No Google page we
+could read lists Hyperdisk limits for a4x-maxgpu-4g-metal or tpu7x-standard-4t
+(https://cloud.google.com/compute/docs/disks/hyperdisk-perf-limits); A4X Max's general-purpose network is
+400 Gbps, an upper bound (https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines). It bounds
+every reader node in components/loading.py; `storage.nodeReadMiBps` replaces it with a measurement."""
 
 HUB_STREAM_ASSUMED_MBPS = 60
 """Assumption (unpublished, not measured against the real Hub): MB/s one download stream from the Hugging Face

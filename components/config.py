@@ -456,7 +456,11 @@ class StorageConfig(Section):
         1800, description="Hyperdisk ML volume size in GiB (>= checkpoint + 10% headroom).")
     throughputMiBps: Optional[int] = Field(
         None,
-        description="Hyperdisk ML provisioned throughput in MiB/s (default: enough to load every replica in 10 min).")
+        description="Hyperdisk ML provisioned throughput in MiB/s (default: the least at which the volume no "
+                    "longer limits any node's load, docs/weights.md).")
+    nodeReadMiBps: Optional[int] = Field(
+        None, ge=100, description="Read limit of one serving node from the volume in MiB/s (default: the "
+                                  "assumption in components/catalog.py; set it from a measurement).")
     stagingWorkers: int = Field(
         16, ge=1, le=64, description="Files the staging Job copies from the Hugging Face Hub into the bucket at once.")
 

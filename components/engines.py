@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
-from . import catalog, contract
+from . import catalog, contract, loading
 from .capacity import cpu_offload_bytes_per_engine
 from .config import StackConfig
 from .versions import SGLANG_JAX, VLLM
@@ -128,6 +128,8 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "--data-parallel-start-rank", START_RANK,
         "--data-parallel-hybrid-lb",
         "--enable-expert-parallel",
+        # Each rank reads only its own experts, with a loader that honours that filter (components/loading.py).
+        *loading.GPU_LOADER.argv,
         # llm-d: high-throughput kernels for prefill, low-latency for decode
         # (https://github.com/llm-d/llm-d/blob/3318b75/guides/wide-ep-lws/manifests/modelserver/base/decode.yaml).
         "--all2all-backend", "deepep_high_throughput" if role == "prefill" else "deepep_low_latency",

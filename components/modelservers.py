@@ -11,19 +11,12 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import catalog, contract, engines, hardening, images
+from . import catalog, contract, engines, hardening, images, loading
 from .base import Args, Component, StrInput
 from .config import StackConfig
 from .dra import NVIDIA_DRIVER_ROOT
 from .versions import SGLANG_JAX_LOCK_DIR
 
-READY_TIMEOUT_S = 2 * 3600
-"""How long `pulumi up` waits for the serving sets: image pulls, a 1.56 TB weight load (10 min at the default
-throughput), engine start and compilation. llm-d allows 45 min for a decode pod's start alone
-(https://github.com/llm-d/llm-d/blob/main/guides/wide-ep-lws/manifests/modelserver/gke-a4x/decode.yaml)."""
-STARTUP_PROBE_PERIOD_S = 10
-STARTUP_PROBE_FAILURES = 360
-"""60 minutes of startup probing before the kubelet restarts a loading engine."""
 PROBE_TIMEOUT_S = 5
 """The kubelet's default is 1 s; a busy engine answers /health slower (llm-d's GB200 pods use 5)."""
 GIB = 2**30
@@ -83,14 +76,15 @@ def shm_volume(size_gib: int) -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.Volum
     return volume, k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm")
 
 
-def probes(port: int, ready_path: str = "/health") -> dict[str, k8s.core.v1.ProbeArgs]:
+def probes(cfg: StackConfig, port: int, ready_path: str = "/health") -> dict[str, k8s.core.v1.ProbeArgs]:
     """Timeouts and liveness threshold as llm-d's GB200 pods (docs/upstream-alignment.md); ready when `ready_path`
-    answers (vLLM serves /v1/models once the model is loaded; SGLang's non-zero ranks serve only /health)."""
+    answers (vLLM serves /v1/models once the model is loaded; SGLang's non-zero ranks serve only /health). The
+    startup budget is the modelled load time plus the engine's start, with a margin (components/loading.py)."""
     health = k8s.core.v1.HTTPGetActionArgs(path="/health", port=port)
     ready = k8s.core.v1.HTTPGetActionArgs(path=ready_path, port=port)
     return {
-        "startup_probe": k8s.core.v1.ProbeArgs(http_get=health, period_seconds=STARTUP_PROBE_PERIOD_S,
-                                               failure_threshold=STARTUP_PROBE_FAILURES,
+        "startup_probe": k8s.core.v1.ProbeArgs(http_get=health, period_seconds=loading.PROBE_PERIOD_S,
+                                               failure_threshold=loading.startup_failure_threshold(cfg),
                                                timeout_seconds=PROBE_TIMEOUT_S),
         "readiness_probe": k8s.core.v1.ProbeArgs(http_get=ready, period_seconds=10, failure_threshold=3,
                                                  timeout_seconds=PROBE_TIMEOUT_S),
@@ -99,10 +93,18 @@ def probes(port: int, ready_path: str = "/health") -> dict[str, k8s.core.v1.Prob
     }
 
 
-def await_annotations(*conditions: str) -> dict[str, str]:
+def await_annotations(cfg: StackConfig, *conditions: str) -> dict[str, str]:
     """Pulumi waits until every condition holds (a JSON array of waitFor forms:
-    https://github.com/pulumi/pulumi-kubernetes/blob/v4.32.0/provider/pkg/metadata/overrides.go)."""
-    return {"pulumi.com/waitFor": json.dumps(list(conditions)), "pulumi.com/timeoutSeconds": str(READY_TIMEOUT_S)}
+    https://github.com/pulumi/pulumi-kubernetes/blob/v4.32.0/provider/pkg/metadata/overrides.go), for as long as
+    the modelled start allows (loading.ready_timeout_s)."""
+    return {"pulumi.com/waitFor": json.dumps(list(conditions)),
+            "pulumi.com/timeoutSeconds": str(loading.ready_timeout_s(cfg))}
+
+
+def set_timeouts(cfg: StackConfig) -> pulumi.CustomTimeouts:
+    """The resource's own create/update timeouts, a minute beyond the await annotation."""
+    minutes = f"{loading.ready_timeout_s(cfg) // 60 + 1}m"
+    return pulumi.CustomTimeouts(create=minutes, update=minutes)
 
 
 def ready_replicas(path: str, count: int) -> str:
@@ -156,7 +158,8 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         env=[
             *common_env(),
             _field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP"),
-            _env("VLLM_ENGINE_READY_TIMEOUT_S", "3600"),
+            # The API server waits this long for its engines: the same startup budget as the probe.
+            _env("VLLM_ENGINE_READY_TIMEOUT_S", str(loading.startup_budget_s(cfg))),
             # Keep-alive above the routing sidecar's 90 s idle timeout
             # (https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml).
             _env("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "120"),
@@ -206,7 +209,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         security_context=hardening.privileged_context(),
         volume_mounts=[models_mount, shm_mount,
                        k8s.core.v1.VolumeMountArgs(name="nvidia", mount_path="/usr/local/nvidia")],
-        **probes(port, ready_path="/v1/models"),
+        **probes(cfg, port, ready_path="/v1/models"),
     )
     init = []
     if role == "decode":
@@ -294,14 +297,14 @@ class VllmDisaggregatedSet(Component):
             kind="DisaggregatedSet",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=args.name, namespace=args.namespace,
                                                 labels={"llm-d.ai/guide": catalog.GUIDE_NAME},
-                                                annotations=await_annotations(*ready)),
+                                                annotations=await_annotations(cfg, *ready)),
             spec={
                 "roles": [vllm_role(cfg, "prefill", args.models_claim), vllm_role(cfg, "decode", args.models_claim)],
                 # Co-locate a slice's roles in one NVLink sub-block
                 # (https://github.com/llm-d/llm-d/blob/main/docs/operations/disaggregation/disaggregatedset.md).
                 "placementPolicy": {"type": "ExclusiveTopology", "topology": "cloud.google.com/gce-topology-subblock"},
             },
-            opts=self.child(custom_timeouts=pulumi.CustomTimeouts(create="130m", update="130m")),
+            opts=self.child(custom_timeouts=set_timeouts(cfg)),
         )
         self.finish(name=args.name)
 
@@ -376,7 +379,7 @@ def sglang_pod(cfg: StackConfig, image: str, memory_gib: int, claim: StrInput) -
             volume_mounts=mounts,
             # Root and a writable root filesystem stay (components/hardening.py ROOT_IMAGES); the rest is hardened.
             security_context=hardening.root_engine_context(),
-            **probes(contract.MODEL_SERVER_PORT),
+            **probes(cfg, contract.MODEL_SERVER_PORT),
         )],
         node_selector={"cloud.google.com/gke-tpu-accelerator": catalog.IRONWOOD.accelerator_label,
                        "cloud.google.com/gke-tpu-topology": cfg.tpu.topology},
@@ -423,7 +426,7 @@ class SglangLeaderWorkerSet(Component):
                 annotations={
                     # Available alone has been seen True with workers still Pending
                     # (https://github.com/dsx-ai-factory/workload-map/issues/228).
-                    **await_annotations("condition=Available", ready_replicas(".status", cfg.tpu.slices)),
+                    **await_annotations(cfg, "condition=Available", ready_replicas(".status", cfg.tpu.slices)),
                     # One group per slice node pool: a group never straddles two slices
                     # (https://github.com/llm-d/llm-d/blob/54523a5/guides/tiered-prefix-cache/modelserver/tpu/base/vllm/multi-host/patch-vllm.yaml).
                     "leaderworkerset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool",
@@ -440,7 +443,7 @@ class SglangLeaderWorkerSet(Component):
                 "rolloutStrategy": rollout(),
             },
             # The pods mount the lock; without it they would sit in ContainerCreating until the timeout.
-            opts=self.child(custom_timeouts=pulumi.CustomTimeouts(create="130m", update="130m"),
+            opts=self.child(custom_timeouts=set_timeouts(cfg),
                             depends_on=[self.lock] if self.lock else None),
         )
         self.finish(name=args.name)

@@ -13,9 +13,6 @@ from . import contract
 from .base import Args, Component, StrInput
 
 DATA_SOURCE_API = "datalayer.gke.io/v1"
-HYDRATION_TIMEOUT_S = 2 * 3600
-"""How long `pulumi up` waits for the claim to bind (population finishes). Generous: the transfer
-Job's own speed is not published, and the 1.56 TB copy runs once per volume."""
 
 
 class WeightStagingArgs(Args):
@@ -28,6 +25,8 @@ class WeightStagingArgs(Args):
     """Commit of the checkpoint; part of the claim's and data source's names."""
     volume_gib: int
     throughput_mibps: int
+    hydration_timeout_s: int
+    """How long `pulumi up` waits for the claim to bind (population finishes): loading.hydration_timeout_s."""
     labels: dict[str, str]
     """GCP labels of the disk the CSI driver creates, so a disk that outlives its stack can be found."""
 
@@ -85,7 +84,7 @@ class WeightStaging(Component):
                 annotations={
                     # The claim binds when population completes; that is what model servers need.
                     "pulumi.com/waitFor": "jsonpath={.status.phase}=Bound",
-                    "pulumi.com/timeoutSeconds": str(HYDRATION_TIMEOUT_S),
+                    "pulumi.com/timeoutSeconds": str(args.hydration_timeout_s),
                 },
             ),
             spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(

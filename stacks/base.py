@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
 
-from components import benchmark, capacity, catalog, contract, cost, images, prices
+from components import benchmark, capacity, catalog, contract, cost, images, loading, prices
 from components.cluster import GkeCluster, GkeClusterArgs
 from components.config import StackConfig
 from components.identity import NodeIdentity, NodeIdentityArgs, workload_principal
+from components.loading import MIB
 from components.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
 from components.naming import label_value, resource_labels
 from components.netpol import NetworkPolicies, NetworkPoliciesArgs
@@ -117,7 +119,8 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     staging = capacity.weight_staging(cfg)
     weights = WeightStaging("weights-volume", WeightStagingArgs(
         namespace=platform.namespace.metadata.name, zone=cfg.gcp.zone, checkpoint_uri=staged.uri, revision=revision,
-        volume_gib=staging.volume_gib, throughput_mibps=staging.throughput_mibps, labels=labels),
+        volume_gib=staging.volume_gib, throughput_mibps=staging.throughput_mibps,
+        hydration_timeout_s=loading.hydration_timeout_s(cfg), labels=labels),
         # Hydration copies a verified checkpoint only: after the staging Job completed. The transfer Job also
         # needs its node pool and read access on the bucket.
         pulumi.ResourceOptions(provider=cluster.provider,
@@ -226,18 +229,53 @@ def summary(cfg: StackConfig) -> list[str]:
         f"staging: {staging.checkpoint_bytes / 1e12:.2f} TB from the Hugging Face Hub in "
         f"{staging.staging_s / 60:.1f} min ({staging.staging_workers} streams x {catalog.HUB_STREAM_ASSUMED_MBPS} "
         "MB/s assumed); 0 when the bucket already holds the revision",
-        f"critical path after the cluster and system pool: staging {staging.staging_s / 60:.1f} + hydration >= "
-        f"{staging.hydration_s / 60:.1f} + load {staging.load_s / 60:.1f} = {staging.critical_path_s / 60:.1f} min "
-        "(the accelerator pools are created meanwhile)",
         f"weights: Hyperdisk ML {staging.volume_gib} GiB at {staging.throughput_mibps} MiB/s; hydration >= "
-        f"{staging.hydration_s / 60:.1f} min; {staging.copies} replicas on {staging.reader_nodes} nodes load their "
+        f"{staging.hydration_s / 60:.1f} min; {replicas(cfg)} replicas on {staging.reader_nodes} nodes load their "
         f"copies in {staging.load_s / 60:.1f} min (target {catalog.WEIGHT_LOAD_TARGET_SECONDS // 60} min)",
+        *weight_load_lines(cfg),
         f"weights cost (estimate): throughput ${throughput_cost:,.0f}/month "
         f"(${throughput_cost / prices.HOURS_PER_MONTH:.2f}/h), capacity ${capacity_cost:,.0f}/month",
         *capacity_lines(capacity.serving_capacity(cfg)),
         *monitoring_lines(cfg),
         *cost.summary_lines(cfg),
     ]
+
+
+def replicas(cfg: StackConfig) -> int:
+    return sum(r.replicas for r in loading.replica_reads(cfg))
+
+
+def weight_load_lines(cfg: StackConfig) -> list[str]:
+    """Bytes each rank and node reads, the load time and what limits it, the volume's throughput and probes."""
+    model = loading.load_model(cfg)
+    ld = model.loader
+    gb = 1e9
+    lines = [f"weight load: {ld.engine} --load-format {ld.load_format} with the expert-weight filter; "
+             f"{model.readers} nodes read {model.volume_bytes / 1e12:.2f} TB from the volume "
+             f"(without the filter every rank would read the whole {loading.checkpoint_bytes() / 1e12:.2f} TB)"]
+    for r in model.reads:
+        name, rate = model.limit(r)
+        lines.append(f"  {r.replicas} x {r.role} (EP {r.expert_parallel}, {r.ranks_per_node} ranks/node): "
+                     f"{r.rank_bytes / gb:,.1f} GB per rank, {r.node_bytes / gb:,.1f} GB per node, "
+                     f"{model.seconds(r) / 60:.1f} min at {rate / MIB:,.0f} MiB/s per node ({name})")
+    budget = loading.startup_budget_s(cfg)
+    half = dataclasses.replace(model, throughput_mibps=model.throughput_mibps // 2)
+    sizing = ("storage.throughputMiBps" if cfg.storage.throughputMiBps
+              else "the least at which no node waits on the volume")
+    lines += [
+        f"  load time {model.load_s / 60:.1f} min (target {catalog.WEIGHT_LOAD_TARGET_SECONDS // 60} min), limited "
+        f"by the {model.limiting_term}; per-node limit {model.node_limit_mibps:,} MiB/s "
+        f"({'storage.nodeReadMiBps' if cfg.storage.nodeReadMiBps else 'assumed, storage.nodeReadMiBps'}), "
+        f"loader {ld.rank_bytes_per_s / gb:.1f} GB/s per rank",
+        f"  Hyperdisk ML {model.throughput_mibps:,} MiB/s ({sizing}), "
+        f"${model.throughput_mibps * prices.HYPERDISK_ML_THROUGHPUT.usd / prices.HOURS_PER_MONTH:.2f}/h; "
+        f"at half of it every load takes {half.load_s / 60:.1f} min with {model.readers} accelerator nodes idle",
+        f"  startup probe budget {budget // 60} min = {loading.PROBE_MARGIN:g} x (load {model.load_s / 60:.1f} + "
+        f"engine start {loading.ENGINE_START_S[cfg.track] // 60} min assumed); pulumi waits "
+        f"{loading.ready_timeout_s(cfg) // 60} min for the serving sets and {loading.hydration_timeout_s(cfg) // 60} "
+        "min for hydration (one transfer Job, at most one node's read limit)",
+    ]
+    return lines
 
 
 def monitoring_lines(cfg: StackConfig) -> list[str]:

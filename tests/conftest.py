@@ -151,6 +151,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                      "model.kvCacheDtype": "bf16", "gpu.tensorParallel": 2}),
     "tpu-spec": ("tpu", {"model.speculative": "mtp"}),
     "adopt": ("gpu", {"storage.bucketExists": True}),
+    # A node that reads the volume at half the assumed rate (tests/test_loading.py).
+    "slow-disk": ("gpu", {"storage.nodeReadMiBps": 1200}),
     "pinned": ("tpu", {"model.revision": "5f1c0ffee0ddba11c0de5eed0123456789abcdef", "storage.stagingWorkers": 4}),
     "bench": ("gpu", {"benchmark.enabled": True, "router.calibrate": True,
                       "cost.gpuNodeHourUsd": "42.50", "cost.cpuNodeHourUsd": "0.50",

@@ -199,7 +199,7 @@ def test_pods_mount_the_weights_read_only_and_wait_long_enough(plans, stack):
                             f'{r["spec"]["replicas"]}' for r in served["spec"]["roles"]]
     else:
         assert wait_for == ["condition=Available", f'jsonpath={{.status.readyReplicas}}={served["spec"]["replicas"]}']
-    assert int(annotations["pulumi.com/timeoutSeconds"]) >= 3600
+    wait_s = int(annotations["pulumi.com/timeoutSeconds"])
     pvc = manifest(plan, "PersistentVolumeClaim")["metadata"]["name"]
     for where, container in facts.containers(served):
         if container["name"] in ("routing-proxy", "tpu-node-setup"):  # not engines
@@ -209,7 +209,8 @@ def test_pods_mount_the_weights_read_only_and_wait_long_enough(plans, stack):
         flags = dict(facts.split_flags(facts.exec_argv(container["args"][0])))
         assert contract.MODELS_MOUNT_PATH in (flags.get("--model-path"), facts.exec_argv(container["args"][0])[2])
         startup = container["startupProbe"]
-        assert startup["periodSeconds"] * startup["failureThreshold"] >= 3600, where
+        # The budget itself follows the modelled load time (tests/test_loading.py); pulumi waits longer than it.
+        assert wait_s > startup["periodSeconds"] * startup["failureThreshold"], where
         env = {e["name"]: e for e in container["env"]}
         assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "llm-d-hf-token", "key": "HF_TOKEN"}
     volumes = [v for role_or_pod in [served] for v in _volumes(role_or_pod)]

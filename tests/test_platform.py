@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from components import catalog
@@ -101,15 +103,13 @@ def test_transfer_identity_is_exactly_the_bucket_reader(plans, stack):
         f"{project}.svc.id.goog/subject/ns/{namespace}/sa/{account}")
 
 
-@pytest.mark.parametrize("stack,copies,throughput", [("gpu", 4, 10240), ("tpu", 2, 5120)])
-def test_default_throughput_loads_every_copy_within_ten_minutes(plans, stack, copies, throughput):
-    """Hand-worked: GPU 4 x 1.56e12 B / (10240 x 2^20 B/s) = 581 s; TPU 2 x 1.56e12 / (5120 x 2^20) = 581 s."""
+@pytest.mark.parametrize("stack,nodes,throughput", [("gpu", 16, 38400), ("tpu", 8, 19456)])
+def test_default_throughput_is_where_no_node_waits_on_the_volume(plans, stack, nodes, throughput):
+    """Hand-worked: every reader node gets the 2,400 MiB/s per-node limit: GPU 16 x 2400 = 38,400 MiB/s;
+    TPU 8 x 2400 = 19,200, rounded up to a multiple of 512 = 19,456 MiB/s."""
     storage_class = manifest(plans[stack], "StorageClass")
     assert storage_class["parameters"]["provisioned-throughput-on-create"] == f"{throughput}Mi"
-    load_s = copies * 1.56e12 / (throughput * 2**20)
-    assert load_s == pytest.approx(581.0, abs=1)
-    assert load_s <= 600
-    assert f"{copies} replicas" in plans[stack].summary and "9.7 min" in plans[stack].summary
+    assert throughput >= nodes * 2400 > throughput - 512
     assert "hydration >=" in plans[stack].summary and "$" in plans[stack].summary
 
 
@@ -123,7 +123,9 @@ def test_weights_wait_only_for_what_hydration_needs(plans, stack):
     assert not accelerator_pools & deps, "hydration must overlap accelerator pool creation"
     annotations = pvc["inputs"]["metadata"]["annotations"]
     assert annotations["pulumi.com/waitFor"] == "jsonpath={.status.phase}=Bound"
-    assert int(annotations["pulumi.com/timeoutSeconds"]) >= 3600
+    # A wide margin over the modelled copy, whose speed is not published (components/loading.py).
+    hydration_min = float(re.search(r"hydration >= (\d+\.\d) min", plan.summary).group(1))
+    assert int(annotations["pulumi.com/timeoutSeconds"]) >= 4 * hydration_min * 60
 
 
 # ----------------------------------------------------------------------------------------- platform

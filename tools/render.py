@@ -234,6 +234,7 @@ def render(stack_file: Path) -> dict[str, Any]:
         resources.append(entry)
 
     sys.path.insert(0, str(ROOT))
+    from components import timeline
     from components.config import load_config
     from stacks import summary_lines
 
@@ -251,7 +252,7 @@ def render(stack_file: Path) -> dict[str, Any]:
         "charts": [c.index() for c in charts.values()],
         "crds": [[c.resource, file, text] for c in charts.values() for _, file, text in c.crds],
         "outputs": _clean(json_format.MessageToDict(outputs), "outputs"),
-        "summary": summary_lines(load_config()) + [
+        "summary": summary_lines(load_config()) + timeline.summary_lines(load_config(), resources) + [
             f"{key} is not set: pulumi up stops until you run "
             f"`pulumi config set --secret {key.split(':', 1)[1]} <value>`"
             for key in unset_secrets(stack_file, project)] + chart_lines(charts) + report.lines(),

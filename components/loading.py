@@ -1,0 +1,283 @@
+"""Weight loading at start-up: what each rank, node and replica reads from the checkpoint, how fast the
+chosen loader reads it, and what that makes the Hyperdisk ML throughput, the load time and every startup
+probe. One place, so the plan summary, the pod specs and docs/weights.md show the same figures.
+
+Bytes read follow each engine's own expert-weight filter rule (`--enable-ep-weight-filter`):
+- vLLM 0.33.0 (GPU): `should_skip_weight` skips a non-local expert's `.weight` / `.weight_packed` tensors but
+  keeps every expert's scales ("Scale tensors are tiny and some backends need them from ALL experts"),
+  `vllm/model_executor/model_loader/ep_weight_filter.py`; ep_size = dp x pcp x tp
+  (`default_loader.py` `_init_ep_weight_filter`).
+- vLLM-TorchTPU 0.29.0 (TPU): `model_loader_patches.py` widens the filter to `.weight_scale` and `.scale`
+  ("at 896 experts the scales alone are ~85 GB per rank") and makes `prefetch` read only the byte ranges of
+  the tensors a rank keeps, "ranks on one host share those pages" (`_start_ep_range_prefetch`).
+Everything that is not a routed expert (attention, dense MLP, shared experts, router, norms, embeddings) is
+read whole by every rank.
+
+Load time = bytes per node / min(volume throughput / reader nodes, per-node read limit, loader rate x ranks).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import catalog
+from .config import StackConfig
+
+MIB = 2**20
+THROUGHPUT_STEP_MIBPS = 512
+"""Throughput is rounded up to a multiple of this, to keep the figure readable."""
+
+
+# --------------------------------------------------------------------------- checkpoint layout
+@dataclass(frozen=True)
+class TensorGroup:
+    """Tensors of one kind in the released checkpoint: elements of one tensor x how many there are."""
+
+    elements: int
+    count: int
+    kind: str
+    """"expert" (a routed expert's weight), "expert_scale" (its MXFP4 scales) or "whole" (held by every rank)."""
+    bytes_per_element: float
+
+
+_H, _V = 7168, 163840
+_KDA, _MLA, _MOE = 69, 24, 92
+_EXPERTS = 896 * _MOE
+KIMI_K3_TENSORS: tuple[TensorGroup, ...] = (
+    # Routed experts, MXFP4: two 4-bit codes per byte, one E8M0 scale byte per 32 values (w1, w3: [3072, 1792]
+    # packed + [3072, 112] scales; w2: [3584, 1536] + [3584, 96]); 92 MoE layers x 896 experts.
+    TensorGroup(2 * 3072 * 1792 + 3584 * 1536, _EXPERTS, "expert", 1),
+    TensorGroup(2 * 3072 * 112 + 3584 * 96, _EXPERTS, "expert_scale", 1),
+    # Held whole, bf16: embeddings and head, norms and attention-residual projections, the dense MLP of layer 0.
+    TensorGroup(2 * _V * _H + 3 * _H + 93 * 6 * _H + 3 * 33792 * _H, 1, "whole", 2),
+    # KDA layers: q/k/v projections and short convolutions, gates, A_log, dt_bias, norms.
+    TensorGroup(3 * 12288 * _H + 3 * 12288 * 4 + 128 + 12288 + 128 * _H + 12288 * 128 + 96 * _H + 128,
+                _KDA, "whole", 2),
+    # MLA layers: q_a/q_b, kv_a (512 + 64 rope), kv_b, their norms.
+    TensorGroup(1536 * _H + 1536 + 18432 * 1536 + 576 * _H + 512 + 24576 * 512, _MLA, "whole", 2),
+    # Output gate and o_proj of all 93 attention layers.
+    TensorGroup(2 * 12288 * _H, 93, "whole", 2),
+    # MoE layers: router and its bias, latent up/down projections and norm, two shared experts (6144 wide).
+    TensorGroup(896 * _H + 896 + 2 * 3584 * _H + 3584 + 3 * 6144 * _H, _MOE, "whole", 2),
+)
+"""Every text tensor of the released Kimi K3 checkpoint (497,052 tensors over 96 shards), shapes and counts as
+transcribed from `HfApi.get_safetensors_metadata("moonshotai/Kimi-K3")` in vllm-project/tpu-inference
+`tests/models/jax/test_kimi_k3_real_shapes.py` (RELEASED_TENSORS, commit 0860a9c). Non-expert tensors are taken
+as bf16: the sum is 1.5599e12 bytes, the 1.56 TB the launch post gives for K3.1 Pro and the "1561 GB
+checkpoint" of vLLM-TorchTPU's K3 nightly (github.com/kowalski-4831/vllm-torchtpu
+scripts/vllm/benchmarking/configs/kimi-k3-tp32-ep.sh). Assumption: K3.1 Pro has K3's tensor layout (the
+staged revision's config.json is checked against the geometry at `pulumi up`)."""
+ROUTED_EXPERTS = 896
+
+
+def layout_bytes(kind: str) -> int:
+    return int(sum(g.elements * g.count * g.bytes_per_element for g in KIMI_K3_TENSORS if g.kind == kind))
+
+
+def checkpoint_bytes() -> int:
+    return sum(layout_bytes(kind) for kind in ("expert", "expert_scale", "whole"))
+
+
+# --------------------------------------------------------------------------- loaders
+@dataclass(frozen=True)
+class Loader:
+    """How one engine release reads the checkpoint, and the measured rate it was chosen for."""
+
+    engine: str
+    load_format: str
+    argv: tuple[str, ...]
+    """Flags added to the engine's command line (checked against the engine's parser in the tests)."""
+    filtered_kinds: tuple[str, ...]
+    """Checkpoint tensor kinds the engine's expert-weight filter skips for experts another rank owns."""
+    shares_page_cache: bool
+    """Whether ranks on one node read the tensors they all hold once (buffered reads into the page cache)."""
+    rank_bytes_per_s: float
+    rate_source: str
+
+
+GPU_LOADER = Loader(
+    engine="vLLM 0.33.0", load_format="instanttensor",
+    # InstantTensor is a hard dependency of vllm 0.33.0 (its METADATA: Requires-Dist instanttensor>=0.2.2), and
+    # its iterator honours the filter (`instanttensor_weights_iterator(..., local_expert_ids=...)`,
+    # weight_utils.py). runai_streamer and fastsafetensors ignore the filter in 0.33.0 (every rank streams the
+    # whole 1.56 TB), and `prefetch` reads whole files; the default lazy mmap reader is single-stream.
+    argv=("--enable-ep-weight-filter", "--load-format", "instanttensor"),
+    filtered_kinds=("expert",),
+    shares_page_cache=False,  # InstantTensor reads with direct I/O (its README: "Direct I/O")
+    rank_bytes_per_s=35e9,
+    rate_source="InstantTensor on one H200, Qwen3-30B-A3B: 35 GB/s (safetensors default: 1.1 GB/s), "
+                "https://docs.vllm.ai/en/latest/models/extensions/instanttensor/",
+)
+PREFETCH_THREADS = 16
+"""Reader threads per TPU rank, the concurrency NVIDIA ran Run:ai's streamer with for a Kimi checkpoint
+(ai-dynamo/dynamo docs/kubernetes/fast-model-loading.md, RUNAI_STREAMER_CONCURRENCY=16)."""
+TPU_LOADER = Loader(
+    engine="vLLM-TorchTPU 0.29.0", load_format="safetensors",
+    # TorchTPU's prefetch patch reads only this rank's ranges with N threads of 16 MiB preads into the page
+    # cache, so ranks on one host share the dense pages; its patched Run:ai path (the nightly's gs:// loader)
+    # streams into each rank's own buffer and so reads the dense 113 GB once per rank.
+    argv=("--enable-ep-weight-filter", "--load-format", "safetensors", "--safetensors-load-strategy", "prefetch",
+          "--safetensors-prefetch-num-threads", str(PREFETCH_THREADS)),
+    filtered_kinds=("expert", "expert_scale"),
+    shares_page_cache=True,
+    rank_bytes_per_s=1.6e9,
+    rate_source="one cache-bypassed reader of 16 MiB blocks: ~1.6 GB/s (ai-dynamo/dynamo "
+                "docs/kubernetes/fast-model-loading.md); taken as a floor for a rank's 16 such threads",
+)
+
+
+def loader(cfg: StackConfig) -> Loader:
+    return GPU_LOADER if cfg.track == "gpu" else TPU_LOADER
+
+
+# --------------------------------------------------------------------------- bytes read
+@dataclass(frozen=True)
+class ReplicaReads:
+    """One kind of replica (a GPU prefill or decode group, a TPU slice) and what its nodes read."""
+
+    role: str
+    replicas: int
+    nodes_per_replica: int
+    ranks_per_node: int
+    expert_parallel: int
+    rank_bytes: int
+    node_bytes: int
+
+
+def _reads(ld: Loader, role: str, replicas: int, nodes: int, ranks_per_node: int, ep: int) -> ReplicaReads:
+    sharded = sum(layout_bytes(k) for k in ld.filtered_kinds)
+    whole = checkpoint_bytes() - sharded
+    own_share = math.ceil(ROUTED_EXPERTS / ep) / ROUTED_EXPERTS  # linear placement: the largest share
+    rank = int(sharded * own_share) + whole
+    node = rank * ranks_per_node - (whole * (ranks_per_node - 1) if ld.shares_page_cache else 0)
+    return ReplicaReads(role, replicas, nodes, ranks_per_node, ep, rank, node)
+
+
+def replica_reads(cfg: StackConfig) -> list[ReplicaReads]:
+    ld = loader(cfg)
+    if cfg.track == "gpu":
+        g = cfg.gpu
+        per_node = g.data_parallel_local * g.tensorParallel
+        return [_reads(ld, role, count, nodes, g.data_parallel_local, nodes * per_node)
+                for role, count, nodes in (("prefill", g.prefillGroups, g.prefillNodesPerGroup),
+                                           ("decode", g.decodeGroups, g.decodeNodesPerGroup))]
+    t = cfg.tpu
+    # vLLM's ep_size = dp x pcp x tp with one data-parallel engine per slice.
+    return [_reads(ld, "slice", t.slices, t.hosts_per_slice, t.tensorParallel // t.hosts_per_slice,
+                   t.tensorParallel)]
+
+
+def reader_nodes(cfg: StackConfig) -> int:
+    """Nodes that mount the volume and read at start-up (scales with slices or groups)."""
+    return sum(r.replicas * r.nodes_per_replica for r in replica_reads(cfg))
+
+
+# --------------------------------------------------------------------------- load time
+def node_read_limit_mibps(cfg: StackConfig) -> int:
+    return cfg.storage.nodeReadMiBps or catalog.HYPERDISK_PER_VM_READ_MIBPS
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    reads: tuple[ReplicaReads, ...]
+    readers: int
+    throughput_mibps: int
+    node_limit_mibps: int
+    loader: Loader
+
+    def terms(self, r: ReplicaReads) -> dict[str, float]:
+        """Per-node read rate each bound allows, bytes/s."""
+        # On a tie the node's own limit is named: more volume throughput would not help.
+        return {"per-node read limit": self.node_limit_mibps * MIB,
+                "loader rate": self.loader.rank_bytes_per_s * r.ranks_per_node,
+                "volume throughput / readers": self.throughput_mibps * MIB / self.readers}
+
+    def limit(self, r: ReplicaReads) -> tuple[str, float]:
+        return min(self.terms(r).items(), key=lambda kv: kv[1])
+
+    def seconds(self, r: ReplicaReads) -> float:
+        return r.node_bytes / self.limit(r)[1]
+
+    @property
+    def slowest(self) -> ReplicaReads:
+        return max(self.reads, key=self.seconds)
+
+    @property
+    def load_s(self) -> float:
+        """Every replica loading at once, from the volume's attach to the last byte of the slowest node."""
+        return self.seconds(self.slowest)
+
+    @property
+    def limiting_term(self) -> str:
+        return self.limit(self.slowest)[0]
+
+    @property
+    def volume_bytes(self) -> int:
+        """Everything all readers take from the volume at start-up."""
+        return sum(r.replicas * r.nodes_per_replica * r.node_bytes for r in self.reads)
+
+
+def knee_throughput_mibps(cfg: StackConfig) -> int:
+    """The throughput above which the volume no longer limits any node (the per-node limit or the loader
+    does): buying more only costs, buying less leaves every accelerator idle longer. Rounded up, within
+    Hyperdisk ML's range."""
+    ld = loader(cfg)
+    node_rate = min(node_read_limit_mibps(cfg) * MIB,
+                    min(ld.rank_bytes_per_s * r.ranks_per_node for r in replica_reads(cfg)))
+    needed = reader_nodes(cfg) * node_rate / MIB
+    rounded = math.ceil(needed / THROUGHPUT_STEP_MIBPS) * THROUGHPUT_STEP_MIBPS
+    return min(catalog.HYPERDISK_ML_MAX_MIBPS, max(catalog.HYPERDISK_ML_MIN_MIBPS, rounded))
+
+
+def throughput_mibps(cfg: StackConfig) -> int:
+    return cfg.storage.throughputMiBps or knee_throughput_mibps(cfg)
+
+
+def load_model(cfg: StackConfig) -> LoadModel:
+    return LoadModel(tuple(replica_reads(cfg)), reader_nodes(cfg), throughput_mibps(cfg),
+                     node_read_limit_mibps(cfg), loader(cfg))
+
+
+def hydration_s(cfg: StackConfig) -> float:
+    """The populator's one transfer Job writes one copy: at most the volume's throughput and one node's limit
+    (its speed is not published: this is a lower bound)."""
+    rate = min(throughput_mibps(cfg), node_read_limit_mibps(cfg)) * MIB
+    return checkpoint_bytes() / rate
+
+
+# --------------------------------------------------------------------------- probes and waits
+ENGINE_START_S = {"gpu": 900, "tpu": 1800}
+"""Assumption: an engine's start besides reading weights (process and NCCL/ICI set-up, kernel JIT, CUDA-graph
+capture or XLA compilation). Not published for these models; llm-d gives a GB200 decode pod 45 minutes in all
+(https://github.com/llm-d/llm-d/blob/main/guides/wide-ep-lws/manifests/modelserver/gke-a4x/decode.yaml), and
+vLLM-TorchTPU's K3 nightly waits up to 240 minutes for a gs:// stream plus a cold compile
+(kimi-k3-tp32-ep.sh SERVER_READY_WAIT_MIN)."""
+PROBE_MARGIN = 2.0
+"""Startup budget = this x (modelled load + engine start): the per-node read limit is an assumption, and a
+startup probe that gives up restarts the whole group (RecreateGroupOnPodRestart)."""
+PROBE_PERIOD_S = 10
+IMAGE_PULL_S = 600
+"""Assumption: pulling the engine image onto a fresh node (tens of GB; not measured here)."""
+
+
+def startup_budget_s(cfg: StackConfig) -> int:
+    """Seconds of startup probing before the kubelet restarts a loading engine, a whole number of periods."""
+    raw = PROBE_MARGIN * (load_model(cfg).load_s + ENGINE_START_S[cfg.track])
+    return int(math.ceil(raw / PROBE_PERIOD_S) * PROBE_PERIOD_S)
+
+
+def startup_failure_threshold(cfg: StackConfig) -> int:
+    return startup_budget_s(cfg) // PROBE_PERIOD_S
+
+
+def ready_timeout_s(cfg: StackConfig) -> int:
+    """How long `pulumi up` waits for the serving sets: the image pull, then the startup budget, plus one
+    more budget for a group that had to restart once."""
+    return IMAGE_PULL_S + 2 * startup_budget_s(cfg)
+
+
+def hydration_timeout_s(cfg: StackConfig) -> int:
+    """How long `pulumi up` waits for the claim to bind: the modelled copy with a wide margin, since the
+    transfer Job's speed is not published."""
+    return int(math.ceil(max(4 * hydration_s(cfg), 1800) / 60) * 60)

@@ -1,0 +1,179 @@
+"""Time to serving on a first `pulumi up`, computed from the program's own dependency graph: every resource
+starts when everything it depends on (and everything its parents depend on) has finished, and takes the
+duration below. The longest chain ending at the serving set is the critical path; the bound is what the
+physics of the deployment needs (cluster, then the accelerator pools alongside staging and hydration, then
+the load), with the same durations. A ratio above 1 means something waits on what it does not need.
+
+Durations are assumptions unless a figure below names its source; the data-path ones (staging, hydration,
+load) come from components.staging/capacity and components.loading, the same code the pods are sized with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import capacity, loading
+from .config import StackConfig
+
+SERVING_TYPES = ("kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet",
+                 "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
+"""The resources whose readiness is "serving": pulumi-kubernetes waits for their ready replicas."""
+TARGET_RATIO = 1.05
+
+
+@dataclass(frozen=True)
+class Step:
+    seconds: float
+    basis: str
+
+
+# Assumptions: Google publishes no creation times for these; the figures are typical orders of magnitude.
+API_ENABLE = Step(60, "assumption: enabling a Google API")
+GCP_OBJECT = Step(15, "assumption: a network, IAM, bucket or monitoring object")
+K8S_OBJECT = Step(2, "assumption: one Kubernetes API call")
+CLUSTER = Step(600, "assumption: a regional GKE Standard control plane")
+CPU_POOL = Step(240, "assumption: a small CPU node pool")
+GPU_POOL = Step(1200, "assumption: 16-18 bare-metal A4X Max nodes in one NVL72 sub-block (not published)")
+TPU_POOL = Step(900, "assumption: one multi-host Ironwood slice node pool (not published)")
+CHART = Step(120, "assumption: a Helm chart until its workloads are ready")
+
+
+def staging_step(cfg: StackConfig) -> Step:
+    """The staging Job, from the copier's own model (components.staging owns it; capacity until it lands)."""
+    staging = capacity.weight_staging(cfg)
+    return Step(staging.staging_s, f"staging model: {staging.staging_workers} streams, first run (bucket empty)")
+
+
+def hydration_step(cfg: StackConfig) -> Step:
+    return Step(loading.hydration_s(cfg), "loading.hydration_s: one transfer Job at one node's read limit")
+
+
+def serving_step(cfg: StackConfig) -> Step:
+    model = loading.load_model(cfg)
+    seconds = loading.IMAGE_PULL_S + model.load_s + loading.ENGINE_START_S[cfg.track]
+    return Step(seconds, f"image pull {loading.IMAGE_PULL_S // 60} min (assumed) + weight load "
+                         f"{model.load_s / 60:.1f} min (loading.load_model) + engine start "
+                         f"{loading.ENGINE_START_S[cfg.track] // 60} min (assumed)")
+
+
+def _is_accelerator_pool(resource: dict[str, Any]) -> bool:
+    config = resource.get("inputs", {}).get("nodeConfig", {}) or {}
+    return bool(config.get("guestAccelerators")) or str(config.get("machineType", "")).startswith(("a4x", "tpu"))
+
+
+def step(cfg: StackConfig, resource: dict[str, Any]) -> Step:
+    """Duration of one resource of resources.json."""
+    kind = resource["type"]
+    if kind.startswith(("kimi:", "pulumi:providers:")) or kind.startswith("pulumi-python:dynamic"):
+        return Step(0, "component or provider")
+    if kind == "gcp:projects/service:Service":
+        return API_ENABLE
+    if kind == "gcp:container/cluster:Cluster":
+        return CLUSTER
+    if kind == "gcp:container/nodePool:NodePool":
+        if not _is_accelerator_pool(resource):
+            return CPU_POOL
+        return GPU_POOL if cfg.track == "gpu" else TPU_POOL
+    if kind == "kubernetes:batch/v1:Job" and resource["name"].startswith("weights-staging"):
+        return staging_step(cfg)
+    if kind == "kubernetes:core/v1:PersistentVolumeClaim":
+        return hydration_step(cfg)
+    if kind in SERVING_TYPES:
+        return serving_step(cfg)
+    if kind == "kubernetes:helm.sh/v4:Chart":
+        return CHART
+    if kind.startswith("kubernetes:"):
+        return K8S_OBJECT
+    return GCP_OBJECT
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    serving_s: float
+    path: tuple[tuple[str, float], ...]
+    """(resource, seconds it takes) along the longest chain, first to last, steps of 0 s left out."""
+    bound_s: float
+    bound_terms: str
+
+    @property
+    def ratio(self) -> float:
+        return self.serving_s / self.bound_s
+
+
+def finish_times(resources: list[dict[str, Any]], duration: Callable[[dict[str, Any]], float]
+                 ) -> tuple[dict[str, float], dict[str, str | None]]:
+    """Finish time of every resource and the predecessor that decided it (None when it starts at 0)."""
+    by_name = {r["name"]: r for r in resources}
+    children: dict[str, list[str]] = {}
+    for r in resources:
+        if r.get("parent"):
+            children.setdefault(r["parent"], []).append(r["name"])
+
+    def waits_for(name: str) -> set[str]:
+        found: set[str] = set()
+        current: str | None = name
+        while current:
+            found.update(d for d in by_name[current]["dependsOn"] if d in by_name)
+            current = by_name[current].get("parent")
+        return found
+
+    finish: dict[str, float] = {}
+    before: dict[str, str | None] = {}
+
+    def visit(name: str) -> float:
+        if name in finish:
+            return finish[name]
+        finish[name] = float("nan")  # guards against a cycle, which the engine would reject anyway
+        start, prev = 0.0, None
+        for dep in sorted(waits_for(name)):
+            t = visit(dep)
+            if t > start:
+                start, prev = t, dep
+        end = start + duration(by_name[name])
+        for child in children.get(name, ()):
+            t = visit(child)
+            if t > end:
+                end, prev = t, child
+        finish[name], before[name] = end, prev
+        return end
+
+    for name in by_name:
+        visit(name)
+    return finish, before
+
+
+def critical_path(cfg: StackConfig, resources: list[dict[str, Any]]) -> CriticalPath:
+    by_name = {r["name"]: r for r in resources}
+    finish, before = finish_times(resources, lambda r: step(cfg, r).seconds)
+    servers = [r["name"] for r in resources if r["type"] in SERVING_TYPES]
+    end = max(servers, key=lambda n: finish[n])
+    chain: list[tuple[str, float]] = []
+    current: str | None = end
+    while current:
+        seconds = step(cfg, by_name[current]).seconds
+        if seconds:
+            chain.append((current, seconds))
+        current = before[current]
+    chain.reverse()
+    # The bound: the cluster as the graph builds it (APIs, network, identity are all it needs), then the
+    # slowest of the accelerator pools and the data path (system pool, staging, hydration, which also needs
+    # the transfer pool), then the serving set's own start.
+    cluster = max(finish[r["name"]] for r in resources if r["type"] == "gcp:container/cluster:Cluster")
+    pools = [r for r in resources if r["type"] == "gcp:container/nodePool:NodePool"]
+    accelerators = max(step(cfg, r).seconds for r in pools if _is_accelerator_pool(r))
+    data = max(CPU_POOL.seconds + staging_step(cfg).seconds, CPU_POOL.seconds) + hydration_step(cfg).seconds
+    serve = serving_step(cfg).seconds
+    bound = cluster + max(accelerators, data) + serve
+    terms = (f"cluster {cluster / 60:.1f} + max(accelerator pool {accelerators / 60:.1f}, system pool + staging + "
+             f"hydration {data / 60:.1f}) + serving start {serve / 60:.1f}")
+    return CriticalPath(finish[end], tuple(chain), bound, terms)
+
+
+def summary_lines(cfg: StackConfig, resources: list[dict[str, Any]]) -> list[str]:
+    cp = critical_path(cfg, resources)
+    path = " -> ".join(f"{name} {seconds / 60:.1f}" for name, seconds in cp.path)
+    return [f"time to serving (first up, from the dependency graph): {cp.serving_s / 60:.1f} min; bound "
+            f"{cp.bound_s / 60:.1f} min = {cp.bound_terms}; ratio {cp.ratio:.3f} (target <= {TARGET_RATIO})",
+            f"  critical path (min): {path}"]
