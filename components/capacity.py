@@ -146,9 +146,11 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
     hbm_tokens = int(kv_groups * pool / per_token)
     engine_tokens = int(pool / per_token)  # a sequence lives in one engine's pool (MLA is replicated across TP)
     if engine_tokens < context:
-        raise ConfigError("model.contextLength", context,
-                          f"one sequence needs {context * per_token / 1e9:.1f} GB of KV but one engine's pool holds "
-                          f"{engine_tokens} tokens; lower it or change {size_keys}")
+        key, value = _blame(cfg, size_keys)
+        raise ConfigError(key, value,
+                          f"one sequence of {context:,} tokens needs {context * per_token / 1e9:.1f} GB of KV cache but "
+                          f"one engine's pool holds {pool / 1e9:.1f} GB ({engine_tokens:,} tokens); lower it or change "
+                          f"{size_keys}")
     if cfg.track == "gpu":
         host_tokens = int(nodes * host_per_node / (per_token * cfg.gpu.tensorParallel))
     else:
@@ -166,6 +168,17 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
         kda_state_bytes_per_sequence=kda, context_length=context, hbm_tokens=hbm_tokens,
         host_tokens=host_tokens, host_bytes_per_node=host_per_node, endpoints_per_replica=endpoints,
     )
+
+
+def _blame(cfg: StackConfig, size_keys: str) -> tuple[str, object]:
+    """The key a KV-fit error names: model.contextLength if the user set it, else the first sizing key they
+    changed (model.contextLength when none)."""
+    if cfg.model.contextLength is None:
+        for key in size_keys.split(" or "):
+            section, field = key.split(".")
+            if field in getattr(cfg, section).changed():
+                return key, getattr(getattr(cfg, section), field)
+    return "model.contextLength", cfg.context_length
 
 
 def cpu_offload_bytes_per_engine(cfg: StackConfig) -> int:

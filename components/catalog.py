@@ -152,10 +152,12 @@ IRONWOOD = TpuMachine(
                  "version)",
 )
 
-TPU_MULTIHOST_TOPOLOGIES = ("2x2x2", "2x2x4")
+TPU_MULTIHOST_TOPOLOGIES = ("2x2x2", "2x2x4", "2x4x4", "4x4x4")
 """Multi-host Ironwood topologies with a source: XPK's tpu7x-16 = 2x2x2, the seed's 2x2x4 = XPK tpu7x-32
-(https://github.com/AI-Hypercomputer/xpk/blob/367c838253be/src/xpk/core/system_characteristics.py). A 2x2x1 slice is one
-host and takes no workload policy (xpk PR #825)."""
+(https://github.com/AI-Hypercomputer/xpk/blob/367c838253be/src/xpk/core/system_characteristics.py), 2x4x4 (32 chips,
+8 hosts) and 4x4x4 (64 chips, 16 hosts: XPK's golden `tpu7x-4x4x4` node pools,
+https://github.com/AI-Hypercomputer/xpk/tree/main/goldens). A 2x2x1 slice is one host and takes no workload policy
+(xpk PR #825). Larger Ironwood shapes exist; the program has no source for them yet, and says so."""
 
 BOOT_DISK_GB_ACCELERATOR = 500
 BOOT_DISK_GB_CPU = 100
@@ -237,3 +239,43 @@ checkpoint / (workers x this); its progress log prints the real rate to calibrat
 
 WEIGHT_LOAD_TARGET_SECONDS = 600
 """Design target: every replica's copy of the checkpoint loads within 10 minutes."""
+
+
+# --------------------------------------------------------------------------- locations
+COMPUTE_ZONES_SOURCE = "https://cloud.google.com/compute/docs/regions-zones"
+COMPUTE_ZONES: dict[str, tuple[str, ...]] = {
+    # Regions with the zones Compute Engine lists for them (COMPUTE_ZONES_SOURCE; us-central1 also has the AI zone
+    # us-central1-ai1a, https://docs.cloud.google.com/compute/docs/regions-zones/ai-zones). A region missing here is
+    # missing from our table, not from Google Cloud: add it with its zones when a reservation lives there.
+    "us-central1": ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f", "us-central1-ai1a"),
+    "us-west1": ("us-west1-a", "us-west1-b", "us-west1-c"),
+    "europe-west4": ("europe-west4-a", "europe-west4-b", "europe-west4-c"),
+    "asia-east1": ("asia-east1-a", "asia-east1-b", "asia-east1-c"),
+    "asia-northeast1": ("asia-northeast1-a", "asia-northeast1-b", "asia-northeast1-c"),
+    "asia-southeast1": ("asia-southeast1-a", "asia-southeast1-b", "asia-southeast1-c"),
+}
+
+
+# --------------------------------------------------------------------------- namespaces
+KUBERNETES_NAMESPACES_SOURCE = \
+    "https://kubernetes.io/docs/concepts/overview/working-with-objects/namespaces/#initial-namespaces"
+RESERVED_NAMESPACES: dict[str, str] = {
+    # Namespaces a workload namespace must not be: the stack gives its namespace a default-deny NetworkPolicy,
+    # a ResourceQuota and Pod Security labels, which would break what already runs there.
+    "default": "Kubernetes' initial namespace (KUBERNETES_NAMESPACES_SOURCE)",
+    "kube-system": "Kubernetes' system namespace (KUBERNETES_NAMESPACES_SOURCE)",
+    "kube-public": "Kubernetes' public namespace (KUBERNETES_NAMESPACES_SOURCE)",
+    "kube-node-lease": "Kubernetes' node lease namespace (KUBERNETES_NAMESPACES_SOURCE)",
+    "gmp-system": "GKE Managed Prometheus' collectors (components/netpol.py GMP_COLLECTORS)",
+    "gmp-public": "GKE Managed Prometheus' public configuration",
+}
+RESERVED_NAMESPACE_PREFIXES: dict[str, str] = {
+    "kube-": "reserved for Kubernetes system namespaces (KUBERNETES_NAMESPACES_SOURCE)",
+    "gke-": "GKE's managed namespaces (gke-managed-*, gke-gmp-system)",
+}
+LWS_NAMESPACE = "lws-system"
+"""Namespace of the LeaderWorkerSet controller chart (its release manifests' namespace)."""
+DRA_NAMESPACE = "nvidia-dra-driver-gpu"
+"""Namespace of the NVIDIA DRA driver chart (Cluster Toolkit installs it there, gke.md §2)."""
+CHART_NAMESPACES: dict[str, str] = {LWS_NAMESPACE: "the LeaderWorkerSet chart", DRA_NAMESPACE: "the NVIDIA DRA driver chart"}
+"""Namespaces the stack's charts own; the workload namespace must be another one."""

@@ -30,3 +30,18 @@ def reaches_internet(cidr: str) -> bool:
     if net.version == 4:
         non_public = non_public or net.subnet_of(ipaddress.IPv4Network("100.64.0.0/10"))
     return not non_public
+
+
+SUBNET_RESERVED_ADDRESSES = 4
+"""Addresses of every IPv4 subnet's primary range no VM gets: network, gateway, second-to-last and broadcast
+(https://cloud.google.com/vpc/docs/subnets#unusable-ip-addresses-in-every-subnet)."""
+MAX_PODS_PER_NODE = 110
+POD_RANGE_PREFIX_PER_NODE = 24
+POD_RANGE_SOURCE = "https://cloud.google.com/kubernetes-engine/docs/how-to/flexible-pod-cidr"
+"""GKE Standard's default of 110 pods per node takes a /24 of the pod range per node (POD_RANGE_SOURCE); the node
+pools set no other maximum."""
+
+
+def prefix_for(addresses: int) -> int:
+    """The longest IPv4 prefix whose range holds `addresses` addresses."""
+    return 32 - max(0, (addresses - 1).bit_length())

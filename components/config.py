@@ -15,12 +15,15 @@ import json
 import math
 import re
 import typing
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any, ClassVar, Literal, Optional
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from . import catalog, cidrs, contract
+from . import catalog, cidrs, contract, imageref, machines
 
 PROJECT = "kimi-k3-1"
 """Pulumi project name, and so the config namespace."""
@@ -55,9 +58,28 @@ class Section(BaseModel):
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
     prefix: ClassVar[str] = ""
+    track: ClassVar[Optional[str]] = None
+    """The track every key of the section belongs to (None: both); set on the other track, a key is an error."""
 
     def key(self, field: str) -> str:
         return f"{self.prefix}.{to_camel(field)}"
+
+    def changed(self) -> list[str]:
+        """Fields whose value differs from their default: what the user set (the CLI hands the program every
+        Pulumi.yaml default, so a value equal to its default cannot be told from an unset one)."""
+        return [f for f, info in type(self).model_fields.items()
+                if not info.is_required() and getattr(self, f) != info.default]
+
+    def blame(self, *fields: str) -> str:
+        """The first of `fields` the user changed (else the first): the key a cross-field error names."""
+        changed = self.changed()
+        return next((f for f in fields if f in changed), fields[0])
+
+
+def for_track(track: str, warn: bool = False) -> dict[str, Any]:
+    """Field metadata: the key only acts on `track`'s stacks. `warn`: a file shared by both tracks legitimately
+    carries it (prices, digests), so on the other track it is one warning line, not an error."""
+    return {"track": track, "warn": warn}
 
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -120,6 +142,14 @@ class GcpConfig(Section):
         if zone_region != self.region:
             _fail(self.key("zone"), self.zone, f"must be a zone of gcp.region {self.region!r}, "
                                                 f"e.g. '{self.region}-c'")
+        zones = catalog.COMPUTE_ZONES.get(self.region)
+        if zones is None:
+            _fail(self.key("region"), self.region,
+                  f"this program's zone table (components/catalog.py COMPUTE_ZONES, from {catalog.COMPUTE_ZONES_SOURCE}) "
+                  f"has no zones of this region; it knows {', '.join(catalog.COMPUTE_ZONES)}, add the region there")
+        if self.zone not in zones:
+            _fail(self.key("zone"), self.zone, f"not a zone of {self.region}: {', '.join(zones)} "
+                                                f"({catalog.COMPUTE_ZONES_SOURCE})")
         return self
 
 
@@ -155,7 +185,7 @@ class NetworkConfig(Section):
 class ClusterConfig(Section):
     prefix: ClassVar[str] = "cluster"
     name: Optional[str] = Field(None, description="GKE cluster name (default: kimi-k3-1-<track>).")
-    releaseChannel: Literal["RAPID", "REGULAR", "STABLE"] = Field(
+    releaseChannel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = Field(
         "REGULAR", description="GKE release channel; a maintenance exclusion blocks minor and node upgrades.")
     versionPrefix: str = Field(catalog.GKE_VERSION_PREFIX,
                                description="GKE minor line to run, e.g. '1.35.'; must reach the pinned minimum.")
@@ -197,10 +227,30 @@ class ClusterConfig(Section):
         if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", self.maintenanceWindowStart):
             _fail(self.key("maintenanceWindowStart"), self.maintenanceWindowStart,
                   "expected UTC 'HH:MM' such as '03:00'")
-        if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", self.maintenanceExclusionStart):
-            _fail(self.key("maintenanceExclusionStart"), self.maintenanceExclusionStart,
-                  "expected RFC3339 UTC such as '2026-11-01T00:00:00Z'")
+        _check_rfc3339(self.key("maintenanceExclusionStart"), self.maintenanceExclusionStart)
         return self
+
+
+_RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt](\d\d):(\d\d):(\d\d)(\.\d+)?([Zz]|[+-]\d\d:\d\d)")
+_GO_TIME_TEXT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? [+-]\d{4} \S+")
+
+
+def _check_rfc3339(key: str, value: str) -> None:
+    """RFC 3339 date-time (https://www.rfc-editor.org/rfc/rfc3339#section-5.6), any offset or fraction, as GKE's
+    maintenance exclusions take it."""
+    if _GO_TIME_TEXT.fullmatch(value):
+        # The CLI reads an unquoted YAML timestamp as a time and hands it over as Go's Time.String() text
+        # (pulumi/pulumi sdk/go/common/resource/config/object.go unmarshalObject, `case time.Time`).
+        _fail(key, value, "an unquoted YAML timestamp reaches the program as this text; quote it in the stack "
+                          "file, e.g. '2026-11-01T00:00:00Z'")
+    match = _RFC3339.fullmatch(value)
+    try:
+        if not match:
+            raise ValueError
+        datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    except ValueError:
+        _fail(key, value, "expected an RFC 3339 date-time such as '2026-11-01T00:00:00Z' or "
+                          "'2026-11-01T09:00:00+09:00'")
 
 
 class NodePoolConfig(Section):
@@ -210,6 +260,14 @@ class NodePoolConfig(Section):
     @model_validator(mode="after")
     def _check(self) -> NodePoolConfig:
         _check_name(self.key("machineType"), self.machineType, 63)
+        if machines.cpu_series(self.machineType) is None:
+            known = ", ".join(t for s in machines.CPU_SERIES.values() for t in s.machine_types())
+            series = self.machineType.split("-", 1)[0]
+            why = (f"{series.upper()} attaches Hyperdisk only and this program has no {series.upper()} shapes yet"
+                   if series in machines.HYPERDISK_ONLY_SERIES else "not in this program's machine table")
+            _fail(self.key("machineType"), self.machineType,
+                  f"{why} (components/machines.py CPU_SERIES: vCPUs, memory and boot disk per series); use one of "
+                  f"{known}")
         return self
 
 
@@ -228,6 +286,7 @@ class TransferPoolConfig(NodePoolConfig):
 
 class GpuConfig(Section):
     prefix: ClassVar[str] = "gpu"
+    track: ClassVar[Optional[str]] = "gpu"
     machine: Literal["a4x-max", "a4x"] = Field(
         "a4x-max", description="a4x-max (GB300, default) or a4x (GB200 fallback).")
     reservation: Optional[str] = Field(
@@ -261,8 +320,14 @@ class GpuConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> GpuConfig:
+        _check_reservation(self)
+        return self
+
+    def check_active(self) -> None:
+        """Rules between keys, for a GPU stack only (a TPU stack's gpu.* keys are refused as having no effect)."""
         if self.node_count > catalog.NVL72_MAX_NODES:
-            _fail(self.key("prefillNodesPerGroup"), self.prefillNodesPerGroup,
+            field = self.blame("prefillNodesPerGroup", "prefillGroups", "decodeNodesPerGroup", "decodeGroups")
+            _fail(self.key(field), getattr(self, field),
                   f"{self.prefillGroups}x{self.prefillNodesPerGroup} prefill + {self.decodeGroups}x"
                   f"{self.decodeNodesPerGroup} decode = {self.node_count} nodes; one NVL72 domain holds "
                   f"at most {catalog.NVL72_MAX_NODES}")
@@ -279,10 +344,8 @@ class GpuConfig(Section):
         if self.spec.gpus_per_node % self.tensorParallel:
             _fail(self.key("tensorParallel"), self.tensorParallel,
                   f"must divide the {self.spec.gpus_per_node} GPUs of a node (one pod runs GPUs/TP engines)")
-        _check_reservation(self)
         if self.reservationSubBlock and not self.reservationBlock:
             _fail(self.key("reservationSubBlock"), self.reservationSubBlock, "needs gpu.reservationBlock too")
-        return self
 
 
 def _check_reservation(section: Section) -> None:
@@ -298,6 +361,7 @@ def _check_reservation(section: Section) -> None:
 
 class TpuConfig(Section):
     prefix: ClassVar[str] = "tpu"
+    track: ClassVar[Optional[str]] = "tpu"
     topology: str = Field(
         "2x2x4", description="Ironwood slice topology per node pool (seed: 2x2x4 = 16 chips on 4 hosts).")
     slices: int = Field(2, ge=1, le=8, description="Slices = node pools = SGLang replicas (seed: 2).")
@@ -317,8 +381,29 @@ class TpuConfig(Section):
     day0Image: Optional[str] = Field(
         None, description="Image of the day-0 SGLang TPU build (required for engineProfile=day0).")
 
-    def check_capacity_source(self) -> None:
+    def check_active(self) -> None:
         """Rules that apply only when the TPU track is deployed (the CLI hands every stack all defaults)."""
+        if self.topology not in catalog.TPU_MULTIHOST_TOPOLOGIES:
+            shape = re.fullmatch(r"([0-9]+)x([0-9]+)x([0-9]+)", self.topology)
+            if shape and catalog.topology_chips(self.topology) <= catalog.IRONWOOD.chips_per_host:
+                why = "a single-host slice: it takes no workload policy, and one host cannot hold the model"
+            elif shape:
+                why = "this program has no source-backed Ironwood node-pool and engine layout for this shape yet"
+            else:
+                why = "an Ironwood topology is <x>x<y>x<z> chips"
+            _fail(self.key("topology"), self.topology,
+                  f"{why}; it deploys the multi-host topologies {', '.join(catalog.TPU_MULTIHOST_TOPOLOGIES)}")
+        devices = self.chips_per_slice * catalog.IRONWOOD.tensorcores_per_chip
+        if self.tensorParallel != devices:
+            field = self.blame("tensorParallel", "topology")
+            _fail(self.key(field), getattr(self, field),
+                  f"a {self.topology} slice has {self.chips_per_slice} chips x "
+                  f"{catalog.IRONWOOD.tensorcores_per_chip} TensorCores = {devices} devices; tpu.tensorParallel "
+                  f"({self.tensorParallel}) must be {devices}")
+        if self.tensorParallel % self.expertParallel:
+            field = self.blame("expertParallel", "tensorParallel")
+            _fail(self.key(field), getattr(self, field),
+                  f"tpu.expertParallel ({self.expertParallel}) must divide tpu.tensorParallel ({self.tensorParallel})")
         if self.engineProfile == "day0" and not self.day0Image:
             _fail(self.key("day0Image"), None, "engineProfile=day0 needs the image that carries the day-0 flags")
         if self.spot and self.reservation:
@@ -337,17 +422,10 @@ class TpuConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> TpuConfig:
-        if self.topology not in catalog.TPU_MULTIHOST_TOPOLOGIES:
-            _fail(self.key("topology"), self.topology,
-                  f"expected a multi-host Ironwood topology: {', '.join(catalog.TPU_MULTIHOST_TOPOLOGIES)}")
-        devices = self.chips_per_slice * catalog.IRONWOOD.tensorcores_per_chip
-        if self.tensorParallel != devices:
-            _fail(self.key("tensorParallel"), self.tensorParallel,
-                  f"a {self.topology} slice has {self.chips_per_slice} chips x "
-                  f"{catalog.IRONWOOD.tensorcores_per_chip} TensorCores = {devices} devices; TP must be {devices}")
-        if self.tensorParallel % self.expertParallel:
-            _fail(self.key("expertParallel"), self.expertParallel,
-                  f"must divide tpu.tensorParallel ({self.tensorParallel})")
+        if not re.fullmatch(r"[0-9]+x[0-9]+x[0-9]+", self.topology):
+            _fail(self.key("topology"), self.topology, "an Ironwood topology is <x>x<y>x<z> chips, e.g. '2x2x4'")
+        if self.day0Image is not None and (problem := imageref.reference_problem(self.day0Image)):
+            _fail(self.key("day0Image"), self.day0Image, problem)
         _check_reservation(self)
         return self
 
@@ -362,6 +440,13 @@ class KubernetesConfig(Section):
         if len(self.namespace) > 63 or not _NAME.match(self.namespace):
             _fail(self.key("namespace"), self.namespace, "a namespace is 1-63 characters of a-z, 0-9 and '-' "
                   "(https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#dns-label-names)")
+        owner = catalog.RESERVED_NAMESPACES.get(self.namespace) or catalog.CHART_NAMESPACES.get(self.namespace) or next(
+            (why for prefix, why in catalog.RESERVED_NAMESPACE_PREFIXES.items() if self.namespace.startswith(prefix)),
+            None)
+        if owner:
+            _fail(self.key("namespace"), self.namespace,
+                  f"belongs to {owner}; the stack gives its namespace a default-deny NetworkPolicy and a quota, so "
+                  f"pick a namespace of its own, e.g. '{catalog.GUIDE_NAME}'")
         return self
 
 
@@ -406,20 +491,29 @@ class BenchmarkConfig(Section):
     runId: Optional[str] = Field(
         None, description="Folder name of this run's reports under benchmarks/<stack>/ (the driver sets it).")
 
+    @model_validator(mode="after")
+    def _check(self) -> BenchmarkConfig:
+        # The run id is a folder name in the bucket and a label value (components/naming.py): refused, not rewritten.
+        if self.runId is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,62}", self.runId):
+            _fail(self.key("runId"), self.runId, "1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or "
+                                                 "digit (a folder name and a label value, kept as written)")
+        return self
 
 
 class LifecycleConfig(Section):
     prefix: ClassVar[str] = "lifecycle"
     maxLifetimeHours: int = Field(
-        24, ge=1, le=720, description="Label `max-lifetime-hours` on billable resources, so a forgotten stack shows.")
+        24, ge=1, description="Label `max-lifetime-hours` on billable resources, so a forgotten stack shows.")
 
 
 class CostConfig(Section):
     """Prices the public table lacks (accelerators) or that you negotiated; decimal USD as strings."""
 
     prefix: ClassVar[str] = "cost"
-    gpuNodeHourUsd: Optional[str] = Field(None, description="Price of one GPU node-hour (A4X Max has no list price).")
-    tpuChipHourUsd: Optional[str] = Field(None, description="Price of one Ironwood chip-hour.")
+    gpuNodeHourUsd: Optional[str] = Field(None, description="Price of one GPU node-hour (A4X Max has no list price).",
+                                          json_schema_extra=for_track("gpu", warn=True))
+    tpuChipHourUsd: Optional[str] = Field(None, description="Price of one Ironwood chip-hour.",
+                                          json_schema_extra=for_track("tpu", warn=True))
     cpuNodeHourUsd: Optional[str] = Field(None, description="Price of one CPU node-hour (system and transfer pools).")
 
     @model_validator(mode="after")
@@ -468,9 +562,20 @@ class StorageConfig(Section):
     def _check(self) -> StorageConfig:
         if self.bucketName is not None:
             check_bucket_name(self.key("bucketName"), self.bucketName)
-        if not self.checkpointPrefix.endswith("/") or self.checkpointPrefix.startswith("/"):
-            _fail(self.key("checkpointPrefix"), self.checkpointPrefix, "a folder path such as 'models/kimi/' "
-                                                                      "(trailing '/', no leading '/')")
+        prefix = self.checkpointPrefix
+        if re.match(r"[a-z][a-z0-9+.-]*://", prefix):
+            _fail(self.key("checkpointPrefix"), prefix, "a folder inside storage.bucketName, not a URI: give the bucket "
+                                                       "in storage.bucketName and the folder here, e.g. 'models/kimi/'")
+        if not prefix.endswith("/") or prefix.startswith("/"):
+            _fail(self.key("checkpointPrefix"), prefix, "a folder path such as 'models/kimi/' "
+                                                       "(trailing '/', no leading '/')")
+        if any(part in ("", ".", "..") for part in prefix[:-1].split("/")) or re.search(r"[\x00-\x1f\x7f#\[\]*?]", prefix) \
+                or len(prefix.encode()) > 1024 - 64:
+            # Object names: no '.'/'..' segments, control characters or wildcard characters; 1024 bytes in all
+            # (https://cloud.google.com/storage/docs/objects#naming), leaving room for the checkpoint's file names.
+            _fail(self.key("checkpointPrefix"), prefix, "folder names must not be empty, '.' or '..', nor hold "
+                                                       "control or wildcard characters (#[]*?) "
+                                                       "(https://cloud.google.com/storage/docs/objects#naming)")
         if self.bucketExists and self.deleteCheckpointOnDestroy:
             _fail(self.key("deleteCheckpointOnDestroy"), True,
                   "a bucket the stack only uses (storage.bucketExists=true) is never deleted by it; set one of them")
@@ -509,7 +614,8 @@ class ModelConfig(Section):
     kdaHeadDim: int = Field(128, ge=1, description="Assumption: KDA head dimension (Kimi Linear 48B-A3B analog).")
     replicatedWeightsGB: int = Field(
         0, ge=0, description="Assumption: non-expert weights (GB) every GPU data-parallel engine holds whole; "
-                             "unpublished for K3.1, 0 = all weights shard evenly.")
+                             "unpublished for K3.1, 0 = all weights shard evenly.",
+        json_schema_extra=for_track("gpu"))
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
@@ -523,13 +629,20 @@ class ModelConfig(Section):
         if self.contextLength is not None and not 1024 <= self.contextLength <= limit:
             _fail(self.key("contextLength"), self.contextLength,
                   f"must be 1024-{limit} (the model's max_position_embeddings)")
+        if self.path.rstrip("/") != contract.MODELS_MOUNT_PATH:
+            _fail(self.key("path"), self.path, f"the checkpoint is the weights volume's root, mounted at "
+                                               f"{contract.MODELS_MOUNT_PATH} in every pod; any other folder points "
+                                               f"the engine away from the weights")
         if self.speculative in ("nextn", "dflash"):
             if not self.draftModelPath:
                 _fail(self.key("draftModelPath"), None, f"model.speculative={self.speculative} needs the drafter's "
                                                         f"folder under {self.path}/")
-            if not self.draftModelPath.startswith(self.path.rstrip("/") + "/"):
+            parts = self.draftModelPath.split("/")
+            if not self.draftModelPath.startswith(self.path.rstrip("/") + "/") or ".." in parts or "." in parts \
+                    or "" in parts[1:-1] or self.draftModelPath.rstrip("/") == self.path.rstrip("/"):
                 _fail(self.key("draftModelPath"), self.draftModelPath,
-                      f"must be inside the read-only weights volume, e.g. {self.path}/drafter")
+                      f"must be a folder inside the read-only weights volume, without '.' or '..' segments, "
+                      f"e.g. {self.path}/drafter")
         return self
 
 
@@ -546,37 +659,47 @@ class RouterConfig(Section):
         None, description="URL in-cluster load (benchmark, calibration) is sent to; default the standalone router's "
                           "Service; required in gateway mode, e.g. the Gateway's address.")
 
+    @model_validator(mode="after")
+    def _check(self) -> RouterConfig:
+        if self.clientUrl is not None:
+            try:
+                url = urlsplit(self.clientUrl)
+                url.port  # noqa: B018 (raises on a port that is not a number)
+            except ValueError:
+                url = None
+            if url is None or url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
+                _fail(self.key("clientUrl"), self.clientUrl, "an http:// or https:// URL with a host and no query, "
+                                                             "e.g. http://10.0.0.10 or http://gateway.example:8080")
+        return self
 
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
-
-def _digest_field(image: str) -> Any:
-    return Field(None, description=f"Digest (sha256:...) of the {image} image; when set, pods pull tag@digest.")
+def _digest_field(image: str, track: Optional[str] = None) -> Any:
+    return Field(None, description=f"Digest (sha256:...) of the {image} image; when set, pods pull tag@digest.",
+                 json_schema_extra=for_track(track, warn=True) if track else None)
 
 
 class ImagesConfig(Section):
     """Optional digests of the pinned images (components/images.py); a tag can move, a digest cannot."""
 
     prefix: ClassVar[str] = "images"
-    vllmDigest: Optional[str] = _digest_field("vLLM")
-    routingSidecarDigest: Optional[str] = _digest_field("P/D routing sidecar")
+    vllmDigest: Optional[str] = _digest_field("vLLM", "gpu")
+    routingSidecarDigest: Optional[str] = _digest_field("P/D routing sidecar", "gpu")
     eppDigest: Optional[str] = _digest_field("router EPP")
     envoyDigest: Optional[str] = _digest_field("standalone router's Envoy proxy")
-    jaxTpuDigest: Optional[str] = _digest_field("JAX TPU (sglang-jax base)")
-    asapdLiteDigest: Optional[str] = _digest_field("asapd-lite NIC initializer")
+    jaxTpuDigest: Optional[str] = _digest_field("JAX TPU (sglang-jax base)", "tpu")
+    asapdLiteDigest: Optional[str] = _digest_field("asapd-lite NIC initializer", "gpu")
     calibrationDigest: Optional[str] = _digest_field("calibration Job's Python")
     stagingDigest: Optional[str] = _digest_field("checkpoint staging Job's Python")
     inferencePerfDigest: Optional[str] = _digest_field("inference-perf benchmark")
     lwsDigest: Optional[str] = _digest_field("LeaderWorkerSet controller")
-    draDriverDigest: Optional[str] = _digest_field("NVIDIA DRA driver")
+    draDriverDigest: Optional[str] = _digest_field("NVIDIA DRA driver", "gpu")
 
     @model_validator(mode="after")
     def _check(self) -> ImagesConfig:
         for field in type(self).model_fields:
             value = getattr(self, field)
-            if value is not None and not _DIGEST.fullmatch(value):
-                _fail(self.key(field), value, "expected 'sha256:' and 64 lowercase hex digits (the image's digest, "
-                                              "e.g. from `crane digest <image>`)")
+            if value is not None and (problem := imageref.digest_problem(value)):
+                _fail(self.key(field), value, f"{problem} (the image's digest, e.g. from `crane digest <image>`)")
         return self
 
 
@@ -613,14 +736,19 @@ class StackConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> StackConfig:
+        for key, why, warn in self.inert_keys():
+            if not warn:
+                section, field = key.split(".", 1)
+                _fail(key, getattr(getattr(self, section), field), why)
         if self.track == "gpu":
+            self.gpu.check_active()
             machine = self.gpu.spec
             if machine.reservation_only and not self.gpu.reservation:
                 _fail("gpu.reservation", None, f"{machine.machine_type} is reservation-only: set the name of "
                                                "your specific reservation")
             zones = machine.zones
         else:
-            self.tpu.check_capacity_source()
+            self.tpu.check_active()
             zones = catalog.IRONWOOD.zones
         if self.gcp.zone not in zones and not self.gcp.allowUnlistedZone:
             machine = self.gpu.spec if self.track == "gpu" else catalog.IRONWOOD
@@ -636,21 +764,93 @@ class StackConfig(BaseModel):
                                             "address, e.g. http://10.0.0.10")
         if self.track == "gpu" and self.model.speculative == "nextn":
             _fail("model.speculative", "nextn", "vLLM has no NEXTN drafter; use mtp or dflash on the gpu track")
+        self._check_derived_names()
+        self._check_address_space()
+        if self.benchmark.enabled:
+            self._check_session()
+        return self
+
+    def inert_keys(self) -> list[tuple[str, str, bool]]:
+        """(key, why it has no effect, warn-only) for every key set away from its default that this stack's track or
+        profile never reads. Section `track`, field `for_track` metadata and INERT_WHEN are the data."""
+        found: list[tuple[str, str, bool]] = []
+        for prefix, section_type in SECTIONS.items():
+            section = getattr(self, prefix)
+            for field in section.changed():
+                extra = section_type.model_fields[field].json_schema_extra or {}
+                track = section_type.track or (extra.get("track") if isinstance(extra, dict) else None)
+                if track and track != self.track:
+                    found.append((f"{prefix}.{field}", f"a {track}-track key; this stack's track is {self.track!r}, "
+                                                       f"which never reads it: remove it from this stack file",
+                                  bool(isinstance(extra, dict) and extra.get("warn"))))
+        for key, when in INERT_WHEN.items():
+            section, field = key.split(".", 1)
+            if field in getattr(self, section).changed() and (why := when(self)):
+                found.append((key, f"has no effect while {why}: remove it or change that key", False))
+        return found
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per key that has no effect but may legitimately sit in a file both tracks share."""
+        return [f"warning: {PROJECT}:{key} has no effect: {why.split(': remove', 1)[0]}"
+                for key, why, warn in self.inert_keys() if warn]
+
+    def _check_derived_names(self) -> None:
+        """Names derived from a key are checked as themselves but blamed on that key, shown by their own name."""
         _check_name("cluster.name", self.cluster_name, 40, GKE_CLUSTER_NAMING)
-        # The node service account's ID is <cluster>-nodes.
-        _check_name("cluster.name", f"{self.cluster_name}-nodes", 30, SERVICE_ACCOUNT_ID_RULES)
+        account = f"{self.cluster_name}-nodes"  # the node service account's ID
+        try:
+            _check_name("cluster.name", account, 30, SERVICE_ACCOUNT_ID_RULES)
+        except ConfigError as err:
+            _fail("cluster.name", self.cluster.name, f"the node service account ID {account!r} derived from it "
+                                                     f"{err.problem}; use a cluster name of at most 24 characters")
         if self.storage.bucketName is None:
-            check_bucket_name("gcp.project", self.bucket_name)  # the default bucket name derives from it
+            try:
+                check_bucket_name("storage.bucketName", self.bucket_name)
+            except ConfigError as err:
+                _fail("gcp.project", self.gcp.project,
+                      f"the default storage.bucketName {self.bucket_name!r} derived from it is {err.problem}; "
+                      f"set storage.bucketName")
+
+    def _check_address_space(self) -> None:
+        """The node range must hold every node, the pod range one per-node range per node."""
+        nodes = self.systemPool.nodeCount + self.transferPool.nodeCount + (
+            self.gpu.node_count if self.track == "gpu" else self.tpu.slices * self.tpu.hosts_per_slice)
+        net = self.network
+        node_net = ipaddress.IPv4Network(net.nodesCidr)
+        usable = node_net.num_addresses - cidrs.SUBNET_RESERVED_ADDRESSES
+        if usable < nodes:
+            _fail("network.nodesCidr", net.nodesCidr,
+                  f"a /{node_net.prefixlen} holds {usable} node addresses ({cidrs.SUBNET_RESERVED_ADDRESSES} of "
+                  f"{node_net.num_addresses} are reserved) but the stack creates {nodes} nodes; use a /"
+                  f"{cidrs.prefix_for(nodes + cidrs.SUBNET_RESERVED_ADDRESSES)} or wider")
+        pods = ipaddress.IPv4Network(net.podsCidr)
+        per_node = 2 ** (32 - cidrs.POD_RANGE_PREFIX_PER_NODE)
+        if pods.num_addresses // per_node < nodes:
+            _fail("network.podsCidr", net.podsCidr,
+                  f"GKE gives each node a /{cidrs.POD_RANGE_PREFIX_PER_NODE} of it ({cidrs.MAX_PODS_PER_NODE} pods "
+                  f"per node, {cidrs.POD_RANGE_SOURCE}), so a /{pods.prefixlen} serves "
+                  f"{pods.num_addresses // per_node} nodes but the stack creates {nodes}; use a /"
+                  f"{cidrs.prefix_for(nodes * per_node)} or wider")
+
+    def _check_session(self) -> None:
         b = self.benchmark
         session = b.systemPromptTokens + b.turnsPerConversation * (b.inputTokensPerTurn + b.outputTokensPerTurn)
-        if session > self.context_length:
-            key = "benchmark.systemPromptTokens" if b.systemPromptTokens >= self.context_length \
-                else "benchmark.turnsPerConversation"
-            _fail(key, getattr(b, key.split(".")[1]),
-                  f"a session of {b.systemPromptTokens} system + {b.turnsPerConversation} turns x "
-                  f"({b.inputTokensPerTurn} in + {b.outputTokensPerTurn} out) = {session:,} tokens exceeds the "
-                  f"served context of {self.context_length:,} (model.contextLength)")
-        return self
+        if session <= self.context_length:
+            return
+        changed = b.changed()
+        field = next((f for f in ("outputTokensPerTurn", "inputTokensPerTurn", "turnsPerConversation",
+                                  "systemPromptTokens") if f in changed), None)
+        if field is None and self.model.contextLength is not None:
+            key, value = "model.contextLength", self.model.contextLength
+        else:
+            key = f"benchmark.{field or 'turnsPerConversation'}"
+            value = getattr(b, key.split(".")[1])
+        served = "model.contextLength" if self.model.contextLength is not None else \
+            f"model.contextLength's {self.track} default"
+        _fail(key, value, f"a benchmark session of {b.systemPromptTokens} system + {b.turnsPerConversation} turns x "
+                          f"({b.inputTokensPerTurn} in + {b.outputTokensPerTurn} out) = {session:,} tokens exceeds the "
+                          f"served context of {self.context_length:,} tokens ({served})")
 
     @property
     def cluster_name(self) -> str:
@@ -668,6 +868,16 @@ class StackConfig(BaseModel):
     @property
     def context_length(self) -> int:
         return self.model.contextLength or (catalog.KIMI.max_positions if self.track == "gpu" else 480 * 1024)
+
+
+INERT_WHEN: dict[str, Callable[[StackConfig], Optional[str]]] = {
+    # Keys that only act under another key's value: key -> why it is inert now, or None when it acts.
+    "tpu.day0Image": lambda c: "tpu.engineProfile is 'release'" if c.tpu.engineProfile != "day0" else None,
+    "router.gatewayClass": lambda c: "router.mode is 'standalone'" if c.router.mode != "gateway" else None,
+    "model.draftModelPath": lambda c: (f"model.speculative is {c.model.speculative!r}"
+                                       if c.model.speculative not in ("nextn", "dflash") else None),
+    "model.speculativeTokens": lambda c: "model.speculative is 'off'" if c.model.speculative == "off" else None,
+}
 
 
 # --------------------------------------------------------------------------- loading

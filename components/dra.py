@@ -19,7 +19,7 @@ from .base import Args, Component, StrInput
 from .config import ImagesConfig
 from .versions import NVIDIA_DRA_DRIVER_CHART
 
-DRA_NAMESPACE = "nvidia-dra-driver-gpu"
+DRA_NAMESPACE = catalog.DRA_NAMESPACE
 NVIDIA_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
 """Where GKE installs the NVIDIA driver on COS nodes
 (https://github.com/NVIDIA/aicr/blob/9b6263c1d690/docs/integrator/gke-a4x-max-networking.md)."""

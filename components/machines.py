@@ -67,12 +67,47 @@ def _gb(value: float) -> int:
 
 
 GENERAL_PURPOSE = "https://cloud.google.com/compute/docs/general-purpose-machines"
+DISK_TYPES = "https://cloud.google.com/compute/docs/disks#disk-types"
+
+
+@dataclass(frozen=True)
+class CpuSeries:
+    """A machine series the CPU pools (system, weights transfer) may use: its predefined `standard` shapes and
+    the boot disk type the pool gives its nodes (one the series boots from)."""
+
+    series: str
+    vcpus: tuple[int, ...]
+    gb_per_vcpu: int
+    boot_disk: str
+    source: str
+
+    def machine_types(self) -> tuple[str, ...]:
+        return tuple(f"{self.series}-standard-{n}" for n in self.vcpus)
+
+
+CPU_SERIES: dict[str, CpuSeries] = {s.series: s for s in (
+    # Shapes as the on-demand price table lists them (components/prices.py CPU_MACHINE_HOUR, read from
+    # https://cloud.google.com/compute/vm-instance-pricing), 4 GB per vCPU in both standard series
+    # (GENERAL_PURPOSE); both boot from Persistent Disk, so pd-balanced (DISK_TYPES).
+    CpuSeries("n2", (2, 4, 8, 16, 32), 4, "pd-balanced", f"{GENERAL_PURPOSE} (N2 standard)"),
+    CpuSeries("c3", (4, 8, 22, 44, 88), 4, "pd-balanced", f"{GENERAL_PURPOSE} (C3 standard)"),
+)}
+HYPERDISK_ONLY_SERIES = ("n4", "c4", "c4a", "c4d")
+"""Series that attach Hyperdisk only, so a pd-balanced boot disk fails at node creation
+(https://cloud.google.com/compute/docs/disks/hyperdisks, machine series support); the CPU pools have no shapes for
+them in CPU_SERIES yet."""
+
+
+def cpu_series(machine_type: str) -> CpuSeries | None:
+    """The series of a machine type CPU_SERIES lists, else None."""
+    series = CPU_SERIES.get(machine_type.split("-", 1)[0])
+    return series if series and machine_type in series.machine_types() else None
+
+
 MACHINES: dict[str, Machine] = {m.machine_type: m for m in (
-    # The system pool's default and the weights-transfer pool's machine (4 GB per vCPU in both series).
-    Machine("n2-standard-4", 4, _gb(16), "amd64", f"{GENERAL_PURPOSE} (N2 standard: 4 vCPU, 16 GB)"),
-    Machine("n2-standard-8", 8, _gb(32), "amd64", f"{GENERAL_PURPOSE} (N2 standard: 8 vCPU, 32 GB)"),
-    Machine("n2-standard-16", 16, _gb(64), "amd64", f"{GENERAL_PURPOSE} (N2 standard: 16 vCPU, 64 GB)"),
-    Machine("c3-standard-44", 44, _gb(176), "amd64", f"{GENERAL_PURPOSE} (C3 standard: 44 vCPU, 176 GB)"),
+    *(Machine(machine_type, n, _gb(n * series.gb_per_vcpu), "amd64",
+              f"{series.source}: {n} vCPU, {n * series.gb_per_vcpu} GB")
+      for series in CPU_SERIES.values() for n, machine_type in zip(series.vcpus, series.machine_types())),
     *(Machine(g.machine_type, g.vcpus, _gb(g.host_memory_gb), "arm64",
               "components/catalog.py GPU_MACHINES (Grace CPU, Arm)",
               extended=(("nvidia.com/gpu", g.gpus_per_node),))

@@ -12,7 +12,7 @@ from typing import Optional
 import pulumi
 import pulumi_gcp as gcp
 
-from . import catalog
+from . import catalog, machines
 from .base import Args, Component, StrInput
 
 POOL_TIMEOUTS = pulumi.CustomTimeouts(create="120m", update="120m", delete="60m")
@@ -112,7 +112,7 @@ class CpuPools(Component):
                 node_config=_node_config(
                     common,
                     machine_type=pool.machine_type,
-                    disk_type="pd-balanced",
+                    disk_type=machines.cpu_series(pool.machine_type).boot_disk,
                     disk_size_gb=catalog.BOOT_DISK_GB_CPU,
                     labels=pool.labels or None,
                     taints=[_taint(t) for t in pool.taints] or None,

@@ -18,7 +18,7 @@ from .base import Args, Component
 from .config import ImagesConfig
 from .versions import LWS_CHART
 
-LWS_NAMESPACE = "lws-system"
+LWS_NAMESPACE = catalog.LWS_NAMESPACE
 
 
 class PlatformArgs(Args):

@@ -81,12 +81,13 @@ def test_replicated_non_expert_weights_assumption():
     # 2-node groups at 74%: 8 GPUs hold 195e9 B of weights each, leaving 11.46e9 B per engine = 820,514 tokens,
     # less than one 1,048,576-token sequence, although the group as a whole holds 6.5M tokens.
     ("gpu", {"gpu__prefillNodesPerGroup": 2, "gpu__decodeNodesPerGroup": 2, "gpu__gpuMemoryPercent": 74},
-     "kimi-k3-1:model.contextLength = 1048576: one sequence needs 14.6 GB of KV but one engine's pool holds 820514 "
-     "tokens; lower it or change gpu.decodeNodesPerGroup or gpu.gpuMemoryPercent"),
+     "kimi-k3-1:gpu.decodeNodesPerGroup = 2: one sequence of 1,048,576 tokens needs 14.6 GB of KV cache but one "
+     "engine's pool holds 11.5 GB (820,514 tokens); lower it or change gpu.decodeNodesPerGroup or "
+     "gpu.gpuMemoryPercent"),
     # 52%: pool 4.85e9 B holds 343,356 tokens, less than one 491,520-token sequence.
     ("tpu", {"tpu__memFractionPercent": 52},
-     "kimi-k3-1:model.contextLength = 491520: one sequence needs 6.9 GB of KV but one engine's pool holds 343356 "
-     "tokens; lower it or change tpu.topology or tpu.memFractionPercent"),
+     "kimi-k3-1:tpu.memFractionPercent = 52: one sequence of 491,520 tokens needs 6.9 GB of KV cache but one "
+     "engine's pool holds 4.9 GB (343,356 tokens); lower it or change tpu.topology or tpu.memFractionPercent"),
     # Ratio 4: 4 x 38.87e9 x 8 = 1,158 GiB per host.
     ("tpu", {"tpu__hicacheRatio": 4},
      "kimi-k3-1:tpu.hicacheRatio = 4: the host pool would take 1158 GiB per node, over 720 GiB of the ~800 GiB "

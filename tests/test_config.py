@@ -66,12 +66,17 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
 @pytest.mark.parametrize("stack,changes,expected", [
     # Topology vs hosts vs chips vs parallelism.
     ("tpu", {"tpu__topology": "2x2x1"},
-     "kimi-k3-1:tpu.topology = '2x2x1': expected a multi-host Ironwood topology: 2x2x2, 2x2x4"),
+     "kimi-k3-1:tpu.topology = '2x2x1': a single-host slice: it takes no workload policy, and one host cannot hold "
+     "the model; it deploys the multi-host topologies 2x2x2, 2x2x4, 2x4x4, 4x4x4"),
     ("tpu", {"tpu__tensorParallel": 16},
-     "kimi-k3-1:tpu.tensorParallel = 16: a 2x2x4 slice has 16 chips x 2 TensorCores = 32 devices; TP must be 32"),
+     "kimi-k3-1:tpu.tensorParallel = 16: a 2x2x4 slice has 16 chips x 2 TensorCores = 32 devices; "
+     "tpu.tensorParallel (16) must be 32"),
     ("tpu", {"tpu__topology": "2x2x2"},
-     "kimi-k3-1:tpu.tensorParallel = 32: a 2x2x2 slice has 8 chips x 2 TensorCores = 16 devices; TP must be 16"),
-    ("tpu", {"tpu__expertParallel": 5}, "kimi-k3-1:tpu.expertParallel = 5: must divide tpu.tensorParallel (32)"),
+     # The topology is what changed (TP is at its default), so the topology is named.
+     "kimi-k3-1:tpu.topology = '2x2x2': a 2x2x2 slice has 8 chips x 2 TensorCores = 16 devices; "
+     "tpu.tensorParallel (32) must be 16"),
+    ("tpu", {"tpu__expertParallel": 5},
+     "kimi-k3-1:tpu.expertParallel = 5: tpu.expertParallel (5) must divide tpu.tensorParallel (32)"),
     ("tpu", {"tpu__reservation": None},
      "kimi-k3-1:tpu.reservation = (unset): Ironwood capacity comes from a reservation: set tpu.reservation, "
      "or tpu.spot=true for Spot capacity"),
@@ -109,9 +114,11 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
      "0-9 and '-', start with a letter and not end with '-' "
      "(https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters)"),
     ("gpu", {"cluster__name": "kimi-k3-1-gpu-benchmark-stack"},
-     "kimi-k3-1:cluster.name = 'kimi-k3-1-gpu-benchmark-stack-nodes': must be 1-30 characters of a-z, 0-9 and "
+     "kimi-k3-1:cluster.name = 'kimi-k3-1-gpu-benchmark-stack': the node service account ID "
+     "'kimi-k3-1-gpu-benchmark-stack-nodes' derived from it must be 1-30 characters of a-z, 0-9 and "
      "'-', start with a letter and not end with '-' "
-     "(https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/create)"),
+     "(https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/create); use a cluster name of "
+     "at most 24 characters"),
     ("gpu", {"storage__bucketName": "Weights!"},
      "kimi-k3-1:storage.bucketName = 'Weights!': not a valid bucket name: only a-z, 0-9, '-', '_' and '.', "
      "starting and ending with a letter or digit (https://cloud.google.com/storage/docs/naming-buckets)"),

@@ -106,16 +106,16 @@ NAME = "must be 1-63 characters of a-z, 0-9 and '-', start with a letter and not
     ("tpu", {"cost__tpuChipHourUsd": "1e999"}, "kimi-k3-1:cost.tpuChipHourUsd = '1e999': expected a finite number"),
     ("gpu", {"benchmark__conversations": "inf"}, "kimi-k3-1:benchmark.conversations = 'inf': expected a finite number"),
     ("tpu", {"model__contextLength": ".inf"}, "kimi-k3-1:model.contextLength = '.inf': expected a finite number"),
-    # A benchmark session must fit the served context.
-    ("tpu", {"model__contextLength": 49152},
-     "kimi-k3-1:benchmark.turnsPerConversation = 8: a session of 32768 system + 8 turns x (2048 in + 512 out) = "
-     "53,248 tokens exceeds the served context of 49,152 (model.contextLength)"),
-    ("gpu", {"model__contextLength": 32768},
-     "kimi-k3-1:benchmark.systemPromptTokens = 32768: a session of 32768 system + 8 turns x (2048 in + 512 out) = "
-     "53,248 tokens exceeds the served context of 32,768 (model.contextLength)"),
-    ("gpu", {"benchmark__turnsPerConversation": 500},
-     "kimi-k3-1:benchmark.turnsPerConversation = 500: a session of 32768 system + 500 turns x (2048 in + 512 out) = "
-     "1,312,768 tokens exceeds the served context of 1,048,576 (model.contextLength)"),
+    # A benchmark session must fit the served context; the key the user changed is named.
+    ("tpu", {"benchmark__enabled": "true", "model__contextLength": 49152},
+     "kimi-k3-1:model.contextLength = 49152: a benchmark session of 32768 system + 8 turns x (2048 in + 512 out) = "
+     "53,248 tokens exceeds the served context of 49,152 tokens (model.contextLength)"),
+    ("gpu", {"benchmark__enabled": "true", "benchmark__systemPromptTokens": 1_100_000},
+     "kimi-k3-1:benchmark.systemPromptTokens = 1100000: a benchmark session of 1100000 system + 8 turns x (2048 in + "
+     "512 out) = 1,120,480 tokens exceeds the served context of 1,048,576 tokens (model.contextLength's gpu default)"),
+    ("gpu", {"benchmark__enabled": "true", "benchmark__turnsPerConversation": 500},
+     "kimi-k3-1:benchmark.turnsPerConversation = 500: a benchmark session of 32768 system + 500 turns x (2048 in + "
+     "512 out) = 1,312,768 tokens exceeds the served context of 1,048,576 tokens (model.contextLength's gpu default)"),
 ])
 def test_mistake_rejected_with_one_line(track, changes, expected):
     assert error(track, **changes) == expected
@@ -127,8 +127,11 @@ def test_names_that_read_as_numbers_are_names():
 
 def test_session_that_fits_is_accepted():
     # 32768 + 8 x 2560 = 53,248 tokens fit 65,536; with 49,152 they fit once the turns are fewer.
-    parse_config({**BASE["tpu"], "model.contextLength": "65536"})
-    parse_config({**BASE["tpu"], "model.contextLength": "49152", "benchmark.turnsPerConversation": "6"})
+    parse_config({**BASE["tpu"], "benchmark.enabled": "true", "model.contextLength": "65536"})
+    parse_config({**BASE["tpu"], "benchmark.enabled": "true", "model.contextLength": "49152",
+                  "benchmark.turnsPerConversation": "6"})
+    # With the benchmark off, its session defaults do not bound the served context.
+    parse_config({**BASE["tpu"], "model.contextLength": "8192"})
 
 
 @pytest.mark.parametrize("keys,expected", [
