@@ -157,8 +157,8 @@ def test_a_malformed_digest_stops_the_run_with_one_line():
     parse_config({**base, "images.vllmDigest": "sha256:" + "0" * 64})
     with pytest.raises(ConfigError) as err:
         parse_config({**base, "images.vllmDigest": "sha256:abc"})
-    assert str(err.value) == ("kimi-k3-1:images.vllmDigest = 'sha256:abc': expected 'sha256:' and 64 lowercase hex "
-                              "digits (the image's digest, e.g. from `crane digest <image>`)")
+    assert str(err.value) == ("kimi-k3-1:images.vllmDigest = 'sha256:abc': a sha256 digest is 64 lowercase hex "
+                              "digits after 'sha256:' (the image's digest, e.g. from `crane digest <image>`)")
 
 
 # --------------------------------------------------------------------------- the checkov scan's inputs
