@@ -13,18 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import STACKS, Plan
+from tests.conftest import STACKS, Plan, rendered
 from tools import helm_render
 
 CHART = helm_render.CHART_TYPE
-
-
-def rendered(plan: Plan) -> Plan:
-    """The plan, or a skip naming why its charts were not rendered (never a silent pass)."""
-    skipped = [f"{c['resource']}: {c['skipped']}" for c in plan.charts if c["skipped"]]
-    if skipped:
-        pytest.skip("charts not rendered: " + "; ".join(skipped))
-    return plan
 
 
 def objects(plan: Plan, chart: str) -> dict[tuple[str, str], dict[str, Any]]:

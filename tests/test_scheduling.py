@@ -9,14 +9,8 @@ import pytest
 
 from components import machines
 from tests.conftest import STACKS, Plan
+from tests.conftest import rendered as with_charts
 from tools import helm_render, scheduling
-
-
-def with_charts(plan: Plan) -> Plan:
-    skipped = [c["skipped"] for c in plan.charts if c["skipped"]]
-    if skipped:
-        pytest.skip("charts not rendered, so their pods are not in the plan: " + "; ".join(skipped))
-    return plan
 
 
 def run(plan: Plan, manifests: list[dict[str, Any]] | None = None, resources: list[dict[str, Any]] | None = None):
