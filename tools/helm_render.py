@@ -26,8 +26,10 @@ import io
 import json
 import os
 import re
+import shutil
 import sys
 import tarfile
+import tempfile
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -265,26 +267,99 @@ def chart_objects(manifests_or_resources: list[dict[str, Any]]) -> list[tuple[st
 
 
 # --------------------------------------------------------------------------- fetching from the registries
-def fetch(target: Path = FETCH_DIR) -> int:
-    """Pull every pinned chart from its registry into `target`, keeping only copies whose content digest matches
-    components/versions.py. Needs network access to the chart registries."""
+OCI_MIRROR_ENV = "KIMI_OCI_MIRROR"
+"""`[http://|https://]host[:port]` that stands in for the registry host of every `oci://` chart (paths kept);
+`http://` talks plain HTTP (a mirror on loopback)."""
+REPO_MIRROR_ENV = "KIMI_CHART_REPO_MIRROR"
+"""A classic chart repository URL that stands in for the pinned repository of the charts that have one."""
+WHAT_TO_SET = (f"needs the registry over the network: behind a proxy set HTTPS_PROXY; with a mirror set "
+               f"{OCI_MIRROR_ENV} (oci:// charts) or {REPO_MIRROR_ENV} (the others); or set KIMI_CHARTS_DIR to a "
+               "folder holding the pinned charts")
+
+
+@dataclass(frozen=True)
+class PullSource:
+    chart_ref: str
+    """What Helm pulls: `oci://host/path/name` or, with `repo_url`, the chart's name."""
+    repo_url: str | None
+    plain_http: bool
+    where: str
+    """The registry or repository as the user would look it up."""
+
+
+def pull_source(ref: Any, oci_mirror: str | None = None, repo_mirror: str | None = None) -> PullSource:
+    """Where a pinned chart is pulled from: its own registry, or the mirror given for its protocol."""
+    if ref.repo is None:
+        chart_ref, plain_http = ref.chart, False
+        if oci_mirror:
+            scheme, _, host = oci_mirror.rstrip("/").rpartition("://")
+            path = ref.chart.removeprefix("oci://").split("/", 1)[1]
+            chart_ref, plain_http = f"oci://{host}/{path}", scheme == "http"
+        return PullSource(chart_ref, None, plain_http, chart_ref)
+    repo = (repo_mirror or ref.repo).rstrip("/")
+    return PullSource(chart_dir_name(ref.chart), repo, False, repo)
+
+
+def _pull(helm_python: Any, source: PullSource, version: str, destination: str) -> Path:
+    """Helm's pull of one chart version; the archive's path. An `oci://` chart is tagged with or without a
+    leading `v` depending on its project's release script, and Helm takes an explicit version as the tag
+    verbatim (its tag listing drops tags that are not strict semver, such as `v0.11.1`), so the other spelling
+    is tried when the registry has no such tag."""
+    spellings = [version]
+    if source.repo_url is None:
+        spellings.append(version[1:] if version.startswith("v") else f"v{version}")
+    for spelling in spellings:
+        try:
+            pulled = helm_python.pull(source.chart_ref, version=spelling, repo_url=source.repo_url,
+                                      plain_http=source.plain_http, destination=destination)
+        except helm_python.HelmError as err:
+            if spelling == spellings[-1] or "not found" not in str(err):
+                raise
+            continue
+        return Path(pulled.get("output") or next(Path(destination).glob("*.tgz")))
+    raise AssertionError("unreachable")
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def fetch(target: Path = FETCH_DIR, charts: list[str] | None = None, oci_mirror: str | None = None,
+          repo_mirror: str | None = None) -> int:
+    """Pull every pinned chart (or the ones named) from its registry, or the mirror given, with Helm's own pull
+    into `target`, keeping only copies whose content digest matches components/versions.py. One line per chart
+    on stderr for each that could not be used."""
     import helm_python
 
-    failures = 0
-    for name, ref in sorted(pinned_charts().items()):
+    oci_mirror = oci_mirror or os.environ.get(OCI_MIRROR_ENV) or None
+    repo_mirror = repo_mirror or os.environ.get(REPO_MIRROR_ENV) or None
+    pinned = pinned_charts()
+    unknown = sorted(set(charts or ()) - set(pinned))
+    if unknown:
+        print(f"not pinned in components/versions.py: {', '.join(unknown)} (pinned: {', '.join(sorted(pinned))})",
+              file=sys.stderr)
+        return 2
+    fetched = 0
+    chosen = sorted(charts or pinned)
+    for name in chosen:
+        ref = pinned[name]
+        source = pull_source(ref, oci_mirror, repo_mirror)
         target.mkdir(parents=True, exist_ok=True)
-        try:
-            pulled = helm_python.pull(ref.chart, version=ref.version, repo_url=ref.repo, destination=str(target))
-            archive = Path(pulled["output"])
-            data = archive.read_bytes()
-            archive.unlink()
-        except (helm_python.HelmError, OSError, KeyError) as err:
-            print(f"{name} {ref.version}: pull failed: {err}", file=sys.stderr)
-            failures += 1
-            continue
-        if not install_archive(data, ref, target):
-            failures += 1
-    return 1 if failures else 0
+        with tempfile.TemporaryDirectory(dir=target) as download:
+            try:
+                data = _pull(helm_python, source, ref.version, download).read_bytes()
+            except (helm_python.HelmError, OSError, StopIteration) as err:
+                print(f"{name} {ref.version}: cannot pull from {source.where}: {_one_line(err)}; {WHAT_TO_SET}",
+                      file=sys.stderr)
+                continue
+        fetched += install_archive(data, ref, target)
+    print(f"fetched {fetched} of {len(chosen)} pinned charts into {_shown(target)}")
+    return 0 if fetched == len(chosen) else 1
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def install_archive(data: bytes, ref: Any, target: Path) -> bool:
@@ -293,10 +368,12 @@ def install_archive(data: bytes, ref: Any, target: Path) -> bool:
     files = archive_files(data)
     digest = content_digest(files)
     if digest != ref.content_sha256:
-        print(f"{name} {ref.version}: content digest {digest} is not the recorded {ref.content_sha256}; "
-              "not used", file=sys.stderr)
+        print(f"{name} {ref.version}: content digest {digest} is not the recorded {ref.content_sha256} "
+              "(components/versions.py); refused, nothing written", file=sys.stderr)
         return False
     folder = target / name
+    if folder.exists():
+        shutil.rmtree(folder)
     for path, content in files.items():
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         (folder / path).write_bytes(content)
@@ -306,13 +383,20 @@ def install_archive(data: bytes, ref: Any, target: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fetch", action="store_true", help="pull the pinned charts into build/charts/")
+    parser.add_argument("--chart", action="append", help="with --fetch: only this chart (repeatable)")
+    parser.add_argument("--into", type=Path, default=FETCH_DIR, help="with --fetch: folder to fill "
+                                                                     "(default build/charts/, where the plan looks)")
+    parser.add_argument("--oci-mirror", help=f"with --fetch: registry host for the oci:// charts "
+                                             f"(or ${OCI_MIRROR_ENV})")
+    parser.add_argument("--repo-mirror", help=f"with --fetch: chart repository URL for the others "
+                                              f"(or ${REPO_MIRROR_ENV})")
     parser.add_argument("--digest", type=Path, help="print the content digest of a chart folder")
     args = parser.parse_args(argv)
     if args.digest:
         print(content_digest(directory_files(args.digest)))
         return 0
     if args.fetch:
-        return fetch()
+        return fetch(args.into, charts=args.chart, oci_mirror=args.oci_mirror, repo_mirror=args.repo_mirror)
     parser.print_help()
     return 2
 
