@@ -9,7 +9,7 @@ IP_PYTHON ?= $(shell bash tools/python.sh)
 IP_VENV   ?= .venv-inference-perf
 IP_STAMP  := $(IP_VENV)/.installed
 
-.PHONY: plan test lint schema bench-plan actionlint clean inference-perf
+.PHONY: plan charts test lint schema bench-plan actionlint clean inference-perf
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ $(IP_STAMP): requirements-inference-perf.txt
 ## plan: render every stack (or STACK=<name>) offline into build/plan/<stack>/
 plan: $(STAMP)
 	$(PY) -m tools.plan $(if $(STACK),--stack $(STACK))
+
+## charts: pull the pinned Helm charts into build/charts/ (digest-checked), so the plan renders their objects
+charts: $(STAMP)
+	$(PY) -m tools.helm_render --fetch
 
 ## test: the whole suite: lint, config schema in sync, tests (which render and validate the plan, and run the
 ## pinned inference-perf from .venv-inference-perf)

@@ -180,14 +180,24 @@ def test_claims_on_an_unrendered_chart_are_noted_not_failed(gpu):
 
 def test_plan_without_charts_says_so(tmp_path, monkeypatch):
     """No chart copy anywhere: the plan still renders, and its summary and charts.json say what is missing."""
-    from tests.conftest import fixture_stack, run_plan
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, fixture_stack
 
     monkeypatch.setenv("KIMI_SHARED_DIR", str(tmp_path / "nothing"))
     monkeypatch.delenv("KIMI_CHARTS_DIR", raising=False)
     if helm_render.FETCH_DIR.is_dir():
         pytest.skip(f"{helm_render.FETCH_DIR} holds fetched charts")
-    proc = run_plan(tmp_path / "out", "--stack-file", str(fixture_stack("gpu")))
+    proc = subprocess.run([sys.executable, "-m", "tools.plan", "--out", str(tmp_path / "out"), "--stack-file",
+                           str(fixture_stack("gpu"))], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+    # What `make plan` prints last: the charts missing and the one command that gets them.
+    assert proc.stdout.splitlines()[-1] == (
+        "chart objects missing from the plan: no verified copy of llm-d-router-standalone v0.10.0, lws 0.11.1, "
+        "nvidia-dra-driver-gpu 25.8.0, so their objects are not in it and not checked; run `make charts` "
+        "(.venv/bin/python -m tools.helm_render --fetch) to pull the pinned charts, or set KIMI_CHARTS_DIR to a "
+        "folder holding them")
     plan = Plan(tmp_path / "out" / "gpu")
     assert all(c["skipped"].startswith("no copy of") for c in plan.charts)
     assert "chart router-chart: llm-d-router-standalone v0.10.0: not rendered: no copy of" in plan.summary

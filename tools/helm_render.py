@@ -136,8 +136,7 @@ def find_source(chart: str, version: str) -> Source:
                              f"in components/versions.py ({ref.content_sha256})")
         crds = tuple((path, files[path].decode()) for path in sorted(files) if CRD_FILE.search(path))
         return Source(folder, digest, crds=crds)
-    return Source(None, None, f"no copy of {name} {version} found (set KIMI_CHARTS_DIR, or run "
-                              f"`python -m tools.helm_render --fetch`)")
+    return Source(None, None, f"no copy of {name} {version} found (run `make charts`, or set KIMI_CHARTS_DIR)")
 
 
 @cache

@@ -202,7 +202,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"plan written to {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}/")
         if failed:
             print(f"not rendered: {', '.join(stack for stack, _ in failed)} (errors above); the other stacks were")
+        missing = missing_charts(results)
+        if missing:
+            print(f"chart objects missing from the plan: no verified copy of {', '.join(missing)}, so their objects "
+                  "are not in it and not checked; run `make charts` (.venv/bin/python -m tools.helm_render --fetch) "
+                  "to pull the pinned charts, or set KIMI_CHARTS_DIR to a folder holding them")
     return 1 if failed else 0
+
+
+def missing_charts(results: list[Result]) -> list[str]:
+    """`<chart> <version>` of every chart some rendered stack could not render (no verified copy found)."""
+    return sorted({f"{c['chart'].rsplit('/', 1)[-1]} {c['version']}" for _, document, _ in results
+                   for c in document["charts"] if c["skipped"]})
 
 
 if __name__ == "__main__":
