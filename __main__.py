@@ -16,4 +16,7 @@ except ConfigError as err:
     # RunError ends the program with this one line and no traceback; nothing has been registered.
     raise pulumi.RunError(str(err)) from None
 
+for warning in config.warnings:  # keys with no effect in a shared file, placeholders still in place
+    pulumi.log.warn(warning.removeprefix("warning: "))
+
 compose(config)

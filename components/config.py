@@ -33,6 +33,14 @@ PROVIDER_NAMESPACES = ("gcp", "kubernetes", "pulumi")
 (their own settings, e.g. `gcp:project`) and Pulumi's (`pulumi:tags`); any other is a typo
 (https://www.pulumi.com/docs/iac/concepts/config/)."""
 
+EXPLICIT_PROVIDERS = {
+    "gcp": f"gcp from {PROJECT}:gcp.project and {PROJECT}:gcp.region",
+    "kubernetes": "kubernetes from the kubeconfig of the cluster the stack creates",
+}
+"""Provider namespaces whose stack keys this program never reads: stacks/base.py and components/cluster.py pass
+every resource and invoke an explicit provider (tests/test_config_mistakes.py checks the plan has no default one)."""
+DEFAULT_PROVIDER_CONFIG = "https://www.pulumi.com/docs/iac/concepts/resources/providers/#default-provider-configuration"
+
 SECRET_KEYS = ("hfToken",)
 """Keys that only ever arrive as secrets; read with `pulumi.Config.require_secret`, never validated into
 models, so their values cannot appear in an error message."""
@@ -791,9 +799,16 @@ class StackConfig(BaseModel):
 
     @property
     def warnings(self) -> list[str]:
-        """One line per key that has no effect but may legitimately sit in a file both tracks share."""
-        return [f"warning: {PROJECT}:{key} has no effect: {why.split(': remove', 1)[0]}"
-                for key, why, warn in self.inert_keys() if warn]
+        """One line per key that has no effect but may legitimately sit in a file both tracks share, and per
+        committed placeholder still in place (`pulumi up` would fail on it only after creating resources)."""
+        lines = [f"warning: {PROJECT}:{key} has no effect: {why.split(': remove', 1)[0]}"
+                 for key, why, warn in self.inert_keys() if warn]
+        for key, placeholder in PLACEHOLDERS.items():
+            section, field = key.split(".", 1)
+            if (self.track == section or section == "gcp") and getattr(getattr(self, section), field) == placeholder:
+                lines.append(f"warning: {PROJECT}:{key} is still the committed placeholder {placeholder!r}: set "
+                             f"yours before `pulumi up`")
+        return lines
 
     def _check_derived_names(self) -> None:
         """Names derived from a key are checked as themselves but blamed on that key, shown by their own name."""
@@ -869,6 +884,13 @@ class StackConfig(BaseModel):
     def context_length(self) -> int:
         return self.model.contextLength or (catalog.KIMI.max_positions if self.track == "gpu" else 480 * 1024)
 
+
+PLACEHOLDERS = {
+    "gcp.project": "my-gcp-project",
+    "gpu.reservation": "my-a4x-max-reservation",
+    "tpu.reservation": "my-tpu7x-reservation",
+}
+"""The values the committed Pulumi.gpu.yaml / Pulumi.tpu.yaml carry, marked `# CHANGE` there."""
 
 INERT_WHEN: dict[str, Callable[[StackConfig], Optional[str]]] = {
     # Keys that only act under another key's value: key -> why it is inert now, or None when it acts.
@@ -949,6 +971,10 @@ def check_namespaces(keys: typing.Iterable[str]) -> None:
     known = (PROJECT, *PROVIDER_NAMESPACES)
     for full in sorted(keys):
         namespace, sep, rest = full.partition(":")
+        if sep and namespace in EXPLICIT_PROVIDERS:
+            raise ConfigError(full, None, f"has no effect: stack settings of a provider configure only its default "
+                                          f"provider ({DEFAULT_PROVIDER_CONFIG}), and this program gives every resource "
+                                          f"an explicit one ({EXPLICIT_PROVIDERS[namespace]}); remove it")
         if not sep or namespace in known:
             continue
         close = difflib.get_close_matches(namespace, known, n=1, cutoff=0.5)

@@ -221,6 +221,7 @@ def summary(cfg: StackConfig) -> list[str]:
     staging = capacity.weight_staging(cfg)
     capacity_cost, throughput_cost = prices.hyperdisk_ml_monthly(staging.volume_gib, staging.throughput_mibps)
     return [
+        *cfg.warnings,
         f"track {cfg.track}: cluster {cfg.cluster_name} in {cfg.gcp.region}, serving zone {cfg.gcp.zone}",
         f"accelerators: {hw}",
         f"checkpoint: {cfg.model.repoId}@{cfg.model.revision or '<main, resolved at the first up>'} staged into "

@@ -140,17 +140,36 @@ def test_session_that_fits_is_accepted():
     (["gpc:project"], "gpc:project = (unset): unknown namespace 'gpc'; did you mean gcp:project?"),
     (["kubernetse:context"], "kubernetse:context = (unset): unknown namespace 'kubernetse'; did you mean "
                              "kubernetes:context?"),
+    (["kubernetes:namespace"], "kubernetes:namespace = (unset): has no effect: stack settings of a provider configure "
+                               "only its default provider (https://www.pulumi.com/docs/iac/concepts/resources/"
+                               "providers/#default-provider-configuration), and this program gives every resource an "
+                               "explicit one (kubernetes from the kubeconfig of the cluster the stack creates); "
+                               "remove it"),
+    (["gcp:project"], "gcp:project = (unset): has no effect: stack settings of a provider configure only its default "
+                      "provider (https://www.pulumi.com/docs/iac/concepts/resources/providers/"
+                      "#default-provider-configuration), and this program gives every resource an explicit one (gcp "
+                      "from kimi-k3-1:gcp.project and kimi-k3-1:gcp.region); remove it"),
     (["aws:region"], "aws:region = (unset): unknown namespace 'aws'; this program reads kimi-k3-1:, gcp:, "
                      "kubernetes:, pulumi: keys only"),
 ])
 def test_unknown_namespace_rejected_with_did_you_mean(keys, expected):
     with pytest.raises(ConfigError) as info:
-        check_namespaces(["kimi-k3-1:track", "gcp:project", "kubernetes:context", "pulumi:tags", *keys])
+        check_namespaces(["kimi-k3-1:track", "pulumi:tags", *keys])
     assert str(info.value) == expected
 
 
 def test_known_namespaces_pass():
-    check_namespaces(["kimi-k3-1:track", "gcp:project", "kubernetes:enableServerSideApply", "pulumi:tags"])
+    check_namespaces(["kimi-k3-1:track", "pulumi:tags", "pulumi:disable-default-providers"])
+
+
+def test_every_resource_has_an_explicit_provider(plans):
+    """Why gcp:* and kubernetes:* stack keys are refused: no resource of either plan uses a default provider."""
+    for plan in plans.values():
+        providers = {r["name"] for r in plan.resources if r["type"].startswith("pulumi:providers:")}
+        charts = {r["name"] for r in plan.of_type("kubernetes:helm.sh/v4:Chart")}
+        for resource in plan.resources:
+            if resource["type"].startswith(("gcp:", "kubernetes:")) and resource["parent"] not in charts:
+                assert resource.get("options", {}).get("provider") in providers, resource["name"]
 
 
 def test_yaml_syntax_error_names_file_and_line(tmp_path: Path):
