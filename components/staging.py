@@ -24,7 +24,7 @@ from .identity import workload_principal
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ("tools/__init__.py", "tools/stage_weights.py", "tools/staging/__init__.py", "tools/staging/hub.py",
-           "tools/staging/bucket.py", "tools/staging/progress.py", "tools/staging/copy.py",
+           "tools/staging/bucket.py", "tools/staging/ledger.py", "tools/staging/progress.py", "tools/staging/copy.py",
            "tools/staging/requirements.lock")
 """The copier as the Job runs it: the CLI, its modules and the lock its libraries install from."""
 APP_DIR = "/app"

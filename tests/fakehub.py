@@ -16,6 +16,7 @@ import re
 import socket
 import sys
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -85,6 +86,11 @@ class Stats:
     """(path, Range header) of every file request."""
     served: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     """Bytes of file content sent per path (cut connections count what was sent)."""
+    api_requests: int = 0
+    rate_limited: list[float] = field(default_factory=list)
+    """Hub clock time of every 429 answered inside a rate-limit window."""
+    first_after_window: Optional[float] = None
+    """Hub clock time of the first request answered after the window closed."""
 
     @property
     def bytes(self) -> int:
@@ -100,18 +106,48 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+class ScaledClock:
+    """Time that runs `scale` times faster than real time, with the copier's Clock interface (now, sleep, wait).
+    Shared by the fake Hub's rate-limit window and the copier, it turns minutes of waiting into a fraction of a
+    second without replacing any of the copier's code. Records every sleep the copier asks for."""
+
+    def __init__(self, scale: float):
+        self.scale, self.start = scale, time.monotonic()
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return (time.monotonic() - self.start) * self.scale
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        time.sleep(max(0.0, seconds) / self.scale)
+
+    def wait(self, waitable, seconds: float) -> bool:
+        return waitable.wait(max(0.0, seconds) / self.scale)
+
+
 class FakeHub:
     """`faults[path]` is a list of actions taken by the next requests of that file, one each:
     an HTTP status (429, 500, 503), ("cut", n) to close the connection after n bytes of the body,
-    or "fail" for a 500 on every request from then on."""
+    or "fail" for a 500 on every request from then on.
 
-    def __init__(self, repos: dict[str, FakeRepo], tokens: set[str] = frozenset()):
+    `rate_limit(seconds, retry_after, clock, after_files)`: once `after_files` file requests were answered,
+    every request (API and files) is answered 429 with that `Retry-After` for `seconds` on `clock`.
+    `per_client_bytes_s`: each client address is served at most this many bytes per second over all its
+    connections (the Hub's per-IP limit; bind the clients to several 127.0.0.x addresses to model several
+    egress IPs)."""
+
+    def __init__(self, repos: dict[str, FakeRepo], tokens: set[str] = frozenset(), host: str = "127.0.0.1",
+                 per_client_bytes_s: Optional[float] = None):
         self.repos, self.tokens = repos, set(tokens)
         self.faults: dict[str, list] = defaultdict(list)
         self.stats = Stats()
         self._lock = threading.Lock()
-        self.server = _Server(("127.0.0.1", 0), _handler(self))
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.window: Optional[list] = None
+        self.per_client_bytes_s = per_client_bytes_s
+        self._client_budget: dict[str, list[float]] = {}
+        self.server = _Server((host, 0), _handler(self))
+        self.url = f"http://{host}:{self.server.server_port}"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)
 
@@ -122,6 +158,39 @@ class FakeHub:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def rate_limit(self, seconds: float, retry_after: str, clock: ScaledClock, after_files: int = 0) -> None:
+        self.window = [None, seconds, retry_after, clock, after_files]
+
+    def limited(self) -> Optional[str]:
+        """The Retry-After to answer with while the rate-limit window is open, else None."""
+        if self.window is None:
+            return None
+        until, seconds, retry_after, clock, after_files = self.window
+        now = clock.now()
+        with self._lock:
+            if until is None:
+                if len(self.stats.requests) < after_files:
+                    return None
+                until = self.window[0] = now + seconds
+            if now < until:
+                self.stats.rate_limited.append(now)
+                return retry_after
+            if self.stats.first_after_window is None:
+                self.stats.first_after_window = now
+        return None
+
+    def throttle(self, client: str, length: int) -> None:
+        """Sleep until `client` may receive `length` more bytes (a token bucket per client address)."""
+        if self.per_client_bytes_s is None:
+            return
+        with self._lock:
+            bucket = self._client_budget.setdefault(client, [time.monotonic()])
+            start = max(bucket[0], time.monotonic())
+            bucket[0] = start + length / self.per_client_bytes_s
+            delay = start - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
 
     def next_fault(self, path: str):
         with self._lock:
@@ -153,9 +222,18 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         # routing -------------------------------------------------------------------------
         def _route(self, head: bool) -> None:
             path = unquote(urlsplit(self.path).path)
+            retry_after = hub.limited()
+            if retry_after is not None:
+                self.send_response(429)
+                self.send_header("Retry-After", retry_after)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             api = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/([^/]+)", path)
             resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
             if api:
+                with hub._lock:
+                    hub.stats.api_requests += 1
                 repo = self._repo(api.group(1), api.group(2))
                 if repo:
                     self._json(200, {"id": api.group(1), "sha": repo.commit,
@@ -250,6 +328,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                         self.connection.shutdown(socket.SHUT_RDWR)
                         self.close_connection = True
                         return
+                hub.throttle(self.client_address[0], length)
                 self.wfile.write(file.data(offset, length))
                 offset += length
                 sent += length

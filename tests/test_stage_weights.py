@@ -8,12 +8,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 
 import pytest
 
 from tests.conftest import ROOT
-from tests.fakehub import FakeFile, FakeHub, FakeRepo
+from tests.fakehub import FakeFile, FakeHub, FakeRepo, ScaledClock
 from tests.gcsemulator import GcsEmulator
 
 REPO = "moonshotai/Tiny-K3"
@@ -73,16 +74,41 @@ def content_sha256(bucket: str, name: str) -> str:
     return hashlib.sha256(storage.Client().bucket(bucket).blob(name).download_as_bytes()).hexdigest()
 
 
-def run(hub: FakeHub, dest: str, token: str | None = TOKEN, **kwargs):
+def sidecar(dest: str) -> str:
+    """The copier's own folder beside the revision folder: gs://b/x/ -> x.copier/."""
+    return dest.split("/", 3)[3][:-1] + ".copier/"
+
+
+def run(hub: FakeHub, dest: str, token: str | None = TOKEN, repo: str = REPO, **kwargs):
     from tools.staging.copy import stage
     from tools.staging.hub import Backoff
 
     lines: list[str] = []
     kwargs.setdefault("workers", 3)
     kwargs.setdefault("chunk_bytes", MIB)
-    report = stage(REPO, hub.repos[REPO].commit, dest, token=token, endpoint=hub.url, log=lines.append,
-                   progress_s=0.05, backoff=Backoff(tries=4, base_s=0.01, max_s=0.05), **kwargs)
+    kwargs.setdefault("backoff", Backoff(tries=4, base_s=0.01, max_s=0.05))
+    report = stage(repo, hub.repos[repo].commit, dest, token=token, endpoint=hub.url, log=lines.append,
+                   progress_s=0.05, **kwargs)
     return report, lines
+
+
+def assert_exactly_the_commit(hub: FakeHub, dest: str, repo: str = REPO) -> None:
+    """The folder holds the Hub's file list for the commit and nothing else, each object with the Hub's bytes
+    (read back from Cloud Storage and hashed here, not taken from any metadata), and the manifest beside it."""
+    bucket, prefix = dest[len("gs://"):].split("/", 1)
+    stored = objects(bucket, prefix)
+    expected = hub.repos[repo].files
+    assert set(stored) == {prefix + path for path in expected}
+    for path, file in expected.items():
+        assert content_sha256(bucket, prefix + path) == file.sha256, path
+    manifest = json.loads(objects(bucket, sidecar(dest))[sidecar(dest) + "manifest.json"].download_as_bytes())
+    assert manifest["revision"] == hub.repos[repo].commit and manifest["repoId"] == repo
+    assert {(f["path"], f["size"], f["sha256"]) for f in manifest["files"]} == {
+        (p, f.size, f.sha256) for p, f in expected.items()}
+
+
+def assert_not_verified(bucket: str, dest: str) -> None:
+    assert sidecar(dest) + "manifest.json" not in objects(bucket, sidecar(dest)), "no manifest, no claim of a copy"
 
 
 def fake_hub(gated: bool = True, **file_changes) -> FakeHub:
@@ -99,22 +125,20 @@ def test_full_copy_is_verified_and_a_rerun_transfers_nothing(gcs):
         report, lines = run(hub, dest)
         expected = hub.repos[REPO].files
         assert report.copied_files == len(expected) and report.copied_bytes == sum(f.size for f in expected.values())
+        assert_exactly_the_commit(hub, dest)
         stored = objects(bucket, f"models/tiny/{commit}/")
         for path, file in expected.items():
             blob = stored[f"models/tiny/{commit}/{path}"]
-            assert blob.size == file.size
-            assert content_sha256(bucket, blob.name) == file.sha256 == blob.metadata["sha256"]
+            assert blob.metadata["sha256"] == file.sha256
             assert blob.metadata["hub-oid"] == (file.sha256 if file.lfs else file.blob_sha1)
-        manifest = json.loads(stored[f"models/tiny/{commit}/.staged.json"].download_as_bytes())
-        assert manifest["revision"] == commit and manifest["repoId"] == REPO
-        assert {(f["path"], f["size"], f["sha256"]) for f in manifest["files"]} == {
-            (p, f.size, f.sha256) for p, f in expected.items()}
+        assert not objects(bucket, sidecar(dest) + "claims/"), "every lease released"
         assert any(line.startswith("progress: ") and " of " in line and "ETA" in line for line in lines), lines
 
-        served, requests = hub.stats.bytes, len(hub.stats.requests)
+        served, requests, listings = hub.stats.bytes, len(hub.stats.requests), hub.stats.api_requests
         again, lines = run(hub, dest)
         assert again.copied_bytes == 0 and again.copied_files == 0
-        assert hub.stats.bytes == served and len(hub.stats.requests) == requests, "a complete copy needs no Hub"
+        assert hub.stats.bytes == served and len(hub.stats.requests) == requests, "a complete copy downloads nothing"
+        assert hub.stats.api_requests == listings + 1, "but it asks the Hub for the commit's file list"
         assert "0 bytes transferred" in lines[-1]
 
 
@@ -128,8 +152,8 @@ def test_interrupted_run_resumes_with_only_the_missing_files(gcs):
         hub.faults[broken] = ["fail"]
         with pytest.raises(StagingError, match=broken):
             run(hub, dest)
-        stored = {name[len("m/"):] for name in objects(bucket)}
-        assert ".staged.json" not in stored, "no manifest until every file is verified"
+        stored = {name[len("m/"):] for name in objects(bucket, "m/")}
+        assert_not_verified(bucket, dest)
         assert broken not in stored and "model-00001-of-00002.safetensors" in stored, "files in flight finish"
         hub.faults.clear()
         before = dict(hub.stats.served)
@@ -137,7 +161,7 @@ def test_interrupted_run_resumes_with_only_the_missing_files(gcs):
         missing = {p: f.size for p, f in hub.repos[REPO].files.items() if p not in stored}
         assert report.copied_files == len(missing) and report.copied_bytes == sum(missing.values())
         assert {p: n - before.get(p, 0) for p, n in hub.stats.served.items() if n != before.get(p, 0)} == missing
-        assert "m/.staged.json" in objects(bucket)
+        assert_exactly_the_commit(hub, dest)
 
 
 def test_429s_5xx_and_cut_connections_resume_mid_file(gcs):
@@ -169,8 +193,8 @@ def test_corrupted_bytes_fail_the_run_and_write_nothing(gcs, path):
     with fake_hub(**{path: corrupt}) as hub:
         with pytest.raises(IntegrityError, match=rf"{path}: (SHA-256|git blob id) of the bytes received is"):
             run(hub, f"gs://{bucket}/c/", workers=1)
-    names = objects(bucket)
-    assert f"c/{path}" not in names and "c/.staged.json" not in names
+    assert f"c/{path}" not in objects(bucket)
+    assert_not_verified(bucket, f"gs://{bucket}/c/")
 
 
 def test_a_wrong_object_in_the_folder_is_copied_again(gcs):
@@ -181,7 +205,203 @@ def test_a_wrong_object_in_the_folder_is_copied_again(gcs):
         storage.Client().bucket(bucket).blob("w/tokenizer.model").upload_from_string(b"not the tokenizer")
         report, _ = run(hub, f"gs://{bucket}/w/")
         assert report.copied_files == len(hub.repos[REPO].files)
-        assert content_sha256(bucket, "w/tokenizer.model") == hub.repos[REPO].files["tokenizer.model"].sha256
+        assert_exactly_the_commit(hub, f"gs://{bucket}/w/")
+
+
+def test_hub_files_named_like_the_copiers_objects_are_just_files(gcs):
+    """The manifest, records and leases live beside the revision folder, so no file name can collide with them."""
+    bucket = new_bucket(gcs)
+    tricky = {".staged.json": FakeFile(120, seed=11, lfs=False), "manifest.json": FakeFile(90, seed=12, lfs=False),
+              "done/config.json": FakeFile(80, seed=13, lfs=False), "claims/x": FakeFile(70, seed=14, lfs=False),
+              "write-probe": FakeFile(60, seed=15, lfs=False)}
+    with fake_hub(**tricky) as hub:
+        dest = f"gs://{bucket}/n/{hub.repos[REPO].commit}/"
+        run(hub, dest)
+        assert_exactly_the_commit(hub, dest)
+        again, lines = run(hub, dest)
+        assert again.copied_files == 0 and "already staged" in lines[-1]
+
+
+def test_a_preseeded_partial_manifest_proves_nothing(gcs):
+    """An earlier copier's manifest in the folder and a forged one beside it, each naming two files whose objects
+    carry the right metadata: the copy still proves every file the Hub lists, and clears the old manifest."""
+    from google.cloud import storage
+
+    from tools.staging.bucket import metadata
+
+    bucket = new_bucket(gcs)
+    with fake_hub() as hub:
+        commit = hub.repos[REPO].commit
+        dest = f"gs://{bucket}/p/{commit}/"
+        store = storage.Client().bucket(bucket)
+        partial = [(p, f) for p, f in sorted(hub.repos[REPO].files.items())][:2]
+        for path, file in partial:
+            blob = store.blob(f"p/{commit}/{path}")
+            blob.metadata = metadata(file.sha256 if file.lfs else file.blob_sha1, file.sha256, commit)
+            blob.upload_from_string(file.data(0, file.size))
+        document = json.dumps({"repoId": REPO, "revision": commit, "files": [
+            {"path": p, "size": f.size, "sha256": f.sha256, "hubOid": f.sha256} for p, f in partial]}).encode()
+        old = store.blob(f"p/{commit}/.staged.json")
+        old.metadata = {"hub-revision": commit}
+        old.upload_from_string(document)
+        store.blob(sidecar(dest) + "manifest.json").upload_from_string(document)
+        report, _ = run(hub, dest)
+        assert report.copied_files == len(hub.repos[REPO].files), "objects without a record are copied again"
+        assert_exactly_the_commit(hub, dest)
+
+
+def test_an_object_with_the_right_metadata_and_other_bytes_is_copied_again(gcs):
+    """After a verified copy, an object is replaced by other bytes of the same size with the same metadata:
+    its generation and the hashes Cloud Storage computed no longer match the record, so a rerun copies that
+    file again, and only that file."""
+    from google.cloud import storage
+
+    bucket = new_bucket(gcs)
+    target = "model-00002-of-00002.safetensors"
+    with fake_hub() as hub:
+        dest = f"gs://{bucket}/o/"
+        run(hub, dest)
+        store = storage.Client().bucket(bucket)
+        original = store.get_blob(f"o/{target}")
+        forged = store.blob(f"o/{target}")
+        forged.metadata = dict(original.metadata)
+        forged.upload_from_string(bytes(original.size))
+        assert store.get_blob(f"o/{target}").metadata == original.metadata
+        before = dict(hub.stats.served)
+        report, _ = run(hub, dest)
+        assert report.copied_files == 1 and hub.stats.served[target] - before[target] == original.size
+        assert_exactly_the_commit(hub, dest)
+
+
+@pytest.mark.parametrize("path,reason", [
+    ("../escape.safetensors", r"a '\.' or '\.\.' path segment"),
+    ("/etc/cron.d/x", "an absolute path"),
+    ("shards//model.safetensors", "an empty path segment"),
+    ("bad\nname.json", "a control character"),
+    ("a/./b.json", r"a '\.' or '\.\.' path segment"),
+    ("config.json/inner", "a folder with the name of another file"),
+])
+def test_an_unsafe_hub_file_name_is_refused_in_one_line_before_anything_is_written(gcs, path, reason):
+    from tools.staging import StagingError
+
+    bucket = new_bucket(gcs)
+    with fake_hub(**{path: FakeFile(100, seed=9, lfs=False)}) as hub:
+        with pytest.raises(StagingError, match=rf"the Hub lists .* not a safe object name \({reason}\); nothing was "
+                                               "copied") as failure:
+            run(hub, f"gs://{bucket}/u/")
+        assert "\n" not in str(failure.value) and not hub.stats.requests
+    assert not objects(bucket), "nothing written, not even the write probe"
+
+
+def test_stale_files_of_another_commit_are_cleared_and_foreign_objects_refused(gcs):
+    from google.cloud import storage
+
+    from tools.staging import StagingError
+    from tools.staging.bucket import metadata
+
+    bucket = new_bucket(gcs)
+    store = storage.Client().bucket(bucket)
+    with fake_hub() as hub:
+        dest = f"gs://{bucket}/s/"
+        stale = store.blob("s/model-00003-of-00003.safetensors")
+        stale.metadata = metadata("ab" * 32, "ab" * 32, "f" * 40)
+        stale.upload_from_string(b"a shard of another commit")
+        report, lines = run(hub, dest)
+        assert any("cleared 1 objects that are not files of" in line for line in lines), lines
+        assert_exactly_the_commit(hub, dest)
+
+        store.blob("s/notes.txt").upload_from_string(b"someone else's file")
+        with pytest.raises(StagingError, match=r"gs://.*/s/ holds 1 objects that are not files of .* and were not "
+                                               r"written by the copier \(first: s/notes.txt\); delete them or stage "
+                                               "into an empty folder"):
+            run(hub, dest)
+        assert store.get_blob("s/notes.txt") is not None, "never deletes what the copier did not write"
+
+
+def test_a_three_minute_rate_limit_window_with_retry_after_is_waited_out(gcs):
+    """Mid-copy, the Hub answers 429 with Retry-After: 60 to every request for 3 minutes (on a clock running 300x,
+    shared by the fake Hub and the copier): every worker waits as asked, and the copy completes after the window."""
+    from tools.staging.hub import Backoff
+
+    bucket = new_bucket(gcs)
+    clock = ScaledClock(300)
+    with fake_hub() as hub:
+        hub.rate_limit(180, "60", clock, after_files=2)
+        dest = f"gs://{bucket}/rl/"
+        report, _ = run(hub, dest, backoff=Backoff(tries=4, base_s=0.01, max_s=0.05, clock=clock))
+        limited = hub.stats.rate_limited
+        assert len(limited) >= 4 and hub.stats.first_after_window - limited[0] >= 180
+        assert report.copied_files == len(hub.repos[REPO].files)
+        assert 60 in clock.sleeps, "Retry-After honoured, not capped at the backoff's 0.05 s"
+        assert_exactly_the_commit(hub, dest)
+
+
+def test_retry_after_is_bounded_and_a_window_longer_than_the_patience_fails_in_one_line(gcs):
+    from tools.staging import StagingError
+    from tools.staging.hub import Backoff
+
+    bucket = new_bucket(gcs)
+    clock = ScaledClock(3000)
+    with fake_hub() as hub:
+        hub.rate_limit(7200, "86400", clock)
+        backoff = Backoff(tries=4, base_s=0.01, max_s=0.05, retry_after_max_s=600, patience_s=1800, clock=clock)
+        with pytest.raises(StagingError, match=r"still rate limited by the Hub \(HTTP 429\) after \d+ min without "
+                                               r"progress \(the copier waits up to 30 min\)") as failure:
+            run(hub, f"gs://{bucket}/rl2/", backoff=backoff)
+        assert "\n" not in str(failure.value)
+        assert clock.sleeps and max(clock.sleeps) == 600, "Retry-After beyond the bound waits the bound"
+    assert not objects(bucket)
+
+
+def test_two_copiers_at_once_download_every_file_once(gcs):
+    """Two copiers (two pods, or a Job and a person) on one folder at the same moment: the leases split the
+    files, each byte comes from the Hub once, and both end with the verified folder."""
+    from tools.staging.ledger import Lease
+
+    bucket = new_bucket(gcs)
+    with fake_hub() as hub:
+        dest = f"gs://{bucket}/two/"
+        results: dict[int, object] = {}
+
+        def copier(index: int) -> None:
+            try:
+                results[index] = run(hub, dest, workers=2, shard=(index, 2), lease=Lease(poll_s=0.2))[0]
+            except Exception as err:  # noqa: BLE001 - reported by the assertion below
+                results[index] = err
+
+        threads = [threading.Thread(target=copier, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        reports = [results[0], results[1]]
+        assert all(not isinstance(r, Exception) for r in reports), reports
+        assert sum(r.copied_files for r in reports) == len(hub.repos[REPO].files)
+        assert dict(hub.stats.served) == {p: f.size for p, f in hub.repos[REPO].files.items()}, "no file twice"
+        assert_exactly_the_commit(hub, dest)
+
+
+def test_a_dead_copiers_lease_is_taken_over_after_it_expires(gcs):
+    from google.cloud import storage
+
+    from tools.staging.hub import Backoff
+    from tools.staging.ledger import Lease
+
+    bucket = new_bucket(gcs)
+    big = "model-00001-of-00002.safetensors"
+    clock = ScaledClock(100)
+    with fake_hub() as hub:
+        dest = f"gs://{bucket}/dead/"
+        claim = storage.Client().bucket(bucket).blob(sidecar(dest) + "claims/" + big)
+        claim.metadata = {"holder": "a-pod-that-was-evicted", "hub-revision": hub.repos[REPO].commit}
+        claim.upload_from_string(b"a-pod-that-was-evicted")
+        started = clock.now()
+        report, _ = run(hub, dest, backoff=Backoff(tries=4, base_s=0.01, max_s=0.05, clock=clock),
+                        lease=Lease(ttl_s=120, renew_s=30, poll_s=10))
+        assert clock.now() - started >= 120, "a live-looking lease is respected for one lease period"
+        assert report.copied_files == len(hub.repos[REPO].files)
+        assert not objects(bucket, sidecar(dest) + "claims/")
+        assert_exactly_the_commit(hub, dest)
 
 
 @pytest.mark.parametrize("token,repo,revision,expected", [
@@ -219,6 +439,8 @@ def test_bucket_errors_say_what_to_do(gcs):
             raise exceptions.Forbidden("denied")
     with pytest.raises(StagingError, match="expected gs://BUCKET/FOLDER/"):
         Destination.parse("gs://bucket/no-trailing-slash")
+    with pytest.raises(StagingError, match="a folder inside the bucket"):
+        Destination.parse("gs://bucket/")
 
 
 def test_command_line_runs_the_same_copier(gcs, tmp_path):
@@ -231,7 +453,7 @@ def test_command_line_runs_the_same_copier(gcs, tmp_path):
                    "--dest", f"gs://{bucket}/cli/{commit}/", "--workers", "4"]
         first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
         assert first.returncode == 0, first.stderr
-        assert f"staged: gs://{bucket}/cli/{commit}/ holds a verified copy" in first.stdout
+        assert f"staged: gs://{bucket}/cli/{commit}/ holds exactly the verified files" in first.stdout
         second = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
         assert second.returncode == 0 and "0 bytes transferred" in second.stdout
 

@@ -5,9 +5,13 @@
 
 The staging Job `pulumi up` creates runs this same command. Environment: HF_TOKEN (token for gated
 models), HF_ENDPOINT (another Hub), STORAGE_EMULATOR_HOST (a Cloud Storage emulator); Cloud Storage
-credentials are the application-default ones. Exit status 0 only when the destination holds a verified
-copy (manifest `.staged.json` written last); 1 on a staging failure, with one line saying what to do; 2 on
-bad arguments. A rerun copies only what is missing or wrong, and nothing when the copy is complete.
+credentials are the application-default ones. Exit status 0 only when the destination holds exactly the
+files the Hub lists for the commit, each proven by the CRC32C Cloud Storage computed over it; 1 on a staging
+failure, with one line saying what to do (also for a file name from the Hub that is not a safe object name,
+and for objects in the folder that the copier did not write: it refuses them instead of deleting them); 2 on
+bad arguments. The copier's records, leases and manifest go to FOLDER.copier/ beside the folder. A rerun
+copies only what is not proven; several copiers may run on one folder at once and share the files (leases).
+Rate limits are waited out (Retry-After honoured up to 10 min a wait, for up to 60 min without progress).
 """
 
 from __future__ import annotations

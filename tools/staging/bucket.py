@@ -1,19 +1,19 @@
-"""Cloud Storage side of the copier: the destination folder, which of its objects are already a verified copy,
-streamed uploads, and the manifest written last.
+"""Cloud Storage side of the copier: the revision folder, the copier's own folder beside it, streamed uploads
+whose CRC32C is checked against the bytes the Hub sent, and which object names are safe.
 
-An object counts as staged only when its size and its `hub-oid` metadata (the Hub's LFS SHA-256 or git blob
-id) match the file: uploads are resumable sessions that Cloud Storage finalizes with the last bytes, and the
-stream raises before handing those out when the hash is wrong, so a wrong copy never becomes an object.
-The client verifies the CRC32C Cloud Storage computes against the bytes sent (`checksum="crc32c"`).
+The revision folder (`--dest`, what hydration copies into the volume) holds the model's files and nothing
+else. The copier's manifest, per-file records, leases and write probe live in `<folder>.copier/` beside it,
+so no file of the model can collide with them and none of them reaches the volume.
 Honors STORAGE_EMULATOR_HOST (google-cloud-storage's emulator switch).
 """
 
 from __future__ import annotations
 
 import io
-import json
 import re
 import threading
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -23,33 +23,66 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 
 from . import StagingError
 
-MANIFEST = ".staged.json"
-"""Written last, once every file is a verified object: its presence means the folder is complete."""
 CHUNK_BYTES = 16 << 20
 """Resumable upload request size (a multiple of 256 KiB, google-cloud-storage Blob.chunk_size); with the
 block the stream keeps for a retry, about twice this is held per worker."""
-URI = re.compile(r"^gs://([a-z0-9][-_.a-z0-9]{1,221}[a-z0-9])/((?:[^/]+/)*)$")
+URI = re.compile(r"^gs://([a-z0-9][-_.a-z0-9]{1,221}[a-z0-9])/((?:[^/]+/)+)$")
+OBJECT_NAME_MAX_BYTES = 1024
+"""Object names are at most 1,024 bytes of UTF-8 and contain no CR or LF
+(https://cloud.google.com/storage/docs/objects#naming)."""
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+SIDECAR_SUFFIX = ".copier/"
 
 
 @dataclass(frozen=True)
 class Destination:
     bucket: str
     prefix: str
-    """Folder in the bucket, '' or ending with '/'."""
+    """The revision folder in the bucket, ending with '/' (never the bucket's root: the copier's own folder
+    sits beside it)."""
 
     @classmethod
     def parse(cls, uri: str) -> Destination:
         match = URI.match(uri)
         if not match:
-            raise StagingError(f"--dest {uri!r}: expected gs://BUCKET/FOLDER/ (a folder: trailing '/')")
+            raise StagingError(f"--dest {uri!r}: expected gs://BUCKET/FOLDER/ (a folder inside the bucket, with a "
+                               "trailing '/')")
         return cls(match.group(1), match.group(2))
 
     @property
     def uri(self) -> str:
         return f"gs://{self.bucket}/{self.prefix}"
 
+    @property
+    def sidecar(self) -> str:
+        """`<folder>.copier/`: the copier's objects, outside the revision folder."""
+        return self.prefix[:-1] + SIDECAR_SUFFIX
+
     def name(self, path: str) -> str:
         return self.prefix + path
+
+
+def unsafe_reason(path: str, dest: Destination) -> Optional[str]:
+    """Why a file name from the Hub cannot become an object (and a file in the volume), or None."""
+    if not path:
+        return "an empty name"
+    if path.startswith("/"):
+        return "an absolute path"
+    if CONTROL.search(path):
+        return "a control character"
+    segments = path.split("/")
+    if "" in segments:
+        return "an empty path segment"
+    if ".." in segments or "." in segments:
+        return "a '.' or '..' path segment"
+    if len(dest.name(path).encode()) > OBJECT_NAME_MAX_BYTES:
+        return f"longer than the {OBJECT_NAME_MAX_BYTES} bytes an object name may have"
+    return None
+
+
+def written_by_copier(blob: Any) -> bool:
+    """Objects the copier writes carry `hub-revision` in their metadata (so stale ones may be cleared)."""
+    return "hub-revision" in (blob.metadata or {})
 
 
 def metadata(hub_oid: str, sha256: str, revision: str) -> dict[str, str]:
@@ -70,47 +103,56 @@ class Bucket:
             self._local.bucket = self._factory().bucket(self.dest.bucket)
         return self._local.bucket
 
-    def objects(self) -> dict[str, Any]:
-        """Objects under the folder by name (size and metadata), one listing."""
+    def list(self, prefix: str) -> dict[str, Any]:
+        """Objects under `prefix` by name (size, generation, CRC32C, MD5, metadata), one listing."""
         with self._explained("list"):
-            return {blob.name: blob for blob in self.bucket.client.list_blobs(self.bucket, prefix=self.dest.prefix)}
+            return {blob.name: blob for blob in self.bucket.client.list_blobs(self.bucket, prefix=prefix)}
 
-    def read_manifest(self, objects: dict[str, Any]) -> Optional[dict[str, Any]]:
-        blob = objects.get(self.dest.name(MANIFEST))
-        if blob is None:
-            return None
+    def get(self, name: str) -> Any:
         with self._explained("read"):
-            try:
-                return json.loads(blob.download_as_bytes())
-            except ValueError:
-                return None  # unreadable: staged again, and rewritten
+            return self.bucket.get_blob(name)
 
     def check_writable(self) -> None:
         """Fail before downloading anything if the identity cannot create and delete objects here."""
-        probe = self.bucket.blob(self.dest.name(".write-probe"))
+        probe = self.bucket.blob(f"{self.dest.sidecar}write-probe-{uuid.uuid4().hex}")  # one per copier
         with self._explained("write"):
             probe.upload_from_string(b"", content_type="text/plain")
             probe.delete()
 
-    def upload(self, name: str, stream: io.RawIOBase, size: int, meta: dict[str, str]) -> None:
+    def upload(self, name: str, stream: io.RawIOBase, size: int, meta: dict[str, str],
+               crc32c: Callable[[], str]) -> Any:
+        """Stream `size` bytes into `name`; the object is kept only if the CRC32C Cloud Storage computed over
+        what it stored equals `crc32c()`, the CRC32C of the bytes the stream verified against the Hub."""
         blob = self.bucket.blob(name, chunk_size=self.chunk_bytes)
         blob.metadata = meta
         with self._explained("write"):
-            try:
-                blob.upload_from_file(stream, size=size, checksum="crc32c", retry=DEFAULT_RETRY,
-                                      content_type="application/octet-stream")
-            except Exception as err:
-                if type(err).__name__ == "DataCorruption":  # CRC32C mismatch after the object was finalized
-                    blob.delete()
-                    raise StagingError(f"{name}: Cloud Storage stored bytes whose CRC32C differs from the bytes "
-                                       "sent; the object was deleted") from None
-                raise
+            # checksum=None: the stream computes the CRC32C itself, over the bytes its SHA-256 covers.
+            blob.upload_from_file(stream, size=size, checksum=None, retry=DEFAULT_RETRY,
+                                  content_type="application/octet-stream")
+            self._check_stored(blob, crc32c())
+        return blob
 
-    def upload_bytes(self, name: str, data: bytes, meta: dict[str, str], content_type: str) -> None:
+    def upload_bytes(self, name: str, data: bytes, meta: dict[str, str], content_type: str,
+                     if_generation_match: Optional[int] = None) -> Any:
         blob = self.bucket.blob(name)
         blob.metadata = meta
         with self._explained("write"):
-            blob.upload_from_string(data, content_type=content_type, checksum="crc32c", retry=DEFAULT_RETRY)
+            blob.upload_from_string(data, content_type=content_type, checksum="crc32c", retry=DEFAULT_RETRY,
+                                    if_generation_match=if_generation_match)
+        return blob
+
+    def delete(self, name: str, generation: Optional[int] = None) -> None:
+        with self._explained("write"):
+            try:
+                self.bucket.blob(name).delete(if_generation_match=generation, retry=DEFAULT_RETRY)
+            except (gexc.NotFound, gexc.PreconditionFailed):
+                pass  # already gone, or replaced by someone else: not ours to delete
+
+    def _check_stored(self, blob: Any, expected: str) -> None:
+        if blob.crc32c != expected:
+            self.delete(blob.name, blob.generation)
+            raise StagingError(f"{blob.name}: Cloud Storage computed CRC32C {blob.crc32c} over the stored object, "
+                               f"the bytes verified against the Hub have {expected}; the object was deleted")
 
     def _explained(self, action: str) -> _Explained:
         return _Explained(self.dest, action)

@@ -1,31 +1,41 @@
-"""Orchestration: what is already staged, what to copy, parallel verified copies, the manifest last.
+"""Orchestration: the Hub's file list for the commit, what the folder already proves, leased parallel verified
+copies (several copiers, pods or Jobs, may work on one folder at once), then the manifest.
 
-A rerun lists the destination once: with a manifest for the requested revision and every object it names
-in place, it transfers nothing and does not even ask the Hub; otherwise it copies only the files whose object
-is missing or not a verified copy, then writes the manifest.
+A folder is complete only when every file the Hub lists for the commit has a proven object (ledger.proven)
+and the folder holds nothing else. Objects that are not files of the commit are deleted when a copier wrote
+them (a folder reused for another commit, an old manifest) and refused otherwise (never delete what the
+copier did not write). Every run asks the Hub for the list (one API call); a complete folder costs that call
+and two listings, and no download.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
-import json
+import io
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Optional
 
+import google_crc32c
+
 from . import StagingError
-from .bucket import CHUNK_BYTES, MANIFEST, Bucket, Destination, metadata
-from .hub import COMMIT, Backoff, Hub, HubFile
+from .bucket import CHUNK_BYTES, Bucket, Destination, metadata, unsafe_reason, written_by_copier
+from .hub import COMMIT, Backoff, Clock, Hub, HubFile
+from .ledger import Busy, Lease, Ledger, proven
 from .progress import Progress, human_bytes, human_seconds
 
 DEFAULT_BACKOFF = Backoff()
+DEFAULT_LEASE = Lease()
 INLINE_LIMIT = 32 << 20
 """Files stored in git itself (not LFS) are read whole, hashed, then uploaded with their SHA-256 in the
 object's metadata; larger non-LFS files are refused rather than held in memory."""
+ROUNDS = 3
+"""Re-checks of the whole folder after the copy (a lease lost to a takeover can leave a file to redo)."""
 
 
 @dataclass(frozen=True)
@@ -41,82 +51,202 @@ class Report:
 
 def stage(repo_id: str, revision: str, dest_uri: str, *, workers: int = 8, token: Optional[str] = None,
           endpoint: Optional[str] = None, log: Callable[[str], None] = print, progress_s: float = 10.0,
-          backoff: Backoff = DEFAULT_BACKOFF, client_factory: Any = None,
-          chunk_bytes: int = CHUNK_BYTES) -> Report:
-    """Make `dest_uri` hold a verified copy of `repo_id` at commit `revision`; raise StagingError otherwise."""
+          backoff: Backoff = DEFAULT_BACKOFF, lease: Lease = DEFAULT_LEASE, client_factory: Any = None,
+          chunk_bytes: int = CHUNK_BYTES, shard: tuple[int, int] = (0, 1)) -> Report:
+    """Make `dest_uri` hold exactly the verified files of `repo_id` at commit `revision`; raise StagingError
+    otherwise. `shard` (index, count) only picks where in the file list this copier starts: leases share the
+    work, so any number of copiers may run on one folder."""
     if not COMMIT.match(revision):
         raise StagingError(f"--revision {revision!r}: a full 40-character commit hash (branches and tags move)")
     if workers < 1:
         raise StagingError(f"--workers {workers}: at least 1")
     started = time.monotonic()
     dest = Destination.parse(dest_uri)
-    bucket = Bucket(dest, client_factory, chunk_bytes)
-    objects = bucket.objects()
-    manifest = bucket.read_manifest(objects)
-    if _complete(manifest, objects, dest, repo_id, revision):
-        total = sum(f["size"] for f in manifest["files"])
-        log(f"already staged: {dest.uri} holds a verified copy of {repo_id}@{revision} "
-            f"({len(manifest['files'])} files, {human_bytes(total)}); 0 bytes transferred")
-        return Report(revision, len(manifest["files"]), 0, 0, total, time.monotonic() - started,
-                      dest.uri + MANIFEST)
-
     hub = Hub(repo_id, token=token, endpoint=endpoint, backoff=backoff)
     commit, files = hub.files(revision)
     if commit != revision:
         raise StagingError(f"the Hub resolved {revision} to {commit}; pass the commit itself")
+    check_names(files, dest, f"{repo_id}@{commit}")
+    bucket = Bucket(dest, client_factory, chunk_bytes)
+    ledger = Ledger(bucket, commit, backoff.clock, lease)
+    total = sum(f.size for f in files)
+
+    folder, sidecar = bucket.list(dest.prefix), bucket.list(dest.sidecar)
+    stale = _stale(folder, files, dest, f"{repo_id}@{commit}")
+    todo = _unproven(files, folder, ledger.records(sidecar), dest, commit)
+    manifest = sidecar.get(ledger.manifest_name)
+    if not todo and not stale:
+        if manifest is None or (manifest.metadata or {}).get("hub-revision") != commit:
+            ledger.write_manifest(repo_id, files, sidecar)
+        log(f"already staged: {dest.uri} holds exactly the verified files of {repo_id}@{commit} "
+            f"({len(files)} files, {human_bytes(total)}); 0 bytes transferred")
+        return Report(commit, len(files), 0, 0, total, time.monotonic() - started, _uri(dest, ledger.manifest_name))
+
     bucket.check_writable()
-    todo = [f for f in files if not _staged(objects.get(dest.name(f.path)), f)]
-    todo.sort(key=lambda f: -f.size)  # largest first: the tail of the run is many small files in parallel
-    need = sum(f.size for f in todo)
-    log(f"staging {repo_id}@{revision} into {dest.uri}: {len(todo)} of {len(files)} files to copy "
-        f"({human_bytes(need)} of {human_bytes(sum(f.size for f in files))}), {workers} workers")
-    sha256 = {f.path: f.lfs_sha256 or (objects[dest.name(f.path)].metadata or {}).get("sha256", "")
-              for f in files if f not in todo}
-    cancelled = threading.Event()
-    with Progress(need, len(todo), log, progress_s) as progress:
-        copy = _Copier(hub, bucket, commit, cancelled, progress)
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="stage") as pool:
-            futures = {pool.submit(copy, f): f for f in todo}
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = [f for f in done if f.exception() is not None]
-            if failed:
-                # Files not started are left for the rerun; those in flight finish, so their bytes count.
-                for future in futures:
-                    future.cancel()
-                wait(futures)
-                raise failed[0].exception()
-            sha256.update({futures[f].path: f.result() for f in done})
-        log(progress.line())
-    _write_manifest(bucket, dest, repo_id, commit, files, sha256)
+    if manifest is not None:
+        bucket.delete(ledger.manifest_name, manifest.generation)  # the folder changes: no summary until done
+    for blob in stale:
+        bucket.delete(blob.name, blob.generation)
+    names = {f.path for f in files}
+    for path, record in ledger.records(sidecar).items():
+        if path not in names:
+            bucket.delete(record.name, record.generation)
+    if stale:
+        log(f"cleared {len(stale)} objects that are not files of {repo_id}@{commit} (left by an earlier copy)")
+
+    copied_files = copied_bytes = 0
+    with ledger:
+        for _ in range(ROUNDS):
+            todo.sort(key=lambda f: -f.size)  # largest first: the tail of the run is many small files at once
+            start = shard[0] * len(todo) // max(shard[1], 1)
+            todo = todo[start:] + todo[:start]
+            need = sum(f.size for f in todo)
+            log(f"staging {repo_id}@{commit} into {dest.uri}: {len(todo)} of {len(files)} files to prove "
+                f"({human_bytes(need)} of {human_bytes(total)}), {workers} workers")
+            with Progress(need, len(todo), log, progress_s) as progress:
+                done = _Workers(hub, bucket, ledger, commit, progress, backoff.clock, lease).run(todo, workers)
+                log(progress.line())
+            copied_files += len(done)
+            copied_bytes += sum(f.size for f in done)
+            sidecar = bucket.list(dest.sidecar)
+            todo = _unproven(files, bucket.list(dest.prefix), ledger.records(sidecar), dest, commit)
+            if not todo:
+                break
+        else:
+            raise StagingError(f"{len(todo)} files of {repo_id}@{commit} are still not proven in {dest.uri} after "
+                               f"{ROUNDS} rounds (first: {todo[0].path}); is another copier writing other bytes "
+                               "into the folder?")
+    ledger.write_manifest(repo_id, files, sidecar)
     seconds = time.monotonic() - started
-    log(f"staged: {dest.uri} holds a verified copy of {repo_id}@{commit}; {human_bytes(need)} transferred in "
-        f"{human_seconds(seconds)} ({human_bytes(need / max(seconds, 1e-6))}/s); manifest {dest.uri}{MANIFEST}")
-    return Report(commit, len(files), len(todo), need, sum(f.size for f in files), seconds, dest.uri + MANIFEST)
+    log(f"staged: {dest.uri} holds exactly the verified files of {repo_id}@{commit}; {human_bytes(copied_bytes)} "
+        f"transferred by this copier in {human_seconds(seconds)} ({human_bytes(copied_bytes / max(seconds, 1e-6))}/s); "
+        f"manifest {_uri(dest, ledger.manifest_name)}")
+    return Report(commit, len(files), copied_files, copied_bytes, total, seconds, _uri(dest, ledger.manifest_name))
 
 
-def _staged(blob: Any, file: HubFile) -> bool:
-    return (blob is not None and blob.size == file.size
-            and (blob.metadata or {}).get("hub-oid") == file.hub_oid != "")
+def check_names(files: list[HubFile], dest: Destination, where: str) -> None:
+    """Refuse, before anything is written, file names that cannot be objects or files in the volume."""
+    paths = {f.path for f in files}
+    for file in files:
+        reason = unsafe_reason(file.path, dest)
+        if reason is None and any("/".join(file.path.split("/")[:i]) in paths
+                                  for i in range(1, file.path.count("/") + 1)):
+            reason = "a folder with the name of another file"
+        if reason is not None:
+            raise StagingError(f"the Hub lists {file.path!r} in {where}: not a safe object name ({reason}); "
+                               "nothing was copied")
 
 
-def _complete(manifest: Optional[dict[str, Any]], objects: dict[str, Any], dest: Destination, repo_id: str,
-              revision: str) -> bool:
-    if not manifest or manifest.get("repoId") != repo_id or manifest.get("revision") != revision:
-        return False
-    for entry in manifest.get("files", []):
-        blob = objects.get(dest.name(entry["path"]))
-        if blob is None or blob.size != entry["size"] or (blob.metadata or {}).get("hub-oid") != entry["hubOid"]:
-            return False
-    return bool(manifest.get("files"))
+def _uri(dest: Destination, name: str) -> str:
+    return f"gs://{dest.bucket}/{name}"
 
 
-class _Copier:
-    """Copies one file; returns the SHA-256 of the bytes written."""
+def _stale(folder: dict[str, Any], files: list[HubFile], dest: Destination, where: str) -> list[Any]:
+    wanted = {dest.name(f.path) for f in files}
+    stale = [blob for name, blob in sorted(folder.items()) if name not in wanted]
+    foreign = [blob for blob in stale if not written_by_copier(blob)]
+    if foreign:
+        raise StagingError(f"{dest.uri} holds {len(foreign)} objects that are not files of {where} and were not "
+                           f"written by the copier (first: {foreign[0].name}); delete them or stage into an empty "
+                           "folder")
+    return stale
 
-    def __init__(self, hub: Hub, bucket: Bucket, commit: str, cancelled: threading.Event, progress: Progress):
-        self.hub, self.bucket, self.commit, self.cancelled, self.progress = hub, bucket, commit, cancelled, progress
 
-    def __call__(self, file: HubFile) -> str:
+def _unproven(files: list[HubFile], folder: dict[str, Any], records: dict[str, Any], dest: Destination,
+              revision: str) -> list[HubFile]:
+    return [f for f in files if not proven(folder.get(dest.name(f.path)), records.get(f.path), f, revision)]
+
+
+class _Workers:
+    """`workers` threads take files from one queue. A file another copier holds waits (Lease.poll_s) and is
+    asked about again, until its record appears or its lease expires and this copier takes it over."""
+
+    def __init__(self, hub: Hub, bucket: Bucket, ledger: Ledger, commit: str, progress: Progress, clock: Clock,
+                 lease: Lease):
+        self.hub, self.bucket, self.ledger, self.commit = hub, bucket, ledger, commit
+        self.progress, self.clock, self.lease = progress, clock, lease
+        self.pending: deque[tuple[HubFile, Optional[Busy]]] = deque()
+        self.waiting: dict[str, tuple[HubFile, Busy, float]] = {}
+        self.active = 0
+        self.copied: list[HubFile] = []
+        self.error: Optional[BaseException] = None
+        self.cancelled = threading.Event()
+        """Stops the streams in flight (never set by a failure: files in flight finish, so their bytes count)."""
+        self.stopping = threading.Event()
+        """Set by the first failure: no new file is started."""
+        self.cond = threading.Condition()
+
+    def run(self, files: list[HubFile], workers: int) -> list[HubFile]:
+        self.pending.extend((f, None) for f in files)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="stage") as pool:
+            for _ in range(min(workers, len(files))):
+                pool.submit(self._loop)
+        if self.error is not None:
+            raise self.error
+        return self.copied
+
+    def _take(self) -> Optional[tuple[HubFile, Optional[Busy]]]:
+        with self.cond:
+            while not self.stopping.is_set():
+                if self.pending:
+                    self.active += 1
+                    return self.pending.popleft()
+                if self.waiting:
+                    path = min(self.waiting, key=lambda p: self.waiting[p][2])
+                    file, busy, due = self.waiting[path]
+                    if due <= self.clock.now():
+                        del self.waiting[path]
+                        self.active += 1
+                        return file, busy
+                    self.clock.wait(self.cond, due - self.clock.now())
+                    continue
+                if self.active == 0:
+                    return None
+                self.clock.wait(self.cond, self.lease.poll_s)
+            return None
+
+    def _finish(self, file: HubFile, busy: Optional[Busy]) -> None:
+        with self.cond:
+            self.active -= 1
+            if busy is not None:
+                self.waiting[file.path] = (file, busy, self.clock.now() + self.lease.poll_s)
+            self.cond.notify_all()
+
+    def _loop(self) -> None:
+        while (item := self._take()) is not None:
+            file, seen = item
+            busy = None
+            try:
+                busy = self._attempt(file, seen)
+            except BaseException as err:  # noqa: BLE001 - the first failure stops the run; run() raises it
+                with self.cond:
+                    self.error = self.error or err
+                self.stopping.set()
+            finally:
+                self._finish(file, busy)
+
+    def _attempt(self, file: HubFile, seen: Optional[Busy]) -> Optional[Busy]:
+        """None when the file is proven (copied here or by another copier); Busy while another holds it."""
+        claim = self.ledger.claim(file.path, seen)
+        if isinstance(claim, Busy):
+            return claim
+        try:
+            if self.ledger.proven_now(file) is not None:  # finished by the copier that held it before
+                self.progress.file_done()
+                return None
+            sha256, obj = self._copy(file)
+            if not self.ledger.still_held(file.path):
+                return Busy(0, self.clock.now())  # taken over meanwhile: the other copier's record decides
+            self.ledger.write_record(file, obj, sha256)
+            with self.cond:
+                self.copied.append(file)
+            self.progress.file_done()
+            return None
+        finally:
+            self.ledger.release(file.path)
+
+    def _copy(self, file: HubFile) -> tuple[str, Any]:
+        """Stream one file into its object; (SHA-256 of the bytes, the object as Cloud Storage stored it)."""
         name = self.bucket.dest.name(file.path)
         stream = self.hub.open(self.commit, file, self.cancelled, self.progress.add_bytes)
         try:
@@ -126,26 +256,16 @@ class _Copier:
                                        f"files whole and takes at most {INLINE_LIMIT} bytes")
                 data = stream.read()
                 digest = hashlib.sha256(data).hexdigest()
-                self.bucket.upload_bytes(name, data, metadata(file.hub_oid, digest, self.commit),
-                                         "application/octet-stream")
+                obj = self.bucket.upload(name, io.BytesIO(data), len(data),
+                                         metadata(file.hub_oid, digest, self.commit), lambda: _crc32c(data))
             else:
                 digest = file.lfs_sha256
-                self.bucket.upload(name, stream, file.size, metadata(file.hub_oid, digest, self.commit))
+                obj = self.bucket.upload(name, stream, file.size, metadata(file.hub_oid, digest, self.commit),
+                                         lambda: stream.crc32c_b64)
         finally:
             stream.close()
-        self.progress.file_done()
-        return digest
+        return digest, obj
 
 
-def _write_manifest(bucket: Bucket, dest: Destination, repo_id: str, commit: str, files: list[HubFile],
-                    sha256: dict[str, str]) -> None:
-    document = {
-        "repoId": repo_id,
-        "revision": commit,
-        "finishedAt": datetime.now(UTC).isoformat(timespec="seconds"),
-        "totalBytes": sum(f.size for f in files),
-        "files": [{"path": f.path, "size": f.size, "sha256": sha256[f.path], "hubOid": f.hub_oid}
-                  for f in sorted(files, key=lambda f: f.path)],
-    }
-    bucket.upload_bytes(dest.name(MANIFEST), json.dumps(document, indent=1).encode(),
-                        {"hub-revision": commit}, "application/json")
+def _crc32c(data: bytes) -> str:
+    return base64.b64encode(google_crc32c.Checksum(data).digest()).decode()

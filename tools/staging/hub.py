@@ -7,6 +7,7 @@ GatedRepo, RepoNotFound, RevisionNotFound), huggingface_hub 2.4.0 `utils/_http.p
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import queue
@@ -16,8 +17,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any, Optional
 
+import google_crc32c
 import httpx2
 from huggingface_hub import HfApi, hf_hub_url
 from huggingface_hub.errors import (
@@ -41,19 +44,78 @@ TIMEOUT = httpx2.Timeout(connect=30.0, read=120.0, write=60.0, pool=60.0)
 """A stalled connection counts as cut after the read timeout (the shared session has none of its own)."""
 
 
+class Clock:
+    """Time as the copier waits on it: monotonic seconds and sleep. Tests pass one that runs faster than real
+    time, shared with the loopback Hub's rate-limit window, instead of replacing any of the copier's code."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+    def wait(self, waitable: Any, seconds: float) -> bool:
+        """`waitable.wait(seconds)` for a threading.Event or a held threading.Condition."""
+        return waitable.wait(max(0.0, seconds))
+
+
+REAL_CLOCK = Clock()
+
+
 @dataclass(frozen=True)
 class Backoff:
-    """Exponential backoff with jitter, bounded by the number of tries that made no progress."""
+    """When to try again and when to give up.
+
+    Failures (cut connections, 5xx) are retried with exponential backoff and jitter, at most `tries` in a row
+    without progress. Rate limits (429, and 503 with Retry-After) are a wait, not a failure: the copier waits
+    what `Retry-After` asks, up to `retry_after_max_s` (longer values are capped there and asked again), and
+    keeps going as long as the rate limit lifts within `patience_s` of the last byte received."""
 
     tries: int = 8
     base_s: float = 1.0
     max_s: float = 30.0
+    retry_after_max_s: float = 600.0
+    patience_s: float = 3600.0
+    clock: Clock = REAL_CLOCK
 
-    def wait(self, attempt: int, retry_after: Optional[float] = None) -> None:
-        delay = min(self.max_s, self.base_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
-        if retry_after is not None:
-            delay = min(self.max_s, max(delay, retry_after))
-        time.sleep(delay)
+    def delay(self, attempt: int) -> float:
+        return min(self.max_s, self.base_s * 2 ** (max(attempt, 1) - 1)) * (0.5 + random.random() / 2)
+
+    def retrier(self) -> Retrier:
+        return Retrier(self)
+
+
+class Retrier:
+    """One operation's retry budget: `tries` failures in a row, or `patience_s` of rate limiting, since the
+    last progress (`progressed()` resets both)."""
+
+    def __init__(self, backoff: Backoff):
+        self.backoff = backoff
+        self.failures = 0
+        self.since = backoff.clock.now()
+
+    def progressed(self) -> None:
+        self.failures, self.since = 0, self.backoff.clock.now()
+
+    def failed(self, status: Optional[int], retry_after: Optional[float], what: str) -> None:
+        """Wait before the next try, or raise StagingError with `what` when the budget is spent."""
+        backoff = self.backoff
+        limited = status == 429 or (status == 503 and retry_after is not None)
+        if limited:
+            delay = min(backoff.retry_after_max_s,
+                        retry_after if retry_after is not None else backoff.delay(self.failures + 1))
+            waited = backoff.clock.now() - self.since
+            if waited + delay > backoff.patience_s:
+                raise StagingError(f"{what}: still rate limited by the Hub (HTTP {status}) after "
+                                   f"{waited / 60:.0f} min without progress (the copier waits up to "
+                                   f"{backoff.patience_s / 60:.0f} min); rerun later, or use a token with a higher "
+                                   "rate limit (HF_TOKEN)")
+            backoff.clock.sleep(delay)
+            return
+        self.failures += 1
+        if self.failures >= backoff.tries:
+            raise StagingError(f"{what}: giving up after {self.failures} tries in a row without progress")
+        backoff.clock.sleep(backoff.delay(self.failures))
 
 
 @dataclass(frozen=True)
@@ -99,19 +161,25 @@ class Hub:
         return self.files(revision)[0]
 
     def _with_retries(self, call: Callable[[], Any], revision: str) -> Any:
-        for attempt in range(1, self.backoff.tries + 1):
+        retrier = self.backoff.retrier()
+        while True:
             try:
                 return call()
             except HfHubHTTPError as err:
                 status = err.response.status_code if err.response is not None else None
-                if status not in RETRY_STATUS or attempt == self.backoff.tries:
+                if status not in RETRY_STATUS:
                     raise self.explain(err, revision) from None
-                self.backoff.wait(attempt, _retry_after(err.response))
+                try:
+                    retrier.failed(status, _retry_after(err.response), f"listing {self.repo_id}@{revision}")
+                except StagingError:
+                    if status == 429:
+                        raise
+                    raise self.explain(err, revision) from None
             except httpx2.TransportError as err:
-                if attempt == self.backoff.tries:
+                try:
+                    retrier.failed(None, None, f"listing {self.repo_id}@{revision}")
+                except StagingError:
                     raise StagingError(f"cannot reach the Hub at {self.endpoint}: {err}") from None
-                self.backoff.wait(attempt)
-        raise AssertionError("unreachable")
 
     def explain(self, err: Exception, revision: str) -> StagingError:
         """One actionable line for a Hub error (401/403 gated or bad token, 404 repository or revision)."""
@@ -144,17 +212,24 @@ class Hub:
 
 
 def _retry_after(response: Optional[httpx2.Response]) -> Optional[float]:
+    """Seconds from `Retry-After` (delay-seconds or an HTTP-date, RFC 9110 section 10.2.3), else None."""
     value = response.headers.get("Retry-After") if response is not None else None
+    if value is None:
+        return None
     try:
-        return float(value) if value is not None else None
+        return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
         return None
 
 
 class _RetryError(Exception):
-    def __init__(self, reason: str, retry_after: Optional[float] = None):
+    def __init__(self, reason: str, status: Optional[int] = None, retry_after: Optional[float] = None):
         super().__init__(reason)
-        self.retry_after = retry_after
+        self.status, self.retry_after = status, retry_after
 
 
 class HubStream(io.RawIOBase):
@@ -172,6 +247,9 @@ class HubStream(io.RawIOBase):
         self.cancelled, self.on_bytes = cancelled, on_bytes
         self.sha256 = hashlib.sha256()
         self.git_sha1 = None if file.lfs_sha256 else hashlib.sha1(b"blob %d\0" % file.size)
+        self.crc32c = google_crc32c.Checksum()
+        """CRC32C of the same bytes the SHA-256 covers: compared with what Cloud Storage computes over the object."""
+        self.retrier = hub.backoff.retrier()
         self.fetched = 0  # bytes received from the Hub and hashed (reader thread)
         self.delivered = 0  # bytes taken from the queue (caller)
         self.position = 0  # the caller's offset: <= delivered after a seek back
@@ -273,7 +351,7 @@ class HubStream(io.RawIOBase):
 
     # network -----------------------------------------------------------------------------------
     def _take(self, limit: int) -> bytes:
-        attempt = 0
+        retrier = self.retrier
         while True:
             if self.cancelled.is_set() or self._stop.is_set():
                 raise StagingError(f"{self.file.path}: cancelled")
@@ -282,6 +360,7 @@ class HubStream(io.RawIOBase):
                     self.pending = self._next_network_block()
                 piece, self.pending = self.pending[:limit], self.pending[limit:]
                 self.sha256.update(piece)
+                self.crc32c.update(piece)
                 if self.git_sha1 is not None:
                     self.git_sha1.update(piece)
                 self.fetched += len(piece)
@@ -289,14 +368,12 @@ class HubStream(io.RawIOBase):
                     raise IntegrityError(f"{self.file.path}: the Hub sent more than the {self.file.size} bytes it "
                                          "publishes; nothing was written for this file")
                 self.on_bytes(len(piece))
+                retrier.progressed()
                 return piece
             except (_RetryError, httpx2.TransportError) as err:
                 self._disconnect()
-                attempt += 1
-                if attempt >= self.hub.backoff.tries:
-                    raise StagingError(f"{self.file.path}: giving up after {attempt} tries without progress at byte "
-                                       f"{self.fetched} of {self.file.size}: {err}") from None
-                self.hub.backoff.wait(attempt, getattr(err, "retry_after", None))
+                retrier.failed(getattr(err, "status", None), getattr(err, "retry_after", None),
+                               f"{self.file.path} at byte {self.fetched} of {self.file.size} ({err})")
 
     def _next_network_block(self) -> bytes:
         if self._chunks is None:
@@ -317,7 +394,7 @@ class HubStream(io.RawIOBase):
         response = self._context.__enter__()
         if response.status_code in RETRY_STATUS:
             self._disconnect()
-            raise _RetryError(f"HTTP {response.status_code}", _retry_after(response))
+            raise _RetryError(f"HTTP {response.status_code}", response.status_code, _retry_after(response))
         if response.status_code >= 400:
             response.read()
             try:
@@ -343,6 +420,11 @@ class HubStream(io.RawIOBase):
                 context.__exit__(None, None, None)
             except Exception:  # noqa: BLE001 - closing a broken connection may fail again; it is gone either way
                 pass
+
+    @property
+    def crc32c_b64(self) -> str:
+        """The CRC32C as Cloud Storage's JSON API spells it (base64 of the big-endian 4 bytes)."""
+        return base64.b64encode(self.crc32c.digest()).decode()
 
     def _verify(self) -> None:
         file = self.file
