@@ -682,7 +682,8 @@ class RouterConfig(Section):
 
 
 def _digest_field(image: str, track: Optional[str] = None) -> Any:
-    return Field(None, description=f"Digest (sha256:...) of the {image} image; when set, pods pull tag@digest.",
+    return Field(None, description=f"Digest (sha256:...) of the {image} image tag's multi-platform index "
+                                   "(docs/versions.md); when set, pods pull tag@digest.",
                  json_schema_extra=for_track(track, warn=True) if track else None)
 
 
