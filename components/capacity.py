@@ -14,6 +14,16 @@ from .config import ConfigError, StackConfig
 MIB = loading.MIB
 
 
+def serving_slices(cfg: StackConfig) -> int:
+    """Serving units of the stack: GPU slices (one NVL72 rack each) or TPU slices."""
+    return cfg.gpu.slices if cfg.track == "gpu" else cfg.tpu.slices
+
+
+def replicas_per_slice(cfg: StackConfig) -> int:
+    """Engine replicas (each loads its share of the checkpoint) in one serving unit."""
+    return cfg.gpu.prefillGroups + cfg.gpu.decodeGroups if cfg.track == "gpu" else 1
+
+
 @dataclass(frozen=True)
 class WeightStaging:
     reader_nodes: int
@@ -186,3 +196,40 @@ def cpu_offload_bytes_per_engine(cfg: StackConfig) -> int:
     (https://github.com/llm-d/llm-d/blob/3cfabd6/guides/pd-disaggregation/README.multi-tier.md)."""
     host = cfg.gpu.spec.host_memory_gb * 1e9 * cfg.gpu.hostOffloadPercent / 100
     return int(host // cfg.gpu.data_parallel_local)
+
+
+# --------------------------------------------------------------------------- per slice
+@dataclass(frozen=True)
+class SliceCapacity:
+    """What one serving unit holds, and the stack's total over `slices` of them."""
+
+    slices: int
+    replicas: int
+    """Engine replicas per slice (GPU: prefill + decode groups; TPU: 1)."""
+    sessions_hbm: int
+    """Full-length sessions (served context) the slice's serving KV holds in HBM: decode groups on GPU (where a
+    session lives while it generates), the replica on TPU."""
+    sessions_host: int
+    """The same in host DRAM (the offload tier)."""
+    prefix_sessions_hbm: int
+    prefix_sessions_host: int
+    """GPU: full-length prefixes the prefill groups keep cached in HBM / host DRAM (0 on TPU: same engine)."""
+
+
+def _sessions(c: ServingCapacity) -> tuple[int, int]:
+    """(HBM, host) full-length sequences of one replica: a sequence lives in one engine's pool."""
+    per_engine = int(c.kv_pool_bytes_per_device / c.bytes_per_token) // c.context_length
+    return c.kv_groups * per_engine, c.host_tokens // c.context_length
+
+
+def slice_capacity(cfg: StackConfig) -> SliceCapacity:
+    prefill = serving_capacity(cfg)
+    if cfg.track == "gpu":
+        decode_hbm, decode_host = _sessions(_replica_capacity(cfg, "decode"))
+        prefill_hbm, prefill_host = _sessions(prefill)
+        g = cfg.gpu
+        return SliceCapacity(g.slices, replicas_per_slice(cfg), g.decodeGroups * decode_hbm,
+                             g.decodeGroups * decode_host, g.prefillGroups * prefill_hbm,
+                             g.prefillGroups * prefill_host)
+    hbm, host = _sessions(prefill)
+    return SliceCapacity(cfg.tpu.slices, 1, hbm, host, 0, 0)

@@ -302,8 +302,12 @@ class GpuConfig(Section):
     reservationProject: Optional[str] = Field(
         None, description="Project owning a shared reservation (default: gcp.project).")
     reservationBlock: Optional[str] = Field(None, description="Optional reservation block name.")
-    reservationSubBlock: Optional[str] = Field(
-        None, description="Optional reservation sub-block (needs reservationBlock).")
+    reservationSubBlocks: list[str] = Field(
+        [], description="Optional reservation sub-blocks (NVL72 racks), one per slice in order; needs "
+                        "reservationBlock. Unset: Compute Engine picks a rack of the reservation for each slice.")
+    slices: int = Field(
+        1, ge=1, le=16, description="Serving units: each slice is a complete prefill/decode set on its own NVL72 "
+                                    "rack (one node pool per slice), all behind one router.")
     prefillGroups: int = Field(3, ge=1, le=16, description="Prefill LeaderWorkerSet groups (seed: 3P).")
     decodeGroups: int = Field(1, ge=1, le=16, description="Decode LeaderWorkerSet groups (seed: 1D).")
     prefillNodesPerGroup: int = Field(4, ge=1, le=18, description="Nodes per prefill group (4 GPUs each).")
@@ -323,8 +327,14 @@ class GpuConfig(Section):
         return self.spec.gpus_per_node // self.tensorParallel
 
     @property
-    def node_count(self) -> int:
+    def slice_nodes(self) -> int:
+        """Nodes of one slice (one rack's node pool): every prefill and decode group of it."""
         return self.prefillGroups * self.prefillNodesPerGroup + self.decodeGroups * self.decodeNodesPerGroup
+
+    @property
+    def node_count(self) -> int:
+        """GPU nodes of the whole stack, every slice."""
+        return self.slices * self.slice_nodes
 
     @model_validator(mode="after")
     def _check(self) -> GpuConfig:
@@ -333,12 +343,14 @@ class GpuConfig(Section):
 
     def check_active(self) -> None:
         """Rules between keys, for a GPU stack only (a TPU stack's gpu.* keys are refused as having no effect)."""
-        if self.node_count > catalog.NVL72_MAX_NODES:
+        if self.slice_nodes > catalog.NVL72_MAX_NODES:
             field = self.blame("prefillNodesPerGroup", "prefillGroups", "decodeNodesPerGroup", "decodeGroups")
             _fail(self.key(field), getattr(self, field),
-                  f"{self.prefillGroups}x{self.prefillNodesPerGroup} prefill + {self.decodeGroups}x"
-                  f"{self.decodeNodesPerGroup} decode = {self.node_count} nodes; one NVL72 domain holds "
-                  f"at most {catalog.NVL72_MAX_NODES}")
+                  f"a slice of {self.prefillGroups}x{self.prefillNodesPerGroup} prefill + {self.decodeGroups}x"
+                  f"{self.decodeNodesPerGroup} decode = {self.slice_nodes} pods x {self.spec.gpus_per_node} GPUs = "
+                  f"{self.slice_nodes * self.spec.gpus_per_node} GPUs; one NVL72 domain holds "
+                  f"{catalog.NVL72_MAX_NODES} nodes, {catalog.NVL72_MAX_NODES * self.spec.gpus_per_node} GPUs "
+                  "(add gpu.slices instead)")
         for role in ("prefill", "decode"):
             nodes = getattr(self, f"{role}NodesPerGroup")
             ep = nodes * self.spec.gpus_per_node  # vLLM: EP = TP x DP = every GPU of the group
@@ -352,17 +364,37 @@ class GpuConfig(Section):
         if self.spec.gpus_per_node % self.tensorParallel:
             _fail(self.key("tensorParallel"), self.tensorParallel,
                   f"must divide the {self.spec.gpus_per_node} GPUs of a node (one pod runs GPUs/TP engines)")
-        if self.reservationSubBlock and not self.reservationBlock:
-            _fail(self.key("reservationSubBlock"), self.reservationSubBlock, "needs gpu.reservationBlock too")
+        self._check_racks()
+
+    def _check_racks(self) -> None:
+        """Each slice needs a rack of its own: the DisaggregatedSet's placement (components/modelservers.py
+        PLACEMENT) admits one slice per NVL72 sub-block, so two slices' pools in one sub-block wedge the second."""
+        key, blocks = self.key("reservationSubBlocks"), self.reservationSubBlocks
+        if blocks and not self.reservationBlock:
+            _fail(key, blocks, "naming sub-blocks needs gpu.reservationBlock too (the block that holds them)")
+        if len(set(blocks)) != len(blocks):
+            _fail(key, blocks, "each slice needs its own NVL72 rack: name every sub-block once")
+        if blocks and len(blocks) < self.slices:
+            field = self.blame("slices", "reservationSubBlocks")
+            _fail(self.key(field), getattr(self, field),
+                  f"gpu.slices = {self.slices} needs one sub-block per slice; gpu.reservationSubBlocks names "
+                  f"{len(blocks)} (name {self.slices}, or lower gpu.slices to {len(blocks)})")
+        if not blocks and self.slices > 1 and 2 * self.slice_nodes <= catalog.NVL72_MAX_NODES:
+            _fail(self.key("slices"), self.slices,
+                  f"slices of {self.slice_nodes} nodes: Compute Engine may place two slices' pools in one "
+                  f"{catalog.NVL72_MAX_NODES}-node sub-block, where placement admits only one slice; name one "
+                  f"sub-block per slice in gpu.reservationSubBlocks")
 
 
 def _check_reservation(section: Section) -> None:
     """Reservation names go into a reservation URL (projects/P/reservations/R[/reservationBlocks/B...]): each
     part must be a Compute Engine name, the project a project ID."""
-    for field in ("reservation", "reservationBlock", "reservationSubBlock"):
+    for field in ("reservation", "reservationBlock"):
         value = getattr(section, field, None)
         if value is not None:
             _check_name(section.key(field), value, 63)
+    for value in getattr(section, "reservationSubBlocks", []):
+        _check_name(section.key("reservationSubBlocks"), value, 63)
     if section.reservationProject is not None:
         _check_project_id(section.key("reservationProject"), section.reservationProject)
 
@@ -374,6 +406,9 @@ class TpuConfig(Section):
         "2x2x4", description="Ironwood slice topology per node pool (seed: 2x2x4 = 16 chips on 4 hosts).")
     slices: int = Field(2, ge=1, le=8, description="Slices = node pools = SGLang replicas (seed: 2).")
     reservation: Optional[str] = Field(None, description="Specific reservation name for the slices.")
+    reservationHosts: Optional[int] = Field(
+        None, ge=1, description="Optional: tpu7x VMs your reservation holds; when set, tpu.slices x hosts per "
+                                "slice must fit in it.")
     reservationProject: Optional[str] = Field(
         None, description="Project owning a shared reservation (default: gcp.project).")
     spot: bool = Field(False, description="Use Spot capacity instead of a reservation.")
@@ -419,6 +454,16 @@ class TpuConfig(Section):
         if not self.spot and not self.reservation:
             _fail(self.key("reservation"), None, "Ironwood capacity comes from a reservation: set "
                                                   "tpu.reservation, or tpu.spot=true for Spot capacity")
+        if self.spot and self.reservationHosts is not None:
+            _fail(self.key("reservationHosts"), self.reservationHosts,
+                  "tpu.spot=true uses no reservation; unset tpu.reservationHosts")
+        hosts = self.slices * self.hosts_per_slice
+        if self.reservationHosts is not None and hosts > self.reservationHosts:
+            field = self.blame("slices", "reservationHosts", "topology")
+            _fail(self.key(field), getattr(self, field),
+                  f"{self.slices} slices x {self.hosts_per_slice} hosts = {hosts} tpu7x VMs, but the reservation "
+                  f"holds {self.reservationHosts} (tpu.reservationHosts); use at most "
+                  f"{self.reservationHosts // self.hosts_per_slice} slices")
 
     @property
     def chips_per_slice(self) -> int:

@@ -37,6 +37,15 @@ COMPUTE_DOMAIN_CHANNEL_TEMPLATE = f"{catalog.GUIDE_NAME}-nvl72-channel"
 SERVING_LABELS = {"llm-d.ai/inference-serving": "true", "llm-d.ai/guide": catalog.GUIDE_NAME}
 ROLE_LABEL = "llm-d.ai/role"
 
+SLICE_NODE_LABEL = f"{catalog.GUIDE_NAME}.llm-d.ai/slice"
+"""Node label on every accelerator node: the index of the slice (serving unit) whose node pool it is in. The
+scheduling proof, smoke check and benchmark report group nodes by it; placement itself keys on the label GKE
+sets (components/modelservers.py PLACEMENT)."""
+DISAGGREGATED_SLICE_LABEL = "disaggregatedset.x-k8s.io/slice"
+"""Pod label the DisaggregatedSet controller puts on every pod of slice i (value i)
+(https://github.com/kubernetes-sigs/lws/blob/v0.10.0/pkg/utils/disaggregatedset/utils.go); the router reads it as
+the pod's rack."""
+
 MODEL_SERVER_PORT = 8000
 """Port the router sends requests to on a serving pod (engine, or the routing sidecar on decode pods)."""
 DECODE_ENGINE_PORT = 8200

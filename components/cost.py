@@ -92,3 +92,13 @@ def summary_lines(cfg: StackConfig) -> list[str]:
         price = "price unknown, set " + line.basis if line.usd_per_hour is None else f"${line.usd_per_hour:,.2f}/h"
         out.append(f"  {line.item}: {price}")
     return out
+
+
+def per_slice(cfg: StackConfig) -> tuple[Optional[float], float, bool]:
+    """(accelerators of one slice $/h or None if unpriced, shared $/h of everything else, shared complete):
+    the stack costs slices x the first + the second."""
+    lines = hourly_costs(cfg)
+    accelerators, shared = lines[0], lines[1:]
+    slices = capacity.serving_slices(cfg)
+    amount, complete = total(shared)
+    return (None if accelerators.usd_per_hour is None else accelerators.usd_per_hour / slices), amount, complete

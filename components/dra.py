@@ -67,8 +67,6 @@ class GpuDevicesArgs(Args):
     namespace: StrInput
     """Guide namespace: the ComputeDomain and claim templates live beside the pods that claim them."""
     machine: catalog.GpuMachine
-    nodes: int
-    """GPU nodes whose pods join the ComputeDomain (every serving pod claims its channel)."""
     images: ImagesConfig = ImagesConfig()
     """Optional digests of the driver and asapd-lite images."""
 
@@ -107,11 +105,12 @@ class GpuDevices(Component):
             kind="ComputeDomain",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=contract.COMPUTE_DOMAIN, namespace=args.namespace),
             spec={
-                # The nodes of the domain: with IMEXDaemonsWithDNSNames on it only drives the Ready status, with
-                # it off pods wait until this many IMEX daemons joined; right in both modes (CRD description of
-                # numNodes,
-                # https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/blob/main/deployments/helm/dra-driver-nvidia-gpu/crds/resource.nvidia.com_computedomains.yaml).
-                "numNodes": args.nodes,
+                # One ComputeDomain for every slice: a domain spans several NVLink cliques (racks), each its own
+                # IMEX domain (status.nodes is keyed by cliqueID and index, the CRD of the pinned chart), and every
+                # slice's pods share one pod template per role, so one channel template. numNodes 0, as the CRD
+                # recommends with IMEXDaemonsWithDNSNames: the spec is immutable, so a node count in it would turn
+                # a change of gpu.slices into a forbidden update (docs/scaling.md).
+                "numNodes": 0,
                 "channel": {"resourceClaimTemplate": {"name": contract.COMPUTE_DOMAIN_CHANNEL_TEMPLATE}},
             },
             # The CRD and its controller come with the driver chart.

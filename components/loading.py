@@ -159,7 +159,8 @@ def replica_reads(cfg: StackConfig) -> list[ReplicaReads]:
     if cfg.track == "gpu":
         g = cfg.gpu
         per_node = g.data_parallel_local * g.tensorParallel
-        return [_reads(ld, role, count, nodes, g.data_parallel_local, nodes * per_node)
+        # Every slice's groups read at once.
+        return [_reads(ld, role, count * g.slices, nodes, g.data_parallel_local, nodes * per_node)
                 for role, count, nodes in (("prefill", g.prefillGroups, g.prefillNodesPerGroup),
                                            ("decode", g.decodeGroups, g.decodeNodesPerGroup))]
     t = cfg.tpu

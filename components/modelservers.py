@@ -279,8 +279,24 @@ class VllmDisaggregatedSetArgs(Args):
     """The hydrated weights claim (WeightStaging.claim)."""
 
 
+RACK_TOPOLOGY_KEY = "cloud.google.com/gce-topology-subblock"
+"""Node label GKE sets from Compute Engine's physical topology: the ID of the reservation sub-block a node runs in
+(https://cloud.google.com/ai-hypercomputer/docs/workloads/schedule-gke-workloads-tas). On A4X Max a sub-block is one
+NVL72 rack of 18 nodes ("18 nodes to obtain the GPU topology of 1x72 in one subblock", Cluster Toolkit
+https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/examples/gke-a4x-max-bm/README.md, whose
+Kueue topology for these nodes uses the same label, kueue-configuration.yaml.tftpl)."""
+PLACEMENT = {"type": "ExclusiveTopology", "topology": RACK_TOPOLOGY_KEY}
+"""Each slice's roles in one rack, one slice per rack: the controller injects required pod affinity to the
+slice's own pods and anti-affinity to every other slice on the key
+(https://github.com/kubernetes-sigs/lws/blob/v0.10.0/pkg/utils/disaggregatedset/affinity.go). Required terms
+without gang scheduling can wedge a slice whose rack lacks room (kubernetes-sigs/lws
+keps/848-disaggregatedset-placement-policy/README.md); config rejects slices that two could share
+(GpuConfig._check_racks) and each rack's pool is exactly one slice's size."""
+
+
 class VllmDisaggregatedSet(Component):
-    """3 prefill + 1 decode multi-node groups, kept inside one NVL72 sub-block by the set's placement policy."""
+    """`gpu.slices` copies of the prefill + decode multi-node groups, each slice kept inside one NVL72 sub-block
+    and each sub-block holding one slice, by the set's placement policy."""
 
     def __init__(self, name: str, args: VllmDisaggregatedSetArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("modelserver", "VllmDisaggregatedSet", name, opts)
@@ -289,7 +305,9 @@ class VllmDisaggregatedSet(Component):
         # the v0.10.0 tag
         # (https://github.com/kubernetes-sigs/lws/blob/060ab4d/api/disaggregatedset/v1/disaggregatedset_types.go), so
         # the pinned controller may not set it.
-        ready = [ready_replicas(f'.status.roleStatuses[?(@.name=="{role}")]', count)
+        # roleStatuses sum every slice (kubernetes-sigs/lws 060ab4d pkg/controllers/disaggregatedset/
+        # disaggregatedset_controller.go updateStatus).
+        ready = [ready_replicas(f'.status.roleStatuses[?(@.name=="{role}")]', count * cfg.gpu.slices)
                  for role, count in (("prefill", cfg.gpu.prefillGroups), ("decode", cfg.gpu.decodeGroups))]
         self.set = k8s.apiextensions.CustomResource(
             f"{name}-ds",
@@ -300,9 +318,10 @@ class VllmDisaggregatedSet(Component):
                                                 annotations=await_annotations(cfg, *ready)),
             spec={
                 "roles": [vllm_role(cfg, "prefill", args.models_claim), vllm_role(cfg, "decode", args.models_claim)],
-                # Co-locate a slice's roles in one NVLink sub-block
-                # (https://github.com/llm-d/llm-d/blob/main/docs/operations/disaggregation/disaggregatedset.md).
-                "placementPolicy": {"type": "ExclusiveTopology", "topology": "cloud.google.com/gce-topology-subblock"},
+                # N complete prefill/decode copies; changing it scales copies and rolls nothing
+                # (DisaggregatedSet CRD, spec.slices).
+                "slices": cfg.gpu.slices,
+                "placementPolicy": dict(PLACEMENT),
             },
             opts=self.child(custom_timeouts=set_timeouts(cfg)),
         )

@@ -12,7 +12,7 @@ from typing import Optional
 import pulumi
 import pulumi_gcp as gcp
 
-from . import catalog, machines
+from . import catalog, contract, machines
 from .base import Args, Component, StrInput
 
 POOL_TIMEOUTS = pulumi.CustomTimeouts(create="120m", update="120m", delete="60m")
@@ -151,35 +151,53 @@ def workload_policy(name: str, args: WorkloadPolicyArgs, opts: pulumi.ResourceOp
     )
 
 
-class GpuNodePoolArgs(Args):
-    pool_name: str
+class GpuRacksArgs(Args):
+    pool_prefix: str
     machine: catalog.GpuMachine
-    node_count: int
-    """Sum of all prefill and decode group nodes; at most one NVL72 domain (18)."""
+    slices: int
+    """One node pool per slice, each on its own NVL72 rack."""
+    nodes_per_slice: int
+    """Every prefill and decode group node of one slice; at most one NVL72 domain (18)."""
     reservation_project: str
     reservation: str
     reservation_block: Optional[str] = None
-    reservation_sub_block: Optional[str] = None
+    reservation_sub_blocks: tuple[str, ...] = ()
+    """One per slice, in order; empty: Compute Engine picks a sub-block of the reservation for each pool."""
 
 
-class GpuNodePool(Component):
-    """A4X Max (or A4X) pool inside one NVL72 `1x72` domain, with GKE-managed DRANET for RDMA."""
+def slice_pool_name(prefix: str, index: int) -> str:
+    """Node pool of slice `index`: the same name whatever the slice count, so adding a slice adds a pool."""
+    return f"{prefix}-{index}"
 
-    def __init__(self, name: str, common: PoolCommon, args: GpuNodePoolArgs,
+
+class GpuRacks(Component):
+    """A4X Max (or A4X) pools, one per slice, each inside one NVL72 `1x72` domain, with GKE-managed DRANET.
+
+    All pools name one workload policy: Compute Engine applies a workload policy to each MIG (node pool)
+    independently, so each pool is placed in one NVLink domain of its own
+    (https://cloud.google.com/compute/docs/instance-groups/about-workload-policies). Pool i's Pulumi and GKE
+    names depend on i only, so a higher slice count adds pools and never replaces one."""
+
+    def __init__(self, name: str, common: PoolCommon, args: GpuRacksArgs,
                  opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("gke", "GpuNodePool", name, opts)
-        if args.node_count > catalog.NVL72_MAX_NODES:
-            raise ValueError(f"{args.node_count} nodes exceed one NVL72 domain ({catalog.NVL72_MAX_NODES})")
-        machine = args.machine
+        super().__init__("gke", "GpuRacks", name, opts)
+        if args.nodes_per_slice > catalog.NVL72_MAX_NODES:
+            raise ValueError(f"{args.nodes_per_slice} nodes exceed one NVL72 domain ({catalog.NVL72_MAX_NODES})")
         self.policy = workload_policy(
             f"{name}-policy",
             WorkloadPolicyArgs(name=f"{common.name_prefix}-{catalog.NVL72_TOPOLOGY}", project=common.project,
                                region=common.region, accelerator_topology=catalog.NVL72_TOPOLOGY),
             self.child(),
         )
-        self.pool = gcp.container.NodePool(
-            f"{name}-pool",
-            **_in_serving_zone(common, args.pool_name, args.node_count),
+        self.pools = [self._pool(name, common, args, i) for i in range(args.slices)]
+        self.finish(pools=[p.name for p in self.pools], policy=self.policy.name)
+
+    def _pool(self, name: str, common: PoolCommon, args: GpuRacksArgs, index: int) -> gcp.container.NodePool:
+        machine = args.machine
+        sub_block = args.reservation_sub_blocks[index] if args.reservation_sub_blocks else None
+        return gcp.container.NodePool(
+            f"{name}-{index}",
+            **_in_serving_zone(common, slice_pool_name(args.pool_prefix, index), args.nodes_per_slice),
             # Cluster Toolkit's A4X Max blueprint: COMPACT type naming the workload policy, no tpu_topology.
             placement_policy=gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", policy_name=self.policy.name),
             network_config=gcp.container.NodePoolNetworkConfigArgs(
@@ -200,13 +218,13 @@ class GpuNodePool(Component):
                     gpu_driver_installation_config=gcp.container
                     .NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(gpu_driver_version="LATEST"),
                 )],
-                labels=dict(machine.node_labels),
+                labels={**dict(machine.node_labels), contract.SLICE_NODE_LABEL: str(index)},
                 taints=[_taint(catalog.GPU_TAINT)],
                 linux_node_config=gcp.container.NodePoolNodeConfigLinuxNodeConfigArgs(
                     hugepages_config=gcp.container.NodePoolNodeConfigLinuxNodeConfigHugepagesConfigArgs(
                         hugepage_size2m=machine.hugepages_2m)) if machine.hugepages_2m else None,
                 reservation_affinity=_reservation(args.reservation_project, args.reservation,
-                                                  args.reservation_block, args.reservation_sub_block),
+                                                  args.reservation_block, sub_block),
             ),
             opts=self.child(
                 custom_timeouts=POOL_TIMEOUTS,
@@ -214,7 +232,6 @@ class GpuNodePool(Component):
                 delete_before_replace=True,
             ),
         )
-        self.finish(pool=self.pool.name, policy=self.policy.name)
 
 
 class TpuSlicesArgs(Args):
@@ -248,7 +265,7 @@ class TpuSlices(Component):
             gcp.container.NodePool(
                 f"{name}-{i}",
                 # A multi-host slice is all of its hosts or nothing: node count equals the slice's host count.
-                **_in_serving_zone(common, f"{args.pool_prefix}-{i}", args.hosts_per_slice),
+                **_in_serving_zone(common, slice_pool_name(args.pool_prefix, i), args.hosts_per_slice),
                 placement_policy=gcp.container.NodePoolPlacementPolicyArgs(
                     type="", policy_name=self.policy.name, tpu_topology=args.topology),
                 node_config=_node_config(
@@ -257,6 +274,7 @@ class TpuSlices(Component):
                     disk_type="hyperdisk-balanced",
                     disk_size_gb=catalog.BOOT_DISK_GB_ACCELERATOR,
                     gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+                    labels={contract.SLICE_NODE_LABEL: str(i)},
                     taints=[_taint(catalog.TPU_TAINT)],
                     spot=args.spot or None,
                     reservation_affinity=(_reservation(args.reservation_project, args.reservation)

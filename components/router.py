@@ -85,6 +85,24 @@ def rollout_screener(cfg: StackConfig) -> dict[str, Any]:
     }}
 
 
+SLICE_AFFINITY = "same-slice-prefill"
+
+
+def slice_affinity(cfg: StackConfig) -> list[dict[str, Any]]:
+    """Keep P->D inside one slice, so the KV transfer stays on the rack's NVLink. The EPP picks the decode pod
+    first, then the prefill profile's `topology-affinity-filter` keeps only prefill pods whose `Rack` equals the
+    decode pick's; `topology-extractor` reads `Rack` from a pod label we name: the slice label the
+    DisaggregatedSet controller sets, which placement makes one rack per slice (llm-d-router v0.10.0
+    pkg/epp/framework/plugins/datalayer/extractor/topology/extractor.go, scheduling/filter/topologyaffinity/
+    README.md; Alpha, so the EPP runs with --allow-experimental-plugins). It fails open: with no prefill pod
+    of the decode's slice ready, a pair crosses racks and NIXL moves the KV over the RDMA NICs instead
+    (docs/scaling.md)."""
+    return [
+        {"type": "topology-extractor", "parameters": {"rack": contract.DISAGGREGATED_SLICE_LABEL}},
+        {"type": "topology-affinity-filter", "name": SLICE_AFFINITY, "parameters": {"minAffinity": "rack"}},
+    ]
+
+
 def endpoint_picker_config(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
     """Session- and load-aware scheduling: prefix affinity until saturated, then token load (seed post)."""
     shared = [
@@ -108,10 +126,12 @@ def endpoint_picker_config(cfg: StackConfig, capacity: ServingCapacity) -> dict[
             {"type": "prefill-filter"},
             {"type": "decode-filter"},
             {"type": "active-request-scorer"},
+            *slice_affinity(cfg),
             *shared,
         ]
         profiles = [
-            {"name": "prefill", "plugins": [{"pluginRef": "prefill-filter"}, *affinity_then_load]},
+            {"name": "prefill", "plugins": [{"pluginRef": "prefill-filter"}, {"pluginRef": SLICE_AFFINITY},
+                                            *affinity_then_load]},
             {"name": "decode", "plugins": [{"pluginRef": "decode-filter"}, {"pluginRef": "active-request-scorer"}]},
         ]
     return {"apiVersion": EPP_CONFIG_API_VERSION, "kind": "EndpointPickerConfig",

@@ -211,8 +211,9 @@ def summary(cfg: StackConfig) -> list[str]:
     if cfg.track == "gpu":
         g = cfg.gpu
         hw = (f"{g.node_count} x {g.spec.machine_type} ({g.node_count * g.spec.gpus_per_node} {g.spec.accelerator}) "
-              f"in one NVL72 domain: {g.prefillGroups}P x {g.prefillNodesPerGroup} + {g.decodeGroups}D x "
-              f"{g.decodeNodesPerGroup} nodes")
+              f"in {g.slices} slice(s), one NVL72 rack (node pool) each: {g.prefillGroups}P x "
+              f"{g.prefillNodesPerGroup} + {g.decodeGroups}D x {g.decodeNodesPerGroup} = {g.slice_nodes} nodes "
+              "per slice")
     else:
         t = cfg.tpu
         hw = (f"{t.slices} x {t.topology} {catalog.IRONWOOD.generation} slices = {t.slices * t.hosts_per_slice} x "
@@ -237,6 +238,7 @@ def summary(cfg: StackConfig) -> list[str]:
         f"weights cost (estimate): throughput ${throughput_cost:,.0f}/month "
         f"(${throughput_cost / prices.HOURS_PER_MONTH:.2f}/h), capacity ${capacity_cost:,.0f}/month",
         *capacity_lines(capacity.serving_capacity(cfg)),
+        *slice_lines(cfg),
         *monitoring_lines(cfg),
         *cost.summary_lines(cfg),
     ]
@@ -277,6 +279,33 @@ def weight_load_lines(cfg: StackConfig) -> list[str]:
         "min for hydration (one transfer Job, at most one node's read limit)",
     ]
     return lines
+
+
+def slice_lines(cfg: StackConfig) -> list[str]:
+    """Per serving unit and in total: sessions held at the served context, weight load, hourly cost."""
+    c = capacity.slice_capacity(cfg)
+    staging = capacity.weight_staging(cfg)
+    each, shared, complete = cost.per_slice(cfg)
+    key = "kimi-k3-1:cost.gpuNodeHourUsd" if cfg.track == "gpu" else "kimi-k3-1:cost.tpuChipHourUsd"
+    shared_text = f"${shared:,.2f}/h" + ("" if complete else " (some items unpriced)")
+    if each is None:
+        price = f"accelerators unpriced (set {key}); shared {shared_text}"
+        total_price = f"{c.slices} x unpriced accelerators + shared {shared_text}"
+    else:
+        price = f"${each:,.2f}/h accelerators"
+        total_price = f"${c.slices * each + shared:,.2f}/h ({c.slices} x ${each:,.2f} + shared {shared_text})"
+    where = "decode groups" if cfg.track == "gpu" else "replica"
+    prefix = (f"; prefill prefix cache {c.prefix_sessions_hbm:,} HBM + {c.prefix_sessions_host:,} host"
+              if cfg.track == "gpu" else "")
+    context = f"{cfg.context_length:,}-token sessions"
+    return [
+        f"per slice ({c.replicas} replica(s)): {context} in the {where}: {c.sessions_hbm:,} in HBM + "
+        f"{c.sessions_host:,} in host DRAM{prefix}; weights load in {staging.load_s / 60:.1f} min "
+        f"(every replica of every slice at once); {price}",
+        f"total ({c.slices} slices behind one router): {c.slices * c.sessions_hbm:,} sessions in HBM + "
+        f"{c.slices * c.sessions_host:,} in host DRAM; {replicas(cfg)} replicas load in "
+        f"{staging.load_s / 60:.1f} min; {total_price}",
+    ]
 
 
 def monitoring_lines(cfg: StackConfig) -> list[str]:

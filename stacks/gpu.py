@@ -1,4 +1,4 @@
-"""GPU track: A4X Max (GB300 NVL72) pool, DRA/RDMA devices, vLLM prefill/decode DisaggregatedSet."""
+"""GPU track: A4X Max (GB300 NVL72) pools, one per slice, DRA/RDMA devices, vLLM prefill/decode DisaggregatedSet."""
 
 from __future__ import annotations
 
@@ -8,25 +8,25 @@ from components import contract
 from components.config import StackConfig
 from components.dra import GpuDevices, GpuDevicesArgs
 from components.modelservers import VllmDisaggregatedSet, VllmDisaggregatedSetArgs
-from components.nodepools import GpuNodePool, GpuNodePoolArgs
+from components.nodepools import GpuRacks, GpuRacksArgs
 
 from .base import add_benchmark, add_calibration, build_foundation, export_node_pools
 
 
 def build(cfg: StackConfig) -> None:
     foundation = build_foundation(cfg)
-    gpu = GpuNodePool("gpu", foundation.pool_common, GpuNodePoolArgs(
-        pool_name=f"{cfg.gpu.machine}-nvl72",
+    gpu = GpuRacks("gpu", foundation.pool_common, GpuRacksArgs(
+        pool_prefix=f"{cfg.gpu.machine}-nvl72",
         machine=cfg.gpu.spec,
-        node_count=cfg.gpu.node_count,
+        slices=cfg.gpu.slices,
+        nodes_per_slice=cfg.gpu.slice_nodes,
         reservation_project=cfg.gpu.reservationProject or cfg.gcp.project,
         reservation=cfg.gpu.reservation,
         reservation_block=cfg.gpu.reservationBlock,
-        reservation_sub_block=cfg.gpu.reservationSubBlock,
+        reservation_sub_blocks=tuple(cfg.gpu.reservationSubBlocks[:cfg.gpu.slices]),
     ), pulumi.ResourceOptions(provider=foundation.gcp_provider))
     namespace = foundation.platform.namespace.metadata.name
-    devices = GpuDevices("gpu-devices", GpuDevicesArgs(namespace=namespace, machine=cfg.gpu.spec,
-                                                            nodes=cfg.gpu.node_count, images=cfg.images),
+    devices = GpuDevices("gpu-devices", GpuDevicesArgs(namespace=namespace, machine=cfg.gpu.spec, images=cfg.images),
                          foundation.on_system_nodes)
     servers = VllmDisaggregatedSet("vllm", VllmDisaggregatedSetArgs(
         namespace=namespace, name=contract.disaggregated_set_name(cfg), config=cfg,
@@ -34,8 +34,8 @@ def build(cfg: StackConfig) -> None:
         pulumi.ResourceOptions(provider=foundation.cluster.provider, depends_on=[
             # The DisaggregatedSet CRD and webhook, the populated weights, the nodes and the claims its pods
             # reference by name: without them the set cannot become Available within its timeout.
-            foundation.platform.lws, foundation.weights.claim, gpu.pool, devices.compute_domain,
+            foundation.platform.lws, foundation.weights.claim, *gpu.pools, devices.compute_domain,
             devices.rdma_claims, foundation.platform.hf_token]))
     add_calibration(foundation, servers)
     add_benchmark(foundation, servers)
-    export_node_pools(foundation, [gpu.pool])
+    export_node_pools(foundation, gpu.pools)

@@ -172,6 +172,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         ("vllmDigest", "routingSidecarDigest", "eppDigest", "envoyDigest", "asapdLiteDigest", "calibrationDigest",
          "inferencePerfDigest", "lwsDigest", "draDriverDigest", "stagingDigest"), 1)},
         "benchmark.enabled": True, "router.calibrate": True}),
+    # Scale-out (tests/test_scale.py): 3 GPU slices on 3 named racks, 4 TPU slices.
+    "gpu3": ("gpu3", {}),
+    "tpu4": ("tpu4", {}),
     # Every image the TPU stack pulls, the router chart's Envoy sidecar included (visible once charts are rendered).
     "tpu-pinned": ("tpu", {"images.jaxTpuDigest": "sha256:" + "a" * 64, "images.lwsDigest": "sha256:" + "b" * 64,
                            "images.eppDigest": "sha256:" + "c" * 64, "images.envoyDigest": "sha256:" + "d" * 64,

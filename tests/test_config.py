@@ -84,13 +84,15 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
      "kimi-k3-1:tpu.spot = true: choose either tpu.reservation or tpu.spot, not both"),
     # NVL72 domain size.
     ("gpu", {"gpu__prefillNodesPerGroup": 5},
-     "kimi-k3-1:gpu.prefillNodesPerGroup = 5: 3x5 prefill + 1x4 decode = 19 nodes; one NVL72 domain holds at most 18"),
+     "kimi-k3-1:gpu.prefillNodesPerGroup = 5: a slice of 3x5 prefill + 1x4 decode = 19 pods x 4 GPUs = 76 GPUs; "
+     "one NVL72 domain holds 18 nodes, 72 GPUs (add gpu.slices instead)"),
     # Reservation-only machines.
     ("gpu", {"gpu__reservation": None},
      "kimi-k3-1:gpu.reservation = (unset): a4x-maxgpu-4g-metal is reservation-only: set the name of your "
      "specific reservation"),
-    ("gpu", {"gpu__reservationSubBlock": "sb-1"},
-     "kimi-k3-1:gpu.reservationSubBlock = 'sb-1': needs gpu.reservationBlock too"),
+    ("gpu", {"gpu__reservationSubBlocks": ["sb-1"]},
+     "kimi-k3-1:gpu.reservationSubBlocks = [\"sb-1\"]: naming sub-blocks needs gpu.reservationBlock too (the block "
+     "that holds them)"),
     # Zones.
     ("tpu", {"gcp__zone": "europe-west4-a"},
      "kimi-k3-1:gcp.zone = 'europe-west4-a': must be a zone of gcp.region 'us-central1', e.g. 'us-central1-c'"),

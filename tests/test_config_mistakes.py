@@ -61,8 +61,8 @@ NAME = "must be 1-63 characters of a-z, 0-9 and '-', start with a letter and not
      "kimi-k3-1:tpu.reservationProject = 'proj': a project ID is 6-30 characters of a-z, 0-9 and '-', "
      f"starting with a letter and not ending with '-' {PROJECT_RULES}"),
     ("gpu", {"gpu__reservationBlock": "Block A"}, f"kimi-k3-1:gpu.reservationBlock = 'Block A': {NAME} {GCE}"),
-    ("gpu", {"gpu__reservationBlock": "block-a", "gpu__reservationSubBlock": "sub-"},
-     f"kimi-k3-1:gpu.reservationSubBlock = 'sub-': {NAME} {GCE}"),
+    ("gpu", {"gpu__reservationBlock": "block-a", "gpu__reservationSubBlocks": ["sub-"]},
+     f"kimi-k3-1:gpu.reservationSubBlocks = 'sub-': {NAME} {GCE}"),
     # Machine types are Compute Engine names too.
     ("gpu", {"systemPool__machineType": "N2-standard-8"},
      f"kimi-k3-1:systemPool.machineType = 'N2-standard-8': {NAME} {GCE}"),

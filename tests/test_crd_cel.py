@@ -10,7 +10,7 @@ import pytest
 from tests import cel
 from tests.conftest import STACKS, Plan
 
-VARIANTS_WITH_CRS = ("gateway", "quiet", "gpu2")
+VARIANTS_WITH_CRS = ("gateway", "quiet", "gpu2", "gpu3", "tpu4")
 
 
 def outcomes(plan: Plan, shared) -> dict[str, cel.Outcome]:

@@ -27,7 +27,7 @@ def gke_md(shared) -> str:
 
 # ----------------------------------------------------------------------------------------- GPU
 def test_gpu_pool_hardware_matches_fact_sheet(gpu, gke_md):
-    pool = gpu.one(NODE_POOL, "gpu-pool")["inputs"]
+    pool = gpu.one(NODE_POOL, "gpu-0")["inputs"]
     node = pool["nodeConfig"]
     assert f"| Machine type | `{node['machineType']}`" in gke_md
     [accel] = node["guestAccelerators"]
@@ -41,15 +41,16 @@ def test_gpu_pool_hardware_matches_fact_sheet(gpu, gke_md):
 
 
 def test_gpu_pool_dranet_and_network_profile(gpu, gke_md):
-    pool = gpu.one(NODE_POOL, "gpu-pool")["inputs"]
+    pool = gpu.one(NODE_POOL, "gpu-0")["inputs"]
     assert pool["networkConfig"] == {"acceleratorNetworkProfile": "auto"}
     labels = pool["nodeConfig"]["labels"]
     expected = re.search(r"--node-labels=([^` ]+)`", gke_md).group(1)
-    assert labels == dict(item.split("=") for item in expected.split(","))
+    # The DRANET labels upstream sets, and the slice index every accelerator node carries (contract.SLICE_NODE_LABEL).
+    assert labels == {**dict(item.split("=") for item in expected.split(",")), "kimi-k3-1.llm-d.ai/slice": "0"}
 
 
 def test_gpu_pool_sits_in_one_nvl72_domain(gpu, gke_md):
-    pool_resource = gpu.one(NODE_POOL, "gpu-pool")
+    pool_resource = gpu.one(NODE_POOL, "gpu-0")
     pool = pool_resource["inputs"]
     policy = gpu.one(POLICY)["inputs"]
     assert policy["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "1x72"}
@@ -62,7 +63,7 @@ def test_gpu_pool_sits_in_one_nvl72_domain(gpu, gke_md):
 
 
 def test_gpu_pool_consumes_the_specific_reservation(gpu):
-    pool = gpu.one(NODE_POOL, "gpu-pool")
+    pool = gpu.one(NODE_POOL, "gpu-0")
     assert pool["inputs"]["nodeConfig"]["reservationAffinity"] == {
         "consumeReservationType": "SPECIFIC_RESERVATION",
         "key": "compute.googleapis.com/reservation-name",
@@ -104,7 +105,7 @@ def test_reservation_paths_for_blocks_and_shared_reservations(gke_md):
 
 
 def test_gpu_node_count_follows_the_pd_topology(variants):
-    pool = variants["gpu2"].one(NODE_POOL, "gpu-pool")["inputs"]
+    pool = variants["gpu2"].one(NODE_POOL, "gpu-0")["inputs"]
     assert pool["nodeCount"] == 2 * 4 + 1 * 8
     assert pool["nodeConfig"]["machineType"] == "a4x-highgpu-4g"
     assert pool["nodeConfig"]["guestAccelerators"][0]["type"] == "nvidia-gb200"

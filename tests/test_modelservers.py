@@ -127,7 +127,7 @@ def test_pd_topology_fills_the_gpu_pool(gpu):
     ds = manifest(gpu, "DisaggregatedSet")
     roles = {r["name"]: r["spec"] for r in ds["spec"]["roles"]}
     assert (roles["prefill"]["replicas"], roles["decode"]["replicas"]) == (3, 1)
-    pool = gpu.one(NODE_POOL, "gpu-pool")["inputs"]
+    pool = gpu.one(NODE_POOL, "gpu-0")["inputs"]
     pods = gpus = 0
     for spec in roles.values():
         group = spec["leaderWorkerTemplate"]

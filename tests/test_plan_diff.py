@@ -346,7 +346,7 @@ def test_end_to_end_on_two_commits(two_commits):
     report = proc.stdout
     assert report.startswith("# Offline plan diff: `main~1 (")
     assert "| `spec.roles[name=prefill].spec.replicas` | `3` | `2` |  |" in report
-    pool = report.split("`gcp:container/nodePool:NodePool` **gpu-pool**", 1)[1].split("**", 1)[0]
+    pool = report.split("`gcp:container/nodePool:NodePool` **gpu-0**", 1)[1].split("**", 1)[0]
     assert "| `nodeCount` | `16` | `12` |  |" in pool
     for row in ("| accelerator nodes | 16 | 12 | -4 (-25%) |", "| model replicas | 4 | 3 | -1 (-25%) |",
                 "| hourly cost | "):

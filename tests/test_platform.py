@@ -184,7 +184,7 @@ def test_dra_driver_serves_compute_domains_on_the_gpu_nodes(gpu):
     values = chart["values"]
     assert values["resources"] == {"gpus": {"enabled": False}}
     assert values["nvidiaDriverRoot"] == "/home/kubernetes/bin/nvidia"
-    node = gpu.one("gcp:container/nodePool:NodePool", "gpu-pool")["inputs"]["nodeConfig"]
+    node = gpu.one("gcp:container/nodePool:NodePool", "gpu-0")["inputs"]["nodeConfig"]
     plugin = values["kubeletPlugin"]
     expressions = plugin["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"]
@@ -207,8 +207,9 @@ def test_claims_the_serving_pods_will_use(gpu):
     [request] = template["spec"]["spec"]["devices"]["requests"]
     assert request["exactly"] == {"deviceClassName": "mrdma.google.com", "allocationMode": "ExactCount", "count": 8}
     assert domain["metadata"]["namespace"] == template["metadata"]["namespace"] == "kimi-k3-1"
-    # numNodes is right whether IMEX daemons wait for their peers or not: the nodes of the domain.
-    assert domain["spec"]["numNodes"] == gpu.one("gcp:container/nodePool:NodePool", "gpu-pool")["inputs"]["nodeCount"]
+    # numNodes 0, as the CRD recommends with IMEXDaemonsWithDNSNames: the immutable spec then does not depend on
+    # the slice count (tests/test_scale.py).
+    assert domain["spec"]["numNodes"] == 0
     values = gpu.one(CHART, "gpu-devices-dra-driver")["inputs"]["values"]
     assert values["featureGates"] == {"IMEXDaemonsWithDNSNames": True}
 
@@ -216,7 +217,7 @@ def test_claims_the_serving_pods_will_use(gpu):
 def test_asapd_lite_takes_the_nodes_hugepages(gpu):
     daemonset = manifest(gpu, "DaemonSet", "asapd-lite")
     pod = daemonset["spec"]["template"]["spec"]
-    node = gpu.one("gcp:container/nodePool:NodePool", "gpu-pool")["inputs"]["nodeConfig"]
+    node = gpu.one("gcp:container/nodePool:NodePool", "gpu-0")["inputs"]["nodeConfig"]
     pages = node["linuxNodeConfig"]["hugepagesConfig"]["hugepageSize2m"]
     [container] = pod["containers"]
     assert container["resources"]["limits"]["hugepages-2Mi"] == f"{pages * 2}Mi"
@@ -230,8 +231,8 @@ def test_asapd_lite_takes_the_nodes_hugepages(gpu):
 def test_a4x_fallback_gets_only_what_a4x_uses(variants):
     """A4X (GB200 VMs): DRANET label only, no hugepages, no asapd-lite (gke.md §2.4); A4X Max extras stay off."""
     plan = variants["gpu2"]
-    node = plan.one("gcp:container/nodePool:NodePool", "gpu-pool")["inputs"]["nodeConfig"]
-    assert node["labels"] == {"cloud.google.com/gke-networking-dra-driver": "true"}
+    node = plan.one("gcp:container/nodePool:NodePool", "gpu-0")["inputs"]["nodeConfig"]
+    assert node["labels"] == {"cloud.google.com/gke-networking-dra-driver": "true", "kimi-k3-1.llm-d.ai/slice": "0"}
     assert "linuxNodeConfig" not in node
     assert not [m for m in plan.program_manifests if m["kind"] == "DaemonSet"]
 

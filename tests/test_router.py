@@ -128,12 +128,22 @@ def test_prefix_cache_sized_by_the_capacity_model(plans, stack, blocks):
     assert f"lruCapacityPerServer {params['lruCapacityPerServer']:,}" in plans[stack].summary
 
 
+REGISTERED_SINCE_FACT_SHEET = {
+    # Plugin types the fact sheet's list lacks, each registered by the pinned router's EPP runner.
+    "topology-extractor": "llm-d-router v0.10.0 cmd/epp/runner/runner.go (exttopology, "
+                          "pkg/epp/framework/plugins/datalayer/extractor/topology/extractor.go)",
+    "topology-affinity-filter": "llm-d-router v0.10.0 cmd/epp/runner/runner.go: "
+                                "Register(topologyaffinityfilter.FilterType, StabilityAlpha, ...)",
+}
+
+
 @pytest.mark.parametrize("stack", ["gpu", "tpu"])
 def test_scheduling_config(plans, llm_d_md, stack):
     config = epp_config(plans[stack])
     assert "registers only `llm-d.ai/v1alpha1`" in llm_d_md
     assert config["apiVersion"] == "llm-d.ai/v1alpha1" and config["kind"] == "EndpointPickerConfig"
     known = set(re.findall(r"`([a-z]+(?:-[a-z]+)+)`", llm_d_md.split("### 2.2", 1)[1].split("### 2.3", 1)[0]))
+    known |= set(REGISTERED_SINCE_FACT_SHEET)
     types = [p["type"] for p in config["plugins"]]
     assert set(types) <= known, f"unknown plugin types {set(types) - known}"
     names = {p.get("name", p["type"]) for p in config["plugins"]}
@@ -142,7 +152,8 @@ def test_scheduling_config(plans, llm_d_md, stack):
     [affinity] = [p for p in config["plugins"] if p["type"] == "prefix-cache-affinity-filter"]
     assert affinity["parameters"]["peakPrefillThroughput"] == parse(stack).router.peakPrefillThroughput
     if stack == "gpu":
-        assert profiles == {"prefill": ["prefill-filter", "prefix-cache-affinity-filter", "token-load-scorer"],
+        assert profiles == {"prefill": ["prefill-filter", "same-slice-prefill", "prefix-cache-affinity-filter",
+                                        "token-load-scorer"],
                             "decode": ["decode-filter", "active-request-scorer"]}
         [handler] = [p for p in config["plugins"] if p["type"] == "disagg-profile-handler"]
         assert handler["parameters"] == {"deciders": {"prefill": "always-disagg-pd-decider"}}

@@ -77,7 +77,7 @@ def test_replicas_needing_whole_nodes_cannot_outnumber_the_nodes(gpu):
     dset = next(m for m in manifests if m["kind"] == "DisaggregatedSet")
     dset["spec"]["roles"][0]["spec"]["replicas"] += 1
     [failure] = run(gpu, manifests).failures
-    assert "replicas" in failure and "find no node with room left in a4x-max-nvl72 (16 nodes)" in failure
+    assert "replicas" in failure and "find no node with room left in a4x-max-nvl72-0 (16 nodes)" in failure
 
 
 def test_vllm_pod_must_tolerate_the_arm_taint(gpu):
@@ -96,7 +96,7 @@ def test_dra_claims_need_their_driver_on_the_pool(gpu):
     failures = run(gpu, manifests).failures
     assert failures and "the nvidia-dra-driver-gpu-kubelet-plugin DaemonSet does not run on this pool" in failures[0]
     resources = copy.deepcopy(gpu.resources)
-    pool = next(r for r in resources if r["name"] == "gpu-pool")
+    pool = next(r for r in resources if r["name"] == "gpu-0")
     pool["inputs"]["nodeConfig"]["labels"].pop("cloud.google.com/gke-networking-dra-driver")
     failures = run(gpu, resources=resources).failures
     assert failures

@@ -627,6 +627,8 @@ FIGURES: tuple[tuple[str, str, str], ...] = (
     ("volume hydration time", r"hydration >= ([\d.,]+) min", " min"),
     ("Hyperdisk ML throughput", r"Hyperdisk ML [\d,]+ GiB at ([\d,]+) MiB/s", " MiB/s"),
     ("model replicas", r"([\d,]+) replicas on [\d,]+ nodes", ""),
+    ("serving slices", r"^total \(([\d,]+) slices", ""),
+    ("sessions in HBM (all slices)", r"^total \([^)]*\): ([\d,]+) sessions in HBM", ""),
     ("KV tokens in HBM per replica", r"([\d,]+) tokens in HBM", ""),
     ("lruCapacityPerServer", r"lruCapacityPerServer ([\d,]+)", " blocks"),
     ("hourly cost", r"^cost estimate[^:\n]*:\s*\$([\d,]+(?:\.\d+)?)\s*/\s*h(?:ou)?r?", " USD/h"),

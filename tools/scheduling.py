@@ -11,7 +11,11 @@ and hugepages included, and its DRA claims name a device class some driver serve
 each pool is packed: every DaemonSet that lands there is on every node, and the other pods go first-fit
 decreasing onto the nodes left, so replicas that need a whole node cannot outnumber the nodes.
 
-Not modelled: GKE's own DaemonSets (their requests are not published per version), pod (anti-)affinity and
+Placement units: a DisaggregatedSet slice under its placementPolicy, and a LeaderWorkerSet group under the
+exclusive-topology annotation, go whole into one topology domain each, one copy per domain (Unit); and every
+accelerator pool must receive pods, since its nodes bill whether or not anything runs there.
+
+Not modelled: GKE's own DaemonSets (their requests are not published per version), other pod (anti-)affinity and
 topology spread, and pods other controllers create (the Volume Populator's transfer Job).
 
 Architecture: every container (init, sidecar, app) of a pod is checked against each pool the pod can land on
@@ -109,6 +113,10 @@ class PodGroup:
     count: int
     daemon: bool = False
     requests: dict[str, int] = field(default_factory=dict)
+    unit: str = ""
+    """Placement unit this group belongs to ('' for none): every pod of one unit must share one domain."""
+    per_unit: int = 0
+    """Pods of this group in each unit."""
 
     def __post_init__(self) -> None:
         self.requests = effective_requests(self.spec)
@@ -128,6 +136,49 @@ def _lws_groups(owner: str, namespace: str, lws_spec: dict[str, Any], sets: int 
     return groups
 
 
+@dataclass
+class Unit:
+    """Pods that must land together in one topology domain, `count` times, each copy in a domain of its own: a
+    DisaggregatedSet slice under its placementPolicy (all roles, required pod affinity to the slice and
+    anti-affinity to the set's other slices on `topology`,
+    https://github.com/kubernetes-sigs/lws/blob/v0.10.0/pkg/utils/disaggregatedset/affinity.go), or a
+    LeaderWorkerSet group under the `exclusive-topology` annotation (one group per domain)."""
+
+    name: str
+    topology: str
+    count: int
+    groups: list[PodGroup]
+
+
+EXCLUSIVE_TOPOLOGY_ANNOTATION = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+
+
+def _with_unit(groups: list[PodGroup], unit: str, copies: int) -> list[PodGroup]:
+    for g in groups:
+        g.unit, g.per_unit = unit, g.count // copies
+    return groups
+
+
+def placement_units(manifests: list[dict[str, Any]]) -> list[Unit]:
+    units = []
+    for m in manifests:
+        kind, meta, spec = m.get("kind"), m.get("metadata") or {}, m.get("spec") or {}
+        owner = f"{kind} {meta.get('namespace', '')}/{meta.get('name')}"
+        if kind == "DisaggregatedSet":
+            policy = spec.get("placementPolicy") or {}
+            if policy.get("type", "None") != "None" and policy.get("topology"):
+                slices = int(spec.get("slices", 1))
+                units.append(Unit(f"{owner} slice", policy["topology"], slices,
+                                  [g for g in pod_groups([m]) if g.count]))
+        elif kind == "LeaderWorkerSet":
+            key = (meta.get("annotations") or {}).get(EXCLUSIVE_TOPOLOGY_ANNOTATION)
+            if key:
+                units.append(Unit(f"{owner} group", key, int(spec.get("replicas", 1)), pod_groups([m])))
+    for unit in units:
+        _with_unit(unit.groups, unit.name, unit.count)
+    return units
+
+
 def pod_groups(manifests: list[dict[str, Any]]) -> list[PodGroup]:
     groups = []
     for m in manifests:
@@ -143,8 +194,10 @@ def pod_groups(manifests: list[dict[str, Any]]) -> list[PodGroup]:
         elif kind == "LeaderWorkerSet":
             groups += _lws_groups(owner, namespace, spec)
         elif kind == "DisaggregatedSet":
+            # spec.slices complete copies of every role (DisaggregatedSet CRD).
             for role in spec.get("roles") or []:
-                groups += _lws_groups(f"{owner} role {role['name']}", namespace, role.get("spec") or {})
+                groups += _lws_groups(f"{owner} role {role['name']}", namespace, role.get("spec") or {},
+                                      int(spec.get("slices", 1)))
     return groups
 
 
@@ -189,6 +242,8 @@ def pools_of(resources: list[dict[str, Any]], region: str = "") -> list[Pool]:
                 labels["cloud.google.com/gke-tpu-topology"] = topology
         if config.get("spot"):
             labels["cloud.google.com/gke-spot"] = "true"
+        if (inputs.get("placementPolicy") or {}).get("policyName"):
+            labels[SUBBLOCK_LABEL] = _sub_block(inputs["name"], config)
         taints = [(t["key"], t.get("value", ""), EFFECTS.get(t["effect"], t["effect"]))
                   for t in config.get("taints") or []]
         if machine and machine.arch == "arm64" and ARM_TAINT not in taints:
@@ -196,6 +251,21 @@ def pools_of(resources: list[dict[str, Any]], region: str = "") -> list[Pool]:
         pools.append(Pool(inputs["name"], config.get("machineType", ""), int(inputs.get("nodeCount", 0)), labels,
                           taints, machines.allocatable(machine, hugepages) if machine else None))
     return pools
+
+
+SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
+"""GKE labels each node with the ID of the reservation sub-block it runs in
+(https://cloud.google.com/ai-hypercomputer/docs/workloads/schedule-gke-workloads-tas). A pool under a workload
+policy is placed in one NVLink domain (https://cloud.google.com/compute/docs/instance-groups/about-workload-policies):
+the model gives each such pool one value, the sub-block its reservation names or, unnamed, one of its own
+(the program's config admits unnamed sub-blocks only where two pools cannot share one,
+components/config.py GpuConfig._check_racks)."""
+
+
+def _sub_block(pool: str, config: dict[str, Any]) -> str:
+    values = (config.get("reservationAffinity") or {}).get("values") or []
+    path = values[0] if values else ""
+    return path if "/reservationSubBlocks/" in path else f"sub-block of {pool}"
 
 
 def tolerates(tolerations: list[dict[str, Any]], taint: tuple[str, str, str]) -> bool:
@@ -400,7 +470,11 @@ def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]], unre
             over = resource_problems(loads[pool.name].used[0], _capacity(pool))
             if over:
                 failures.append(f"DaemonSets on pool {pool.name} do not fit one node together: {'; '.join(over)}")
-    for group in sorted((g for g in groups if not g.daemon),
+    units = placement_units(manifests)
+    in_units = {g.owner for unit in units for g in unit.groups}
+    for unit in units:
+        failures += _place_unit(unit, pools, loads, manifests, placed, unverified)
+    for group in sorted((g for g in groups if not g.daemon and g.owner not in in_units),
                         key=lambda g: (-g.requests.get("cpu", 0), -g.requests.get("memory", 0), g.owner)):
         reasons: dict[str, list[str]] = {}
         for pool in pools:
@@ -429,10 +503,79 @@ def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]], unre
             failures.append(f"pod {group.owner}: {left} of {group.count} replicas ({format_requests(group.requests)}) "
                             f"find no node with room left in {', '.join(p.name for p in candidates)} ({nodes} nodes)")
     notes += sorted(unrecorded)
+    for pool in pools if not failures else ():  # an unplaced pod already explains an empty pool
+        accelerated = pool.allocatable is not None and any(
+            k in ACCELERATOR_RESOURCES for k in pool.allocatable.extended)
+        if accelerated and pool.nodes and not any(loads[pool.name].nodes):
+            failures.append(f"pool {pool.name}: no serving pod lands on its {pool.nodes} accelerator nodes "
+                            "(billed, idle)")
     if unrendered:
         notes.append(f"charts not rendered ({', '.join(unrendered)}): their pods are not in this check")
         notes += sorted(unverified or ())
     return Report(list(loads.values()), failures, notes)
+
+
+ACCELERATOR_RESOURCES = ("nvidia.com/gpu", "google.com/tpu")
+
+
+def _fits(group: PodGroup, pool: Pool, manifests, placed, unverified) -> list[str]:
+    problems = placement_problems(group.spec, pool) + claim_problems(group, pool, manifests, placed, unverified)
+    if not problems and pool.allocatable is not None:
+        problems = resource_problems(group.requests, _capacity(pool))
+    return problems
+
+
+def _place_unit(unit: Unit, pools: list[Pool], loads: dict[str, PoolLoad], manifests, placed,
+                unverified) -> list[str]:
+    """Each copy of the unit goes whole into one domain (pools sharing the unit's topology label value) that no
+    other copy uses, packed first-fit onto the nodes left there. Pools without the label cannot take it: a
+    required pod affinity on a key a node lacks never matches."""
+    domains: dict[str, list[Pool]] = {}
+    for pool in pools:
+        if unit.topology in pool.labels:
+            domains.setdefault(pool.labels[unit.topology], []).append(pool)
+    failures = []
+    for group in unit.groups:
+        reasons = {p.name: _fits(group, p, manifests, placed, unverified) for p in pools}
+        if not any(not r for r in reasons.values()):
+            failures.append(_nowhere(group, pools, reasons))
+    if failures:
+        return failures
+    used: set[str] = set()
+    for index in range(unit.count):
+        short: tuple[PodGroup, int, list[str]] | None = None
+        for value, members in domains.items():
+            if value in used:
+                continue
+            trial = {p.name: [dict(u) for u in loads[p.name].used] for p in members}
+            bound: list[tuple[str, int, PodGroup]] = []
+            for group in unit.groups:
+                left = group.per_unit
+                fitting = [p for p in members if not _fits(group, p, manifests, placed, unverified)]
+                for pool in fitting:
+                    for i in range(pool.nodes):
+                        while left and not resource_problems(_add(trial[pool.name][i], group.requests),
+                                                             _capacity(pool)):
+                            trial[pool.name][i] = _add(trial[pool.name][i], group.requests)
+                            bound.append((pool.name, i, group))
+                            left -= 1
+                if left:
+                    short = short or (group, left, [f"{p.name} ({p.nodes} nodes)" for p in members])
+                    break
+            else:
+                used.add(value)
+                for name, i, group in bound:
+                    loads[name].nodes[i].append(group)
+                for name, used_nodes in trial.items():
+                    loads[name].used = used_nodes
+                break
+        else:
+            where = (f"pod {short[0].owner}: {short[1]} of {short[0].per_unit} replicas "
+                     f"({format_requests(short[0].requests)}) find no node with room left in {', '.join(short[2])}"
+                     if short else "every domain is taken by another copy")
+            failures.append(f"{unit.name} {index} of {unit.count} fits no {unit.topology} domain of its own "
+                            f"({len(domains)} in the pools, {len(used)} taken): {where}")
+    return failures
 
 
 def _nowhere(group: PodGroup, pools: list[Pool], reasons: dict[str, list[str]]) -> str:
