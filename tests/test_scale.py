@@ -41,12 +41,12 @@ def racks(**more):
 @pytest.mark.parametrize("stack,changes,expected", [
     # A slice must fit one NVL72 domain: nodes <= 18, GPUs per pod x pods <= 72.
     ("gpu", {"gpu__slices": 3, "gpu__decodeNodesPerGroup": 8},
-     "kimi-k3-1:gpu.prefillNodesPerGroup = 4: a slice of 3x4 prefill + 1x8 decode = 20 pods x 4 GPUs = 80 GPUs; "
+     "kimi-k3-1:gpu.decodeNodesPerGroup = 8: a slice of 3x4 prefill + 1x8 decode = 20 pods x 4 GPUs = 80 GPUs; "
      "one NVL72 domain holds 18 nodes, 72 GPUs (add gpu.slices instead)"),
     # Slices <= the reserved sub-blocks named.
     ("gpu", racks(gpu__slices=4),
-     "kimi-k3-1:gpu.reservationSubBlocks = [\"rack-a\", \"rack-b\", \"rack-c\"]: gpu.slices = 4 needs one sub-block "
-     "per slice; 3 named (name 4, or lower gpu.slices to 3)"),
+     "kimi-k3-1:gpu.slices = 4: gpu.slices = 4 needs one sub-block per slice; gpu.reservationSubBlocks names 3 "
+     "(name 4, or lower gpu.slices to 3)"),
     ("gpu", racks(gpu__slices=2, gpu__reservationSubBlocks=["rack-a", "rack-a"]),
      "kimi-k3-1:gpu.reservationSubBlocks = [\"rack-a\", \"rack-a\"]: each slice needs its own NVL72 rack: name "
      "every sub-block once"),

@@ -206,7 +206,7 @@ def test_plan_without_charts_says_so(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- image architectures
-GPU_POOL = "a4x-max-nvl72"
+GPU_POOL = "a4x-max-nvl72-0"
 
 
 def vllm_pods(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -271,7 +271,7 @@ def test_an_amd64_only_image_on_the_gpu_pods_fails_the_plan_with_one_line(tmp_pa
     assert proc.returncode == 3 and not proc.stdout
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: scheduling: pod DisaggregatedSet kimi-k3-1/kimi-k3-1-vllm role ")
-    assert ("container vllm image quay.io/inference-perf/inference-perf:v0.7.0 can land on pool a4x-max-nvl72 "
+    assert ("container vllm image quay.io/inference-perf/inference-perf:v0.7.0 can land on pool a4x-max-nvl72-0 "
             "(a4x-maxgpu-4g-metal, arm64) but the image publishes linux/amd64 only (components/images.py "
             "'vllm')") in line
     assert line.count("| pod ") == 1  # prefill and decode: one failure each, nothing else
