@@ -352,8 +352,9 @@ def tpu_node_setup(image: str) -> k8s.core.v1.ContainerArgs:
     """Host preparation of llm-d's TPU host-offload guide: more memory mappings for the host KV pool and more DMA
     entries for the TPU driver (https://github.com/llm-d/llm-d/blob/54523a5/guides/tiered-prefix-cache/
     modelserver/tpu/base/vllm/multi-host/patch-vllm.yaml). Both are node-wide kernel settings, so the container is
-    privileged (a listed exception, components/hardening.py). It runs the engine's own pinned image, which has a
-    shell, instead of an unpinned busybox."""
+    privileged (a listed exception, components/hardening.py). It runs a small pinned image with a shell
+    (`hardening.NODE_SETUP_IMAGE`) instead of an unpinned busybox, the same for every engine profile, since the
+    policy pack keys the exception on the image it runs."""
     script = "\n".join([
         "set -eu",
         f"echo {TPU_MAX_MAP_COUNT} > /proc/sys/vm/max_map_count",
@@ -379,7 +380,7 @@ def sglang_pod(cfg: StackConfig, image: str, memory_gib: int, claim: StrInput) -
     tpu_key, _, _ = catalog.TPU_TAINT
     chips = str(catalog.IRONWOOD.chips_per_host)
     return k8s.core.v1.PodSpecArgs(
-        init_containers=[tpu_node_setup(image)],
+        init_containers=[tpu_node_setup(images.ref(cfg.images, "staging"))],
         containers=[k8s.core.v1.ContainerArgs(
             name="sglang",
             image=image,

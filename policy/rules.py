@@ -14,6 +14,7 @@ policies again with the resolved inputs just before each resource is created or 
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -40,7 +41,7 @@ from pulumi_policy.proxy import (
     UnknownValueError,
 )
 
-from components import catalog, cidrs, hardening  # noqa: E402
+from components import catalog, cidrs, hardening, versions  # noqa: E402
 
 Check = Callable[[str, Mapping[str, Any]], list[str]]
 StackCheck = Callable[[Sequence[tuple[str, Mapping[str, Any]]]], list[str]]
@@ -57,6 +58,13 @@ K8S_SECRET = "kubernetes:core/v1:Secret"
 K8S_NAMESPACE = "kubernetes:core/v1:Namespace"
 K8S_NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 FIREWALL = "gcp:compute/firewall:Firewall"
+K8S_SERVICE = "kubernetes:core/v1:Service"
+K8S_GATEWAY = "kubernetes:gateway.networking.k8s.io/v1:Gateway"
+K8S_CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
+K8S_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
+K8S_CLUSTER_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
+K8S_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+SERVICE_ACCOUNT_KEY = "gcp:serviceaccount/key:Key"
 IAM_GRANT = re.compile(r"^gcp:[^:]+/i[aA][mM](Member|Binding|Policy):")
 """Every pulumi_gcp IAM grant resource (project, folder, organization, bucket, service account, ...)."""
 
@@ -72,6 +80,46 @@ SHIELDED_NODES_UNSUPPORTED = frozenset(
     machine.machine_type for machine in catalog.GPU_MACHINES.values() if not machine.shielded_gke_nodes)
 """Machine types a Shielded GKE Nodes cluster cannot hold (catalog.GpuMachine.shielded_gke_nodes)."""
 POD_FIELDS = ("hostNetwork", "hostPID", "hostIPC")
+MODEL_SERVER_LABEL_KEYS = frozenset({"llm-d.ai/engine-type", "llm-d.ai/inference-serving"})
+"""Pod labels that make a pod a model server: the engine type (components/modelservers.py), or the serving label
+the router selects (contract.SERVING_LABELS)."""
+ENGINE_REPOSITORIES = frozenset(hardening.repository(image) for image in (versions.VLLM.image,
+                                                                          versions.SGLANG_JAX.image))
+"""Image repositories of the engines (components/versions.py): a pod running one is a model server too."""
+CREDENTIAL_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
+CREDENTIAL_PAIRS = frozenset({"API_KEY", "ACCESS_KEY", "PRIVATE_KEY", "SECRET_KEY", "AUTH_KEY"})
+"""Words (between `_`, `-` or `.`) of an env var name that holds a credential (`CHUNK_TOKENS` is not one)."""
+PRIVATE_KEY_PATTERN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+"""The PEM label of a private key (RFC 7468, https://www.rfc-editor.org/rfc/rfc7468#section-10 and 11)."""
+ADVANCED_DATAPATH = "ADVANCED_DATAPATH"
+"""GKE Dataplane V2, which enforces NetworkPolicy itself
+(https://cloud.google.com/kubernetes-engine/docs/concepts/dataplane-v2)."""
+EXPOSED_SERVICE_TYPES = frozenset({"LoadBalancer", "NodePort"})
+INTERNAL_GATEWAY_CLASSES = frozenset({"gke-l7-rilb", "gke-l7-rilb-mc"})
+"""GKE's internal GatewayClasses (regional internal Application Load Balancer, single- and multi-cluster)."""
+ESCALATION_ROLES = {
+    "roles/resourcemanager.projectIamAdmin": "may grant any role on the project, itself included",
+    "roles/resourcemanager.folderIamAdmin": "may grant any role on the folder",
+    "roles/resourcemanager.organizationAdmin": "may grant any role in the organization",
+    "roles/iam.securityAdmin": "may grant any role on the resource",
+    "roles/iam.serviceAccountTokenCreator": "mints tokens of service accounts (impersonation)",
+    "roles/iam.serviceAccountKeyAdmin": "creates long-lived service-account keys",
+    "roles/iam.serviceAccountAdmin": "may change who can act as a service account",
+    "roles/iam.workloadIdentityPoolAdmin": "may let outside identities act as service accounts",
+}
+"""Predefined roles that hand out more access than they name (Google Cloud's IAM roles reference,
+https://cloud.google.com/iam/docs/roles-permissions, and CIS Google Cloud Foundations 1.6 on token creator)."""
+OBJECT_WRITE_ROLES = frozenset({
+    "roles/storage.objectCreator", "roles/storage.objectUser", "roles/storage.objectAdmin", "roles/storage.admin",
+    "roles/storage.legacyBucketWriter", "roles/storage.legacyBucketOwner", "roles/storage.legacyObjectOwner",
+})
+"""Cloud Storage roles that create, overwrite or delete objects (https://cloud.google.com/storage/docs/access-control/iam-roles)."""
+PREFIX_CONDITION = re.compile(r'\(*\s*resource\.name\.startsWith\(\s*"(?P<name>[^"]+)"\s*\)\s*\)*')
+OBJECT_CONDITION = re.compile(r'\(*\s*resource\.name\s*==\s*"(?P<name>[^"]+)"\s*\)*')
+"""The two IAM condition terms that limit a writer: a folder (`startsWith`, ending in `/`) or one object (`==`)."""
+ADMIN_CLUSTER_ROLES = frozenset({"cluster-admin", "admin", "edit"})
+"""Kubernetes' user-facing roles that grant write access to (nearly) everything they reach."""
+BROAD_GROUPS = frozenset({"system:masters", "system:authenticated", "system:unauthenticated"})
 GKE_METADATA = "GKE_METADATA"
 DEFAULT_COMPUTE_SA_SUFFIX = "-compute@developer.gserviceaccount.com"
 
@@ -487,42 +535,323 @@ def _pod_specs(props: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any
             yield path, mapping
 
 
+def _pod_templates(props: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
+    """(path of the spec, template labels, pod spec) of every pod template: a mapping whose `spec` holds
+    `containers` (a Pod, a workload's template, a custom resource's leader/worker templates)."""
+    for path, mapping in _mappings(props):
+        spec = mapping.get("spec")
+        if isinstance(spec, Mapping) and _is_list(spec.get("containers")):
+            labels = _get(mapping, "metadata", "labels")
+            yield _join(path, "spec"), labels if isinstance(labels, Mapping) else {}, spec
+
+
+def _containers(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [c for key in ("initContainers", "containers", "ephemeralContainers")
+            for c in (spec.get(key) if _is_list(spec.get(key)) else []) if isinstance(c, Mapping)]
+
+
+def _image(container: Mapping[str, Any]) -> str:
+    image = container.get("image")
+    return image if isinstance(image, str) else ""
+
+
+def _is_restricted(context: Any) -> bool:
+    """The restricted profile's core (hardening.container_context): non-root, no escalation, every capability
+    dropped, not privileged."""
+    dropped = _get(context, "capabilities", "drop")
+    return (isinstance(context, Mapping) and context.get("runAsNonRoot") is True
+            and context.get("allowPrivilegeEscalation") is False and context.get("privileged") is not True
+            and _is_list(dropped) and "ALL" in dropped and not _get(context, "capabilities", "add"))
+
+
+def _host_paths(spec: Mapping[str, Any]) -> dict[str, str]:
+    """Volume name -> normalized host path of every hostPath volume of a pod spec."""
+    volumes = spec.get("volumes")
+    found = {}
+    for volume in volumes if _is_list(volumes) else []:
+        path = _get(volume, "hostPath", "path")
+        if isinstance(volume, Mapping) and volume.get("hostPath") is not None:
+            found[str(volume.get("name"))] = posixpath.normpath(path) if isinstance(path, str) and path else "/"
+    return found
+
+
 def check_pod_privileges(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    """Privileged containers, host namespaces and host paths only where components/hardening.py EXCEPTIONS
-    lists the object kind, the container and the field (each exception has its reason and source there)."""
+    """Privileged containers, added capabilities, host namespaces and host paths only as components/hardening.py
+    EXCEPTIONS lists them for the object kind and the image the container runs (its repository, any tag or
+    digest), never by a container's name; host paths only the listed ones, mounted only by the containers whose
+    exception lists them; and any other container of a pod that shares a host namespace runs restricted."""
     if not _is_kubernetes(resource_type) or resource_type.startswith("kubernetes:helm.sh/"):
         return []
     kind = _kind(resource_type, props)
     violations: list[str] = []
     for path, spec in _pod_specs(props):
-        containers = [c for key in ("initContainers", "containers")
-                      for c in (spec.get(key) if _is_list(spec.get(key)) else []) if isinstance(c, Mapping)]
-        names = [str(c.get("name")) for c in containers]
-        allowed_anywhere = {f for name in names if (e := hardening.exemption(kind, name)) for f in e.fields}
-        found: list[tuple[str, str]] = []  # (field, where)
+        containers = _containers(spec)
+        exempt = {id(c): hardening.exemption(kind, _image(c)) for c in containers}
+        granted = {f for e in exempt.values() if e for f in e.fields}
+        found: list[tuple[str, str]] = []  # (what, where)
+        host_namespaces = [f for f in POD_FIELDS if spec.get(f) is True]
+        for field in host_namespaces:
+            if field not in granted:
+                found.append((field, "the pod"))
+        volumes = _host_paths(spec)
+        mounted: set[str] = set()
         for container in containers:
-            name = str(container.get("name"))
-            exempt = hardening.exemption(kind, name)
-            allowed = exempt.fields if exempt else frozenset()
+            exemption = exempt[id(container)]
+            allowed = exemption.fields if exemption else frozenset()
+            owner = f"container {container.get('name')!r} (image {_image(container) or 'not set'!r})"
             context = container.get("securityContext")
             if _get(context, "privileged") is True and "privileged" not in allowed:
-                found.append(("privileged", f"container {name!r}"))
+                found.append(("privileged", owner))
             added = _get(context, "capabilities", "add")
-            if _is_list(added) and added and "privileged" not in allowed:
-                found.append((f"capabilities.add {list(added)}", f"container {name!r}"))
+            caps = exemption.capabilities if exemption else frozenset()
+            extra = [c for c in added if c not in caps] if _is_list(added) and "privileged" not in allowed else []
+            if extra:
+                found.append((f"capabilities.add {extra}", owner))
             if _get(context, "allowPrivilegeEscalation") is True and "privileged" not in allowed:
-                found.append(("allowPrivilegeEscalation", f"container {name!r}"))
-        for field in POD_FIELDS:
-            if spec.get(field) is True and field not in allowed_anywhere:
-                found.append((field, "the pod"))
+                found.append(("allowPrivilegeEscalation", owner))
+            if host_namespaces and exemption is None and not _is_restricted(context):
+                found.append((f"an unrestricted container in a pod with {'/'.join(host_namespaces)}", owner))
+            paths = exemption.host_paths if exemption else frozenset()
+            for mount in container.get("volumeMounts") if _is_list(container.get("volumeMounts")) else []:
+                name = str(_get(mount, "name"))
+                if name in volumes:
+                    mounted.add(name)
+                    if volumes[name] not in paths:
+                        found.append((f"hostPath {volumes[name]} (volume {name!r})", owner))
+        anywhere = {p for e in exempt.values() if e for p in e.host_paths}
+        for name, host_path in volumes.items():
+            if name not in mounted and host_path not in anywhere:
+                found.append((f"hostPath {host_path}", f"volume {name!r}"))
+        where = f"{path}: " if path else ""
+        violations += [f"{where}{what} on {owner} of {kind}: not in the pod-hardening exceptions "
+                       "(components/hardening.py)" for what, owner in found]
+    return violations
+
+
+def _is_model_server(labels: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
+    """A pod the router can send traffic to or that runs an engine: the serving or engine-type labels, or an
+    engine image (whatever its containers are called)."""
+    if any(key in labels for key in MODEL_SERVER_LABEL_KEYS):
+        return True
+    return any(hardening.repository(_image(c)) in ENGINE_REPOSITORIES for c in _containers(spec) if _image(c))
+
+
+def check_no_token_in_model_servers(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """Model-server pods get no Kubernetes API credential: `automountServiceAccountToken: false` and no projected
+    service-account token (they run third-party engine code next to the network; none calls the API)."""
+    if not _is_kubernetes(resource_type) or resource_type.startswith("kubernetes:helm.sh/"):
+        return []
+    violations = []
+    for path, labels, spec in _pod_templates(props):
+        if not _is_model_server(labels, spec):
+            continue
+        automount = spec.get("automountServiceAccountToken")
+        if automount is not False and not is_unknown(automount):
+            violations.append(f"{path}.automountServiceAccountToken is {_show(automount)} on a model server: "
+                              "must be false (no Kubernetes API token in engine pods)")
         volumes = spec.get("volumes")
         for volume in volumes if _is_list(volumes) else []:
-            host_path = isinstance(volume, Mapping) and volume.get("hostPath") is not None
-            if host_path and "hostPath" not in allowed_anywhere:
-                found.append(("hostPath", f"volume {volume.get('name')!r}"))
-        where = f"{path}: " if path else ""
-        violations += [f"{where}{field} on {owner} of {kind}: not in the pod-hardening exceptions "
-                       "(components/hardening.py)" for field, owner in found]
+            sources = _get(volume, "projected", "sources")
+            if _is_list(sources) and any(isinstance(s, Mapping) and "serviceAccountToken" in s for s in sources):
+                violations.append(f"{path}: volume {_show(_get(volume, 'name'))} projects a service-account token "
+                                  "into a model server")
+    return violations
+
+
+def _is_credential_name(name: str) -> bool:
+    words = [w for w in re.split(r"[^A-Za-z0-9]+", name.upper()) if w]
+    pairs = {f"{a}_{b}" for a, b in zip(words, words[1:], strict=False)}
+    return bool(set(words) & CREDENTIAL_WORDS or pairs & CREDENTIAL_PAIRS)
+
+
+def check_secrets_not_plain_env(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """Credentials reach containers from Secrets (valueFrom.secretKeyRef), never as literal env values: an env
+    var named like a credential (TOKEN, SECRET, PASSWORD, API_KEY, ...) with a `value`, or a private key
+    anywhere in a Kubernetes input outside a Secret. The Hugging Face token has its own rule."""
+    if not _is_kubernetes(resource_type):
+        return []
+    violations = []
+    for path, mapping in _mappings(props):
+        name, value = mapping.get("name"), mapping.get("value")
+        in_env = path.rsplit(".", 1)[-1].startswith("env[")
+        if (in_env and isinstance(name, str) and name not in HF_TOKEN_ENV_NAMES and _is_credential_name(name)
+                and isinstance(value, str) and value and not is_unknown(value)):
+            violations.append(f"{path}: env {name} sets a literal credential; use valueFrom.secretKeyRef to a Secret")
+    if resource_type != K8S_SECRET:
+        violations += [f"{path} contains a private key; keep it in a Secret" for path, text in _strings(props)
+                       if PRIVATE_KEY_PATTERN.search(text)]
+    return violations
+
+
+# --------------------------------------------------------------------------- network exposure
+def check_cluster_enforces_network_policy(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """The cluster enforces NetworkPolicy: GKE Dataplane V2 (`datapathProvider: ADVANCED_DATAPATH`, enforcement
+    built in), or the legacy datapath with network policy enforcement (Calico) on. On the legacy datapath without
+    it every NetworkPolicy of the stack is inert
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/network-policy)."""
+    if resource_type != CLUSTER:
+        return []
+    provider = props.get("datapathProvider")
+    if provider == ADVANCED_DATAPATH or is_unknown(provider):
+        return []
+    enabled = _get(props, "networkPolicy", "enabled")
+    addon_off = _get(props, "addonsConfig", "networkPolicyConfig", "disabled")
+    if enabled is True and addon_off is False:
+        return []
+    return [f"datapathProvider is {_show(provider)} and network policy enforcement is off "
+            f"(networkPolicy.enabled {_show(enabled)}, addonsConfig.networkPolicyConfig.disabled {_show(addon_off)}): "
+            f'the stack\'s NetworkPolicies would not be enforced; use "{ADVANCED_DATAPATH}"']
+
+
+def _peers(rule: Any, key: str) -> Any:
+    return _get(rule, key) if isinstance(rule, Mapping) else None
+
+
+def check_network_policy_not_bypassed(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """No NetworkPolicy opens what the default deny closes: no ingress rule without sources (`from` missing or
+    empty matches every source), no ingress from internet ranges, no egress rule without destinations, and no
+    peer with an empty `namespaceSelector` (every namespace, whose pods anyone with a namespace can label)
+    (https://kubernetes.io/docs/concepts/services-networking/network-policies/)."""
+    if resource_type != K8S_NETWORK_POLICY:
+        return []
+    violations = []
+    for direction, key in (("ingress", "from"), ("egress", "to")):
+        rules_ = _get(props, "spec", direction)
+        for i, rule in enumerate(rules_ if _is_list(rules_) else []):
+            where = f"spec.{direction}[{i}]"
+            peers = _peers(rule, key)
+            if is_unknown(peers):
+                continue
+            if not _is_list(peers) or not peers:
+                every = "source" if key == "from" else "destination"
+                violations.append(f"{where} has no `{key}`: it allows every {every}")
+                continue
+            for j, peer in enumerate(peers):
+                selector = _get(peer, "namespaceSelector")
+                if isinstance(selector, Mapping) and not selector.get("matchLabels") \
+                        and not selector.get("matchExpressions"):
+                    violations.append(f"{where}.{key}[{j}].namespaceSelector is empty: it selects every namespace")
+                cidr = _get(peer, "ipBlock", "cidr")
+                if direction == "ingress" and isinstance(cidr, str) and not is_unknown(cidr) \
+                        and cidrs.reaches_internet(cidr):
+                    violations.append(f"{where}.{key}[{j}].ipBlock.cidr {_show(cidr)} lets the internet in")
+    return violations
+
+
+def check_no_exposed_services(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """No Service opens a port outside the cluster: not `LoadBalancer`, not `NodePort`, no `externalIPs`. The
+    router is reached through a port-forward or the internal Gateway (router.mode=gateway)."""
+    if resource_type != K8S_SERVICE:
+        return []
+    violations = []
+    kind = _get(props, "spec", "type")
+    if kind in EXPOSED_SERVICE_TYPES:
+        violations.append(f"spec.type is {_show(kind)}: it exposes {_show(_get(props, 'metadata', 'name'))} outside "
+                          "the cluster; use ClusterIP (the router: port-forward or router.mode=gateway)")
+    if _get(props, "spec", "externalIPs"):
+        violations.append("spec.externalIPs is set: it exposes the Service on node addresses")
+    return violations
+
+
+def check_gateway_internal(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """A Gateway uses an internal GatewayClass (a regional internal Application Load Balancer), never one with an
+    internet-facing address (https://cloud.google.com/kubernetes-engine/docs/concepts/gateway-api#gatewayclass)."""
+    if resource_type != K8S_GATEWAY:
+        return []
+    name = _get(props, "spec", "gatewayClassName")
+    if name in INTERNAL_GATEWAY_CLASSES or is_unknown(name):
+        return []
+    return [f"spec.gatewayClassName is {_show(name)}: only the internal classes "
+            f"{sorted(INTERNAL_GATEWAY_CLASSES)} keep the router off the internet"]
+
+
+# --------------------------------------------------------------------------- privilege grants
+def _grant_members(resource_type: str, props: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(path, role, member) of every member an IAM grant names (member, members, policyData bindings)."""
+    role = props.get("role")
+    found: list[tuple[str, Any, Any]] = []
+    if "member" in props:
+        found.append(("member", role, props.get("member")))
+    listed = props.get("members")
+    for i, member in enumerate(listed if _is_list(listed) else []):
+        found.append((f"members[{i}]", role, member))
+    document = props.get("policyData")
+    if isinstance(document, str) and not is_unknown(document):
+        try:
+            bindings = _get(json.loads(document), "bindings")
+        except ValueError:
+            bindings = None
+        for i, binding in enumerate(bindings if _is_list(bindings) else []):
+            members = _get(binding, "members")
+            for j, member in enumerate(members if _is_list(members) else []):
+                found.append((f"policyData.bindings[{i}].members[{j}]", _get(binding, "role"), member))
+    return found
+
+
+def check_no_escalation_grants(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """No IAM grant of a role that hands out more access (IAM policy admin, service-account tokens or keys), no
+    grant of any role to the public or a whole domain, and no service-account keys (long-lived credentials that
+    would sit in the state)."""
+    if resource_type == SERVICE_ACCOUNT_KEY:
+        return ["a service-account key is a long-lived credential stored in the state: use Workload Identity or "
+                "impersonation instead"]
+    if not IAM_GRANT.match(resource_type):
+        return []
+    roles = [props.get("role"), *(role for _, role, _ in _grant_members(resource_type, props))]
+    violations = [f"role {_show(role)}: {ESCALATION_ROLES[role]}"
+                  for role in dict.fromkeys(r for r in roles if isinstance(r, str) and r in ESCALATION_ROLES)]
+    for path, role, member in _grant_members(resource_type, props):
+        if isinstance(member, str) and (member in PUBLIC_MEMBERS or member.startswith(DOMAIN_MEMBER_PREFIX)):
+            violations.append(f"{path} {_show(member)} gets role {_show(role)}: no grant to the public or a "
+                              "whole domain")
+    return violations
+
+
+def check_bucket_writes_prefixed(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """A bucket grant of a role that creates, overwrites or deletes objects carries an IAM condition that limits it
+    to one folder, `resource.name.startsWith("projects/_/buckets/<bucket>/objects/<prefix>/")`, or one object
+    (`resource.name == "..."`), only and-ed with other terms (the staging writer, the benchmark results writer)."""
+    if resource_type not in (BUCKET_IAM_MEMBER, BUCKET_IAM_BINDING):
+        return []
+    role = props.get("role")
+    if not isinstance(role, str) or role not in OBJECT_WRITE_ROLES:
+        return []
+    expression = _get(props, "condition", "expression")
+    bucket = props.get("bucket")
+    if is_unknown(expression) or is_unknown(bucket):
+        return []
+    if isinstance(expression, str) and isinstance(bucket, str) and "||" not in expression:
+        prefix = f"projects/_/buckets/{bucket.removeprefix('b/')}/objects/"
+        for term in (t.strip() for t in expression.split("&&")):
+            match = PREFIX_CONDITION.fullmatch(term) or OBJECT_CONDITION.fullmatch(term)
+            folder = match is not None and match.re is PREFIX_CONDITION
+            name = match["name"] if match else ""
+            if name.startswith(prefix) and len(name) > len(prefix) + 1 and (name.endswith("/") or not folder):
+                return []
+    return [f"role {_show(role)} on bucket {_show(bucket)} without a folder condition "
+            f"(condition.expression {_show(expression)}): writers must be limited with "
+            '`resource.name.startsWith("projects/_/buckets/<bucket>/objects/<folder>/")`']
+
+
+def check_no_cluster_admin(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """No RBAC binding to `cluster-admin` or to the `system:masters`, `system:authenticated` or
+    `system:unauthenticated` groups, and no role that grants every verb on every resource
+    (https://kubernetes.io/docs/reference/access-authn-authz/rbac/#user-facing-roles)."""
+    violations = []
+    if resource_type in (K8S_CLUSTER_ROLE_BINDING, K8S_ROLE_BINDING):
+        ref = _get(props, "roleRef", "name")
+        if ref in ADMIN_CLUSTER_ROLES:
+            violations.append(f"roleRef {_show(ref)}: binds cluster-wide admin rights")
+        subjects = props.get("subjects")
+        for i, subject in enumerate(subjects if _is_list(subjects) else []):
+            name = _get(subject, "name")
+            if _get(subject, "kind") == "Group" and name in BROAD_GROUPS:
+                violations.append(f"subjects[{i}] is group {_show(name)}: binds every (or any) caller")
+    elif resource_type in (K8S_CLUSTER_ROLE, K8S_ROLE):
+        rules_ = props.get("rules")
+        for i, rule in enumerate(rules_ if _is_list(rules_) else []):
+            if all("*" in (_get(rule, key) or []) for key in ("apiGroups", "resources", "verbs")):
+                violations.append(f"rules[{i}] grants every verb on every resource (cluster-admin by another name)")
     return violations
 
 
@@ -628,7 +957,33 @@ CHECKS: dict[str, tuple[Check, str]] = {
         check_firewall_ingress, "No ingress firewall rule allows traffic from the internet."),
     "k8s-pod-privileges": (
         check_pod_privileges,
-        "Privileged containers, host namespaces and host paths only where components/hardening.py lists them."),
+        "Privileged containers, capabilities, host namespaces and host paths only for the images and paths "
+        "components/hardening.py lists."),
+    "k8s-no-token-in-model-servers": (
+        check_no_token_in_model_servers,
+        "Model-server pods (serving or engine-type labels, engine images) mount no service-account token."),
+    "k8s-secrets-not-plain-env": (
+        check_secrets_not_plain_env,
+        "Credentials reach containers from Secrets, never as literal env values or inline private keys."),
+    "gke-network-policy-enforced": (
+        check_cluster_enforces_network_policy,
+        "Clusters enforce NetworkPolicy (Dataplane V2, or Calico on the legacy datapath)."),
+    "k8s-network-policy-not-bypassed": (
+        check_network_policy_not_bypassed,
+        "No NetworkPolicy rule allows every source or destination, every namespace, or ingress from the internet."),
+    "k8s-no-exposed-services": (
+        check_no_exposed_services, "No LoadBalancer or NodePort Service and no externalIPs."),
+    "k8s-gateway-internal": (
+        check_gateway_internal, "Gateways use an internal GatewayClass."),
+    "iam-no-escalation-grants": (
+        check_no_escalation_grants,
+        "No IAM-admin, token-creator or key-admin grants, no grant to the public or a domain, no SA keys."),
+    "bucket-writes-prefixed": (
+        check_bucket_writes_prefixed,
+        "Bucket grants that write objects are limited to one folder by an IAM condition."),
+    "k8s-no-cluster-admin": (
+        check_no_cluster_admin,
+        "No RBAC binding to cluster-admin/admin/edit or to broad groups, no all-wildcard role."),
     "k8s-pinned-images": (
         check_pinned_images,
         'Container images (pods, custom resources, Helm values) pin a tag or digest, never "latest".'),

@@ -41,6 +41,9 @@ DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 LWS = "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"
 CHART = "kubernetes:helm.sh/v4:Chart"
 SECRET = "kubernetes:core/v1:Secret"
+SERVICE = "kubernetes:core/v1:Service"
+NETPOL = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+GATEWAY = "kubernetes:gateway.networking.k8s.io/v1:Gateway"
 NODE_SA = "kimi-k3-1-gpu-nodes@my-gcp-project.iam.gserviceaccount.com"
 FAKE_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
 RESERVATION = {"consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
@@ -220,16 +223,26 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("k8s-pod-privileges", "kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet",
      {"kind": "DisaggregatedSet", "spec": {"roles": [{"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {
          "hostIPC": True, "volumes": [{"name": "nvidia", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}}],
-         "containers": [{"name": "vllm", "securityContext": {"privileged": True}}]}}}}}]}}, []),
+         "containers": [{"name": "engine", "image": "vllm/vllm-openai:v9.9.9@sha256:" + "0" * 64,
+                         "securityContext": {"privileged": True},
+                         "volumeMounts": [{"name": "nvidia", "mountPath": "/usr/local/nvidia"}]}]}}}}}]}}, []),
+    # the exemption follows the image, not the name: a container called "vllm" running another image is not exempt
+    ("k8s-pod-privileges", "kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet",
+     {"kind": "DisaggregatedSet", "spec": {"template": {"spec": {"containers": [
+         {"name": "vllm", "image": "debian:13", "securityContext": {"privileged": True}}]}}}},
+     ["spec.template.spec: privileged on container 'vllm' (image 'debian:13') of DisaggregatedSet: not in the "
+      "pod-hardening exceptions (components/hardening.py)"]),
     ("k8s-pod-privileges", DEPLOYMENT,
      {"kind": "Deployment", "spec": {"template": {"spec": {"hostNetwork": True, "containers": [
          {"name": "vllm", "securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}}]}}}},
-     ["spec.template.spec: privileged on container 'vllm' of Deployment: not in the pod-hardening exceptions "
+     ["spec.template.spec: hostNetwork on the pod of Deployment: not in the pod-hardening exceptions "
       "(components/hardening.py)",
-      "spec.template.spec: capabilities.add ['SYS_ADMIN'] on container 'vllm' of Deployment: not in the "
+      "spec.template.spec: privileged on container 'vllm' (image 'not set') of Deployment: not in the "
       "pod-hardening exceptions (components/hardening.py)",
-      "spec.template.spec: hostNetwork on the pod of Deployment: not in the pod-hardening exceptions "
-      "(components/hardening.py)"]),
+      "spec.template.spec: capabilities.add ['SYS_ADMIN'] on container 'vllm' (image 'not set') of Deployment: "
+      "not in the pod-hardening exceptions (components/hardening.py)",
+      "spec.template.spec: an unrestricted container in a pod with hostNetwork on container 'vllm' (image 'not "
+      "set') of Deployment: not in the pod-hardening exceptions (components/hardening.py)"]),
     # ---- k8s-pinned-images
     ("k8s-pinned-images", DEPLOYMENT, deployment(), []),
     ("k8s-pinned-images", DEPLOYMENT, deployment(image="ghcr.io/llm-d/llm-d@sha256:" + "a" * 64), []),
@@ -277,6 +290,96 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      []),
     ("hf-token-via-secret", SECRET, {"metadata": {"name": "copy"}, "stringData": {"HF_TOKEN": "x"}},
      ['stringData.HF_TOKEN holds a Hugging Face token literal; reference the "llm-d-hf-token" Secret instead']),
+    # ---- k8s-no-token-in-model-servers
+    ("k8s-no-token-in-model-servers", DEPLOYMENT,
+     {"spec": {"template": {"metadata": {"labels": {"llm-d.ai/engine-type": "vllm"}},
+                            "spec": {"automountServiceAccountToken": False, "containers": [{"name": "x"}]}}}}, []),
+    ("k8s-no-token-in-model-servers", DEPLOYMENT, deployment(), []),  # not a model server: no label, no engine image
+    ("k8s-no-token-in-model-servers", DEPLOYMENT, deployment(image="vllm/vllm-openai:v0.1.0"),
+     ["spec.template.spec.automountServiceAccountToken is not set on a model server: must be false (no Kubernetes "
+      "API token in engine pods)"]),
+    ("k8s-no-token-in-model-servers", LWS,
+     {"spec": {"leaderWorkerTemplate": {"workerTemplate": {
+         "metadata": {"labels": {"llm-d.ai/inference-serving": "true"}},
+         "spec": {"automountServiceAccountToken": False, "containers": [{"name": "x"}], "volumes": [
+             {"name": "kube-api", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]}}}}},
+     ['spec.leaderWorkerTemplate.workerTemplate.spec: volume "kube-api" projects a service-account token into a '
+      "model server"]),
+    # ---- k8s-secrets-not-plain-env
+    ("k8s-secrets-not-plain-env", DEPLOYMENT,
+     deployment(env=[{"name": "CHUNK_TOKENS", "value": "8192"}, SECRET_ENV,
+                     {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "k"}}}]), []),
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, deployment(env=[{"name": "WANDB_API_KEY", "value": "abc"}]),
+     [f"{DEPLOY_CONTAINER}.env[0]: env WANDB_API_KEY sets a literal credential; use valueFrom.secretKeyRef to a "
+      "Secret"]),
+    ("k8s-secrets-not-plain-env", "kubernetes:core/v1:ConfigMap",
+     {"data": {"key.pem": "-----BEGIN RSA PRIVATE KEY-----\nMIIB\n-----END RSA PRIVATE KEY-----\n"}},
+     ["data.key.pem contains a private key; keep it in a Secret"]),
+    # ---- gke-network-policy-enforced
+    ("gke-network-policy-enforced", CLUSTER, cluster(datapathProvider="ADVANCED_DATAPATH"), []),
+    ("gke-network-policy-enforced", CLUSTER, cluster(datapathProvider="LEGACY_DATAPATH", networkPolicy={
+        "enabled": True, "provider": "CALICO"}, addonsConfig={"networkPolicyConfig": {"disabled": False}}), []),
+    ("gke-network-policy-enforced", CLUSTER, cluster(datapathProvider="LEGACY_DATAPATH"),
+     ['datapathProvider is "LEGACY_DATAPATH" and network policy enforcement is off (networkPolicy.enabled not set, '
+      "addonsConfig.networkPolicyConfig.disabled not set): the stack's NetworkPolicies would not be enforced; use "
+      '"ADVANCED_DATAPATH"']),
+    # ---- k8s-network-policy-not-bypassed
+    ("k8s-network-policy-not-bypassed", NETPOL, {"spec": {"podSelector": {}, "ingress": [{"from": [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gmp-system"}}}]}],
+        "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}}]}]}}, []),
+    ("k8s-network-policy-not-bypassed", NETPOL, {"spec": {"podSelector": {}, "ingress": [{}, {"from": [
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": {"a": "b"}}}, {"ipBlock": {"cidr": "0.0.0.0/0"}}]}],
+        "egress": [{"ports": [{"port": 443}]}]}},
+     ["spec.ingress[0] has no `from`: it allows every source",
+      "spec.ingress[1].from[0].namespaceSelector is empty: it selects every namespace",
+      'spec.ingress[1].from[1].ipBlock.cidr "0.0.0.0/0" lets the internet in',
+      "spec.egress[0] has no `to`: it allows every destination"]),
+    # ---- k8s-no-exposed-services
+    ("k8s-no-exposed-services", SERVICE, {"metadata": {"name": "epp"}, "spec": {"type": "ClusterIP"}}, []),
+    ("k8s-no-exposed-services", SERVICE, {"metadata": {"name": "epp"}, "spec": {"type": "NodePort",
+                                                                                "externalIPs": ["203.0.113.9"]}},
+     ['spec.type is "NodePort": it exposes "epp" outside the cluster; use ClusterIP (the router: port-forward or '
+      "router.mode=gateway)", "spec.externalIPs is set: it exposes the Service on node addresses"]),
+    # ---- k8s-gateway-internal
+    ("k8s-gateway-internal", GATEWAY, {"spec": {"gatewayClassName": "gke-l7-rilb"}}, []),
+    ("k8s-gateway-internal", GATEWAY, {"spec": {"gatewayClassName": "gke-l7-global-external-managed"}},
+     ['spec.gatewayClassName is "gke-l7-global-external-managed": only the internal classes '
+      "['gke-l7-rilb', 'gke-l7-rilb-mc'] keep the router off the internet"]),
+    # ---- iam-no-escalation-grants
+    ("iam-no-escalation-grants", "gcp:projects/iAMMember:IAMMember",
+     {"project": "p", "role": "roles/container.defaultNodeServiceAccount", "member": f"serviceAccount:{NODE_SA}"}, []),
+    ("iam-no-escalation-grants", "gcp:serviceaccount/iAMMember:IAMMember",
+     {"serviceAccountId": "x", "role": "roles/iam.serviceAccountTokenCreator", "member": "domain:example.com"},
+     ['role "roles/iam.serviceAccountTokenCreator": mints tokens of service accounts (impersonation)',
+      'member "domain:example.com" gets role "roles/iam.serviceAccountTokenCreator": no grant to the public or a '
+      "whole domain"]),
+    ("iam-no-escalation-grants", "gcp:serviceaccount/key:Key", {"serviceAccountId": "x"},
+     ["a service-account key is a long-lived credential stored in the state: use Workload Identity or "
+      "impersonation instead"]),
+    # ---- bucket-writes-prefixed
+    ("bucket-writes-prefixed", "gcp:storage/bucketIAMMember:BucketIAMMember",
+     {"bucket": "b", "role": "roles/storage.objectUser", "member": "principal://x", "condition": {
+         "title": "t", "expression": 'resource.name.startsWith("projects/_/buckets/b/objects/models/m/")'}}, []),
+    ("bucket-writes-prefixed", "gcp:storage/bucketIAMMember:BucketIAMMember",
+     {"bucket": "b", "role": "roles/storage.objectViewer", "member": "principal://x"}, []),
+    ("bucket-writes-prefixed", "gcp:storage/bucketIAMMember:BucketIAMMember",
+     {"bucket": "b", "role": "roles/storage.objectAdmin", "member": "principal://x", "condition": {
+         "title": "t", "expression": 'resource.name.startsWith("projects/_/buckets/b/objects/m/") || true'}},
+     ['role "roles/storage.objectAdmin" on bucket "b" without a folder condition (condition.expression '
+      '"resource.name.startsWith(\\"projects/_/buckets/b/objects/m/\\") || true"): writers must be limited with '
+      '`resource.name.startsWith("projects/_/buckets/<bucket>/objects/<folder>/")`']),
+    # ---- k8s-no-cluster-admin
+    ("k8s-no-cluster-admin", "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
+     {"roleRef": {"kind": "ClusterRole", "name": "lws-manager"}, "subjects": [{"kind": "ServiceAccount", "name": "m"}]},
+     []),
+    ("k8s-no-cluster-admin", "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
+     {"roleRef": {"kind": "ClusterRole", "name": "cluster-admin"},
+      "subjects": [{"kind": "Group", "name": "system:authenticated"}]},
+     ['roleRef "cluster-admin": binds cluster-wide admin rights',
+      'subjects[0] is group "system:authenticated": binds every (or any) caller']),
+    ("k8s-no-cluster-admin", "kubernetes:rbac.authorization.k8s.io/v1:Role",
+     {"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]},
+     ["rules[0] grants every verb on every resource (cluster-admin by another name)"]),
     # ---- accelerator-reservation
     ("accelerator-reservation", NODE_POOL, node_pool("a4x-maxgpu-4g-metal", reservationAffinity=RESERVATION), []),
     ("accelerator-reservation", NODE_POOL, node_pool("n2-standard-8"), []),
@@ -510,6 +613,162 @@ def _drop_default_deny(resources):
         r["type"] == "kubernetes:networking.k8s.io/v1:NetworkPolicy" and rules._is_default_deny_ingress(r["inputs"]))]
 
 
+def _spec_of(resources, type_suffix: str, index: int = 0) -> dict[str, Any]:
+    """The `index`-th pod spec of the first resource whose type ends with `type_suffix`."""
+    resource = next(r for r in resources if r["type"].endswith(type_suffix))
+    path = [p for p, _ in rules._pod_specs(resource["inputs"])][index]
+    node = resource["inputs"]
+    for part in [p for p in path.replace("]", "").replace("[", ".").split(".") if p]:
+        node = node[int(part)] if part.isdigit() else node[part]
+    return node
+
+
+def _engine_spec(resources) -> dict[str, Any]:
+    return _spec_of(resources, (":DisaggregatedSet", ":LeaderWorkerSet"))
+
+
+def _container(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in [*spec.get("initContainers", []), *spec["containers"]] if c["name"] == name)
+
+
+def _engine_name(spec: dict[str, Any]) -> str:
+    return next(c["name"] for c in spec["containers"] if c["name"] in ("vllm", "sglang"))
+
+
+def _legacy_datapath(resources):
+    _one(resources, CLUSTER)["datapathProvider"] = "LEGACY_DATAPATH"
+
+
+def _allow_all_policy(resources):
+    namespace = _one(resources, "kubernetes:core/v1:Namespace", "guide")["metadata"]["name"]
+    resources.append({"type": NETPOL, "name": "allow-all", "inputs": {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "allow-all", "namespace": namespace},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [{}], "egress": [{}]}}})
+
+
+def _any_namespace(resources):
+    serving = _one(resources, NETPOL, "serving")
+    serving["spec"]["ingress"][1]["from"][0]["namespaceSelector"] = {}
+
+
+def needs_charts(change):
+    """Mark a change that edits chart objects: without a chart copy the plan has none, and the test skips."""
+    change.needs_charts = True
+    return change
+
+
+def _router_service(kind):
+    @needs_charts
+    def mutate(resources):
+        _one(resources, SERVICE, "epp")["spec"]["type"] = kind
+    return mutate
+
+
+@needs_charts
+def _public_router_service(resources):
+    router = copy.deepcopy(_one(resources, SERVICE, "epp"))
+    router["metadata"]["name"] = "router-public"
+    router["spec"]["type"] = "LoadBalancer"
+    resources.append({"type": SERVICE, "name": "router-public", "inputs": router})
+
+
+def _impostor_named_like_the_engine(resources):
+    """A privileged debug container that borrows the engine's name (and a sidecar's) but not its image."""
+    spec = _engine_spec(resources)
+    engine = _container(spec, _engine_name(spec))
+    spec["containers"] = [c for c in spec["containers"] if c is not engine]
+    spec["containers"].append({**copy.deepcopy(engine), "image": "docker.io/library/debian:13"})
+
+
+def _impostor_daemonset(resources):
+    resources.append({"type": "kubernetes:apps/v1:DaemonSet", "name": "node-shell", "inputs": {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "asapd-lite", "namespace": "kube-system"},
+        "spec": {"template": {"spec": {"hostPID": True, "hostNetwork": True,
+                                       "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+                                       "containers": [{"name": "asapd-lite", "image": "docker.io/library/debian:13",
+                                                       "securityContext": {"privileged": True},
+                                                       "volumeMounts": [{"name": "root", "mountPath": "/host"}]}]}}}}})
+
+
+def _exempt_engine_mounts_the_host_root(resources):
+    spec = _engine_spec(resources)
+    spec.setdefault("volumes", []).append({"name": "host-root", "hostPath": {"path": "/"}})
+    _container(spec, _engine_name(spec)).setdefault("volumeMounts", []).append(
+        {"name": "host-root", "mountPath": "/host"})
+
+
+def _node_setup_mounts_etc(resources):
+    spec = _engine_spec(resources)
+    spec.setdefault("volumes", []).append({"name": "etc", "hostPath": {"path": "/etc/../etc"}})
+    _container(spec, "tpu-node-setup").setdefault("volumeMounts", []).append({"name": "etc", "mountPath": "/etc"})
+
+
+def _unrestricted_sidecar_in_host_pid_pod(resources):
+    spec = _spec_of(resources, ":DisaggregatedSet", 1)
+    assert spec.get("hostPID") is True
+    del _container(spec, "routing-proxy")["securityContext"]
+
+
+@needs_charts
+def _router_adds_capability(resources):
+    router = _one(resources, "kubernetes:apps/v1:Deployment", "epp")["spec"]["template"]["spec"]
+    router["containers"][0].setdefault("securityContext", {})["capabilities"] = {"add": ["NET_ADMIN"]}
+
+
+def _project_iam_admin(resources):
+    _one(resources, "gcp:projects/iAMMember:IAMMember", "nodes-")["role"] = "roles/resourcemanager.projectIamAdmin"
+
+
+def _token_creator_to_domain(resources):
+    resources.append({"type": "gcp:serviceaccount/iAMMember:IAMMember", "name": "impersonate", "inputs": {
+        "serviceAccountId": "projects/p/serviceAccounts/nodes@p.iam.gserviceaccount.com",
+        "role": "roles/iam.serviceAccountTokenCreator", "member": "domain:example.com"}})
+
+
+def _service_account_key(resources):
+    resources.append({"type": "gcp:serviceaccount/key:Key", "name": "nodes-key",
+                      "inputs": {"serviceAccountId": "projects/p/serviceAccounts/nodes@p.iam.gserviceaccount.com"}})
+
+
+@needs_charts
+def _cluster_admin_binding(resources):
+    binding = next(r for r in resources if r["type"].endswith(":ClusterRoleBinding"))
+    binding["inputs"]["roleRef"]["name"] = "cluster-admin"
+
+
+def _staging_writer_without_prefix(resources):
+    del _one(resources, "gcp:storage/bucketIAMMember:BucketIAMMember", "staging-writer")["condition"]
+
+
+def _staging_writer_whole_bucket(resources):
+    grant = _one(resources, "gcp:storage/bucketIAMMember:BucketIAMMember", "staging-writer")
+    grant["condition"]["expression"] = f'resource.name.startsWith("projects/_/buckets/{grant["bucket"]}/objects/")'
+
+
+def _token_in_model_server(value):
+    def mutate(resources):
+        spec = _engine_spec(resources)
+        if value is None:
+            del spec["automountServiceAccountToken"]
+        else:
+            spec["automountServiceAccountToken"] = value
+    return mutate
+
+
+def _projected_token_in_model_server(resources):
+    spec = _engine_spec(resources)
+    spec.setdefault("volumes", []).append(
+        {"name": "api", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}})
+
+
+def _plain_env_secret(name):
+    def mutate(resources):
+        spec = _engine_spec(resources)
+        _container(spec, _engine_name(spec)).setdefault("env", []).append({"name": name, "value": "s3cr3t"})
+    return mutate
+
+
 UNSAFE_CHANGES = [
     # (stack, change, policy that must catch it)
     ("gpu", _grant_owner_to_nodes, "iam-no-primitive-roles"),
@@ -529,12 +788,45 @@ UNSAFE_CHANGES = [
     ("gpu", _ssh_from_internet, "firewall-no-internet-ingress"),
     ("gpu", _drop_default_deny, "k8s-namespace-default-deny"),
     ("tpu", _drop_default_deny, "k8s-namespace-default-deny"),
+    # NetworkPolicies made inert or bypassed
+    ("gpu", _legacy_datapath, "gke-network-policy-enforced"),
+    ("tpu", _legacy_datapath, "gke-network-policy-enforced"),
+    ("gpu", _allow_all_policy, "k8s-network-policy-not-bypassed"),
+    ("tpu", _any_namespace, "k8s-network-policy-not-bypassed"),
+    # the router exposed
+    ("gpu", _router_service("LoadBalancer"), "k8s-no-exposed-services"),
+    ("tpu", _router_service("NodePort"), "k8s-no-exposed-services"),
+    ("tpu", _public_router_service, "k8s-no-exposed-services"),
+    # exemptions follow images, host paths and capabilities, not names
+    ("gpu", _impostor_named_like_the_engine, "k8s-pod-privileges"),
+    ("gpu", _impostor_daemonset, "k8s-pod-privileges"),
+    ("gpu", _exempt_engine_mounts_the_host_root, "k8s-pod-privileges"),
+    ("tpu", _node_setup_mounts_etc, "k8s-pod-privileges"),
+    ("gpu", _unrestricted_sidecar_in_host_pid_pod, "k8s-pod-privileges"),
+    ("tpu", _router_adds_capability, "k8s-pod-privileges"),
+    # dangerous non-basic grants
+    ("gpu", _project_iam_admin, "iam-no-escalation-grants"),
+    ("tpu", _token_creator_to_domain, "iam-no-escalation-grants"),
+    ("gpu", _service_account_key, "iam-no-escalation-grants"),
+    ("gpu", _cluster_admin_binding, "k8s-no-cluster-admin"),
+    ("tpu", _cluster_admin_binding, "k8s-no-cluster-admin"),
+    ("gpu", _staging_writer_without_prefix, "bucket-writes-prefixed"),
+    ("tpu", _staging_writer_whole_bucket, "bucket-writes-prefixed"),
+    # service-account tokens in model servers
+    ("gpu", _token_in_model_server(True), "k8s-no-token-in-model-servers"),
+    ("tpu", _token_in_model_server(None), "k8s-no-token-in-model-servers"),
+    ("gpu", _projected_token_in_model_server, "k8s-no-token-in-model-servers"),
+    # non-HF secrets as plain env
+    ("gpu", _plain_env_secret("WANDB_API_KEY"), "k8s-secrets-not-plain-env"),
+    ("tpu", _plain_env_secret("AWS_SECRET_ACCESS_KEY"), "k8s-secrets-not-plain-env"),
 ]
 
 
 @pytest.mark.parametrize("stack, change, policy", UNSAFE_CHANGES,
                          ids=[f"{s}-{p}-{i}" for i, (s, _, p) in enumerate(UNSAFE_CHANGES)])
-def test_unsafe_change_to_a_real_plan_is_caught(plan_resources, stack, change, policy):
+def test_unsafe_change_to_a_real_plan_is_caught(plans, plan_resources, stack, change, policy):
+    if getattr(change, "needs_charts", False):
+        rendered(plans[stack])
     resources = copy.deepcopy(plan_resources[stack])
     change(resources)
     assert policy in all_violations(resources)
@@ -547,24 +839,44 @@ def test_gpu_cluster_turns_shielded_nodes_off_only_for_bare_metal(plan_resources
 
 
 def test_every_exception_is_used_exactly_by_a_committed_plan(plans):
-    """The allow-list is not stale: each exempt container really uses every field its exception grants. Some
-    exempt containers come from charts (the NVIDIA DRA driver's kubelet plugin), so this needs chart objects."""
+    """The allow-list is not stale: the containers each exception covers (by kind and image) really use every
+    field and host path it grants, in the committed plans. Some exempt containers come from charts (the NVIDIA DRA
+    driver's kubelet plugin), so this needs chart objects."""
     from components import hardening
 
-    used: dict[tuple[str, str], set[str]] = {}
+    used: dict[hardening.Exemption, tuple[set[str], set[str]]] = {}
     for resource in [r for stack in ("gpu", "tpu") for r in rendered(plans[stack]).resources]:
         if not resource["type"].startswith("kubernetes:") or resource["type"].startswith("kubernetes:helm.sh/"):
             continue
         kind = rules._kind(resource["type"], resource["inputs"])
         for _, spec in rules._pod_specs(resource["inputs"]):
             pod_fields = {f for f in rules.POD_FIELDS if spec.get(f) is True}
-            pod_fields |= {"hostPath"} if any("hostPath" in v for v in spec.get("volumes") or []) else set()
-            for container in [*(spec.get("initContainers") or []), *spec["containers"]]:
-                if hardening.exemption(kind, container["name"]):
-                    mine = {"privileged"} if (container.get("securityContext") or {}).get("privileged") else set()
-                    used.setdefault((kind, container["name"]), set()).update(mine | pod_fields)
-    assert used == {(e.kind, e.container): set(e.fields) for e in hardening.EXCEPTIONS}
+            volumes = rules._host_paths(spec)
+            for container in rules._containers(spec):
+                exemption = hardening.exemption(kind, container["image"])
+                if exemption is None:
+                    continue
+                fields, paths = used.setdefault(exemption, (set(), set()))
+                fields |= pod_fields | ({"privileged"} if (container.get("securityContext") or {}).get("privileged")
+                                        else set())
+                paths |= {volumes[m["name"]] for m in container.get("volumeMounts") or [] if m["name"] in volumes}
+    assert {e.role: (fields, paths) for e, (fields, paths) in used.items()} == {
+        e.role: (set(e.fields), set(e.host_paths)) for e in hardening.EXCEPTIONS}
     assert all(e.reason and "http" in e.source for e in hardening.EXCEPTIONS)
+
+
+@pytest.mark.parametrize("reference, repository", [
+    ("vllm/vllm-openai:v0.33.0", "docker.io/vllm/vllm-openai"),
+    ("docker.io/vllm/vllm-openai@sha256:" + "a" * 64, "docker.io/vllm/vllm-openai"),
+    ("busybox", "docker.io/library/busybox"),
+    ("registry.local:5000/team/img:1", "registry.local:5000/team/img"),
+    ("localhost/img", "localhost/img"),
+    ("us-docker.pkg.dev/p/r/img:v1@sha256:" + "b" * 64, "us-docker.pkg.dev/p/r/img"),
+])
+def test_image_repository_normalization(reference, repository):
+    from components import hardening
+
+    assert hardening.repository(reference) == repository
 
 
 def test_stack_policies_run_through_the_analyzer_wrapper(plan_resources):
@@ -589,3 +901,25 @@ def test_stack_policies_run_through_the_analyzer_wrapper(plan_resources):
     policy.validate(StackValidationArgs(policy_resources(broken)), report)
     assert reported == ['namespace "kimi-k3-1" has no default-deny ingress NetworkPolicy (podSelector {}, '
                         "policyTypes [Ingress], no ingress rules)"]
+
+
+POLICY_VARIANTS = ("bench", "gateway", "day0", "gpu-pinned", "tpu-pinned", "gpu2", "spec", "tpu-spec", "quiet")
+
+
+def test_configured_variants_pass_every_policy(variants):
+    """`pulumi up` runs the pack mandatory, so every supported configuration must pass it, not just the defaults:
+    the benchmark Jobs, gateway mode (its Gateway), the day-0 TPU image, digests, other machine shapes."""
+    assert {name: all_violations(variants[name].resources) for name in POLICY_VARIANTS} == {
+        name: {} for name in POLICY_VARIANTS}
+
+
+def test_gateway_mode_with_an_external_class_is_caught(variants):
+    resources = copy.deepcopy(variants["gateway"].resources)
+    _one(resources, GATEWAY)["spec"]["gatewayClassName"] = "gke-l7-global-external-managed"
+    assert "k8s-gateway-internal" in all_violations(resources)
+
+
+def test_benchmark_results_writer_keeps_its_folder_condition(variants):
+    resources = copy.deepcopy(variants["bench"].resources)
+    del _one(resources, "gcp:storage/bucketIAMMember:BucketIAMMember", "results-writer")["condition"]
+    assert "bucket-writes-prefixed" in all_violations(resources)
