@@ -158,9 +158,9 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
     if engine_tokens < context:
         key, value = _blame(cfg, size_keys)
         raise ConfigError(key, value,
-                          f"one sequence of {context:,} tokens needs {context * per_token / 1e9:.1f} GB of KV cache but "
-                          f"one engine's pool holds {pool / 1e9:.1f} GB ({engine_tokens:,} tokens); lower it or change "
-                          f"{size_keys}")
+                          f"one sequence of {context:,} tokens needs {context * per_token / 1e9:.1f} GB of KV cache "
+                          f"but one engine's pool holds {pool / 1e9:.1f} GB ({engine_tokens:,} tokens); lower it or "
+                          f"change {size_keys}")
     if cfg.track == "gpu":
         host_tokens = int(nodes * host_per_node / (per_token * cfg.gpu.tensorParallel))
     else:

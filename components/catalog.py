@@ -277,5 +277,6 @@ LWS_NAMESPACE = "lws-system"
 """Namespace of the LeaderWorkerSet controller chart (its release manifests' namespace)."""
 DRA_NAMESPACE = "nvidia-dra-driver-gpu"
 """Namespace of the NVIDIA DRA driver chart (Cluster Toolkit installs it there, gke.md §2)."""
-CHART_NAMESPACES: dict[str, str] = {LWS_NAMESPACE: "the LeaderWorkerSet chart", DRA_NAMESPACE: "the NVIDIA DRA driver chart"}
+CHART_NAMESPACES: dict[str, str] = {LWS_NAMESPACE: "the LeaderWorkerSet chart",
+                                    DRA_NAMESPACE: "the NVIDIA DRA driver chart"}
 """Namespaces the stack's charts own; the workload namespace must be another one."""

@@ -153,8 +153,9 @@ class GcpConfig(Section):
         zones = catalog.COMPUTE_ZONES.get(self.region)
         if zones is None:
             _fail(self.key("region"), self.region,
-                  f"this program's zone table (components/catalog.py COMPUTE_ZONES, from {catalog.COMPUTE_ZONES_SOURCE}) "
-                  f"has no zones of this region; it knows {', '.join(catalog.COMPUTE_ZONES)}, add the region there")
+                  f"this program's zone table (components/catalog.py COMPUTE_ZONES, from "
+                  f"{catalog.COMPUTE_ZONES_SOURCE}) has no zones of this region; it knows "
+                  f"{', '.join(catalog.COMPUTE_ZONES)}, add the region there")
         if self.zone not in zones:
             _fail(self.key("zone"), self.zone, f"not a zone of {self.region}: {', '.join(zones)} "
                                                 f"({catalog.COMPUTE_ZONES_SOURCE})")
@@ -617,13 +618,14 @@ class StorageConfig(Section):
             check_bucket_name(self.key("bucketName"), self.bucketName)
         prefix = self.checkpointPrefix
         if re.match(r"[a-z][a-z0-9+.-]*://", prefix):
-            _fail(self.key("checkpointPrefix"), prefix, "a folder inside storage.bucketName, not a URI: give the bucket "
-                                                       "in storage.bucketName and the folder here, e.g. 'models/kimi/'")
+            _fail(self.key("checkpointPrefix"), prefix, "a folder inside storage.bucketName, not a URI: give the "
+                                                       "bucket in storage.bucketName and the folder here, e.g. "
+                                                       "'models/kimi/'")
         if not prefix.endswith("/") or prefix.startswith("/"):
             _fail(self.key("checkpointPrefix"), prefix, "a folder path such as 'models/kimi/' "
                                                        "(trailing '/', no leading '/')")
-        if any(part in ("", ".", "..") for part in prefix[:-1].split("/")) or re.search(r"[\x00-\x1f\x7f#\[\]*?]", prefix) \
-                or len(prefix.encode()) > 1024 - 64:
+        bad_part = any(part in ("", ".", "..") for part in prefix[:-1].split("/"))
+        if bad_part or re.search(r"[\x00-\x1f\x7f#\[\]*?]", prefix) or len(prefix.encode()) > 1024 - 64:
             # Object names: no '.'/'..' segments, control characters or wildcard characters; 1024 bytes in all
             # (https://cloud.google.com/storage/docs/objects#naming), leaving room for the checkpoint's file names.
             _fail(self.key("checkpointPrefix"), prefix, "folder names must not be empty, '.' or '..', nor hold "
@@ -1018,9 +1020,9 @@ def check_namespaces(keys: typing.Iterable[str]) -> None:
     for full in sorted(keys):
         namespace, sep, rest = full.partition(":")
         if sep and namespace in EXPLICIT_PROVIDERS:
-            raise ConfigError(full, None, f"has no effect: stack settings of a provider configure only its default "
-                                          f"provider ({DEFAULT_PROVIDER_CONFIG}), and this program gives every resource "
-                                          f"an explicit one ({EXPLICIT_PROVIDERS[namespace]}); remove it")
+            raise ConfigError(full, None, f"has no effect: stack settings of a provider configure only its "
+                                          f"default provider ({DEFAULT_PROVIDER_CONFIG}), and this program gives every "
+                                          f"resource an explicit one ({EXPLICIT_PROVIDERS[namespace]}); remove it")
         if not sep or namespace in known:
             continue
         close = difflib.get_close_matches(namespace, known, n=1, cutoff=0.5)

@@ -16,8 +16,8 @@ containerd and the kubelet name images with:
     tag        := /[\\w][\\w.-]{0,127}/
     digest     := algorithm ":" hex   (algorithm := /[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*/)
 
-The repository path (the name without its domain) is at most 255 characters (RepositoryNameTotalLengthMax). Digests: the OCI image spec registers sha256 (64 hex digits) and sha512
-(128 hex digits) (https://github.com/opencontainers/image-spec/blob/v1.1.0/descriptor.md#registered-algorithms);
+The repository path (the name without its domain) is at most 255 characters (RepositoryNameTotalLengthMax).
+Digests: the OCI image spec registers sha256 (64 hex digits) and sha512 (128 hex digits) (https://github.com/opencontainers/image-spec/blob/v1.1.0/descriptor.md#registered-algorithms);
 a registry refuses other lengths, so they are refused here.
 """
 

@@ -107,7 +107,7 @@ def cpu_series(machine_type: str) -> CpuSeries | None:
 MACHINES: dict[str, Machine] = {m.machine_type: m for m in (
     *(Machine(machine_type, n, _gb(n * series.gb_per_vcpu), "amd64",
               f"{series.source}: {n} vCPU, {n * series.gb_per_vcpu} GB")
-      for series in CPU_SERIES.values() for n, machine_type in zip(series.vcpus, series.machine_types())),
+      for series in CPU_SERIES.values() for n, machine_type in zip(series.vcpus, series.machine_types(), strict=True)),
     *(Machine(g.machine_type, g.vcpus, _gb(g.host_memory_gb), "arm64",
               "components/catalog.py GPU_MACHINES (Grace CPU, Arm)",
               extended=(("nvidia.com/gpu", g.gpus_per_node),))

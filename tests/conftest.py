@@ -153,7 +153,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                      "monitoring.alertKvCachePercent": 90}),
     "throwaway": ("tpu", {"storage.deleteCheckpointOnDestroy": True}),
     "quiet": ("tpu", {"monitoring.enabled": False, "kubernetes.namespace": "llm-d-kimi"}),
-    "leaky": ("gpu", {"hfToken": LEAKY_TOKEN}),
+    # A `secure:` token (a plain-text one the CLI refuses: tests/test_stack_file.py).
+    "leaky": ("gpu", {"hfToken": {"secure": LEAKY_TOKEN}}),
     "gateway": ("gpu", {"router.mode": "gateway", "router.calibrate": True, "router.clientUrl": "http://10.0.0.10"}),
     "day0": ("tpu", {"tpu.engineProfile": "day0", "tpu.day0Image": "registry.example/sglang-tpu:day0-k31",
                      "model.speculative": "nextn", "model.draftModelPath": "/models/nextn"}),

@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.config import ConfigError, check_namespaces, parse_config
 from tests.conftest import run_plan
-from tools.render import yaml_error_line
+from tools.stack_file import StackFileError, load_yaml
 
 BASE = {
     "gpu": {"track": "gpu", "gcp.project": "my-gcp-project", "gcp.zone": "us-central1-b",
@@ -175,9 +174,9 @@ def test_every_resource_has_an_explicit_provider(plans):
 def test_yaml_syntax_error_names_file_and_line(tmp_path: Path):
     bad = tmp_path / "Pulumi.typo.yaml"
     bad.write_text("config:\n  kimi-k3-1:track: gpu\n  kimi-k3-1:gcp.zone: [us-central1-b\n")
-    with pytest.raises(yaml.YAMLError) as info:
-        yaml.safe_load(bad.read_text())
-    line = yaml_error_line(bad, info.value)
+    with pytest.raises(StackFileError) as info:
+        load_yaml(bad)
+    line = str(info.value)
     assert line.startswith("Pulumi.typo.yaml:4:1: not valid YAML: "), line
     proc = run_plan(tmp_path / "out", "--stack-file", str(bad))
     assert proc.returncode != 0

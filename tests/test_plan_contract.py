@@ -147,7 +147,7 @@ def test_unset_secret_is_fed_the_sentinel_and_named(plans):
 
 
 def test_hugging_face_token_never_written(variants):
-    """The `leaky` variant gives the token in plain text, though the key is declared secret."""
+    """The `leaky` variant gives the token as a `secure:` value: never decrypted, never shown."""
     assert LEAKY_TOKEN not in variants.proc.stdout + variants.proc.stderr
     for path in variants["leaky"].folder.rglob("*"):
         if path.is_file():

@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tools import helm_render, scheduling
+from tools.stack_file import StackFileError, load_stack, load_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "[secret]"
@@ -38,76 +37,55 @@ class PlanError(Exception):
 
 
 def project_file() -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    """Pulumi.yaml, read with the CLI's YAML semantics (tools/stack_file.py)."""
+    try:
+        return load_yaml(ROOT / "Pulumi.yaml")
+    except StackFileError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+def _schema(project: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in (project.get("config") or {}).items() if isinstance(v, dict)}
 
 
 def stack_config(path: Path, project: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
-    """Config as Pulumi hands it to a program: string values, objects and arrays as JSON, and the
-    project-level defaults of every key the stack file leaves out (the CLI merges them the same way).
+    """Config as `pulumi preview` hands it to a program (tools/stack_file.py: the CLI's YAML semantics, value texts,
+    Pulumi.yaml defaults and type checks); a file the CLI would refuse stops here with its one line.
 
     `secure:` values are never decrypted; they, and every key the project declares `secret: true`, become
     SECRET_SENTINEL and are marked secret.
     """
-    if not path.is_file():
-        raise SystemExit(f"error: no stack file {path.name}")
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise SystemExit(f"error: {yaml_error_line(path, err)}") from None
-    raw = document.get("config") or {}
-    if not isinstance(raw, dict):
-        raise SystemExit(f"error: {path.name}: 'config' must be a mapping of keys to values")
     name = project["name"]
-    declared_secret = {f"{name}:{k}" for k, v in (project.get("config") or {}).items()
-                       if isinstance(v, dict) and v.get("secret")}
-    config: dict[str, str] = {}
-    secret_keys: list[str] = []
-    for key, value in raw.items():
-        if ":" not in key:
-            key = f"{name}:{key}"
-        if (isinstance(value, dict) and set(value) == {"secure"}) or key in declared_secret:
-            config[key] = SECRET_SENTINEL
-            secret_keys.append(key)
-        else:
-            config[key] = _as_config_string(value)
-    # Like the CLI, every project key the stack leaves out arrives with its Pulumi.yaml default.
-    for key, schema in (project.get("config") or {}).items():
-        if isinstance(schema, dict) and "default" in schema:
-            config.setdefault(f"{name}:{key}", _as_config_string(schema["default"]))
+    try:
+        loaded = load_stack(path, name, _schema(project))
+    except StackFileError as err:
+        raise SystemExit(f"error: {err}") from None
+    config = dict(loaded.values)
+    secret_keys = set(loaded.secure)
+    for key in secret_keys:
+        config[key] = SECRET_SENTINEL
     # A required secret the stack has not set yet (committed stack files carry none): `pulumi up` stops with
     # the CLI's own "missing configuration value" message; the plan goes on with the sentinel, so it still
     # shows where the secret is used and that it stays masked.
-    for key in sorted(declared_secret - set(config)):
-        config[key] = SECRET_SENTINEL
-        secret_keys.append(key)
+    for key in sorted(f"{name}:{k}" for k, v in _schema(project).items() if v.get("secret")):
+        if key not in config:
+            config[key] = SECRET_SENTINEL
+            secret_keys.add(key)
     return config, sorted(secret_keys)
 
 
 def unset_secrets(path: Path, project: dict[str, Any]) -> list[str]:
     """Secret keys the project requires that the stack file does not set (the plan fed them the sentinel)."""
-    raw = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    raw = (load_yaml(path) or {}).get("config") or {}
     name = project["name"]
     present = {key if ":" in key else f"{name}:{key}" for key in raw}
-    return sorted(f"{name}:{k}" for k, v in (project.get("config") or {}).items()
-                  if isinstance(v, dict) and v.get("secret") and f"{name}:{k}" not in present)
+    return sorted(f"{name}:{k}" for k, v in _schema(project).items()
+                  if v.get("secret") and f"{name}:{k}" not in present)
 
 
-def yaml_error_line(path: Path, err: yaml.YAMLError) -> str:
-    """`file:line:column: problem` for a YAML syntax error, the way compilers report one."""
-    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-    where = f"{path.name}:{mark.line + 1}:{mark.column + 1}" if mark else path.name
-    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-    context = getattr(err, "context", None)
-    return f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
-
-
-def _as_config_string(value: Any) -> str:
-    """How a config value reaches the program: a string; booleans lowercase, objects and arrays as JSON."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value)
-    return str(value)
+def stack_file_warnings(path: Path, project: dict[str, Any]) -> list[str]:
+    """The CLI's own warnings about the file (a key with no value), for the plan summary."""
+    return [f"warning: {w}" for w in load_stack(path, project["name"], _schema(project)).warnings]
 
 
 def _mask(value: Any) -> Any:
@@ -252,7 +230,8 @@ def render(stack_file: Path) -> dict[str, Any]:
         "charts": [c.index() for c in charts.values()],
         "crds": [[c.resource, file, text] for c in charts.values() for _, file, text in c.crds],
         "outputs": _clean(json_format.MessageToDict(outputs), "outputs"),
-        "summary": summary_lines(load_config()) + timeline.summary_lines(load_config(), resources) + [
+        "summary": stack_file_warnings(stack_file, project) + summary_lines(load_config())
+        + timeline.summary_lines(load_config(), resources) + [
             f"{key} is not set: pulumi up stops until you run "
             f"`pulumi config set --secret {key.split(':', 1)[1]} <value>`"
             for key in unset_secrets(stack_file, project)] + chart_lines(charts) + report.lines(),

@@ -1,0 +1,379 @@
+"""Read a stack file the way the Pulumi CLI does, so the offline plan accepts and refuses what `pulumi preview` does.
+
+The CLI (pulumi/pulumi at 1b59498) loads `Pulumi.<stack>.yaml` with gopkg.in/yaml.v3 into a generic value
+(`sdk/go/common/workspace/loaders.go` LoadProjectStackBytes, `sdk/go/common/encoding/marshal.go`), turns every
+config value into the text the program receives (`sdk/go/common/resource/config/object.go` unmarshalObject and
+MarshalString) and checks it against the types Pulumi.yaml declares (`pkg/workspace/config.go`
+validateStackConfigValue, `sdk/go/common/workspace/project.go` ValidateConfigValue). PyYAML reads YAML 1.1 instead,
+which is why this module exists:
+
+- plain scalars resolve as yaml.v3 resolves them (`resolve.go`): only true/True/TRUE and false/False/FALSE are
+  booleans (`on`, `yes` are text), there are no base-60 numbers (`13:30` is text), `0x`/`0o`/`0b`/legacy `0777`
+  integers and underscores are read, `1e3` is a number;
+- a mapping key given twice is an error (`decode.go` mapping: "mapping key ... already defined at line N");
+- an unquoted timestamp becomes a time, and reaches the program as Go's `Time.String()` text
+  (`object.go` `case time.Time: newObject(v.String())`); one that is not a real date stays text;
+- booleans and numbers reach the program as JSON text (`true`, `8`, `1e+21`), objects and arrays as compact JSON,
+  `null` as "" (the CLI warns), and NaN or infinity stops the CLI (Go's JSON encoder refuses them);
+- a key Pulumi.yaml types must hold that type: integer = Go's strconv.Atoi of the text, boolean = the text
+  "true" or "false", string = not an object, array = a JSON list whose items have the item type;
+- a key Pulumi.yaml declares `secret: true` must be a `secure:` value.
+
+Everything is reported as one line, `file:line: problem`, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PULUMI_SOURCE = "github.com/pulumi/pulumi"
+TOP_LEVEL_KEYS = ("secretsprovider", "encryptedkey", "encryptionsalt", "config", "environment")
+"""ProjectStack's fields (sdk/go/common/workspace/project.go); the CLI ignores any other top-level key, so a typo
+such as `configs:` would silently drop every setting: refused here."""
+
+
+class StackFileError(Exception):
+    """A stack file the CLI would refuse (or read differently from what it says): one line."""
+
+
+@dataclass(frozen=True)
+class GoTime:
+    """An unquoted YAML timestamp, as yaml.v3 decodes it (time.Time)."""
+
+    when: datetime
+    utc: bool
+
+    def go_string(self) -> str:
+        """Go's Time.String(): "2006-01-02 15:04:05.999999999 -0700 MST" (the CLI is assumed to run in UTC: an
+        offset Local does not have is printed as the offset)."""
+        t = self.when
+        text = t.strftime("%Y-%m-%d %H:%M:%S")
+        if t.microsecond:
+            text += f".{t.microsecond:06d}".rstrip("0")
+        offset = t.utcoffset() or timedelta(0)
+        minutes = int(offset.total_seconds() // 60)
+        sign = "-" if minutes < 0 else "+"
+        numeric = f"{sign}{abs(minutes) // 60:02d}{abs(minutes) % 60:02d}"
+        return f"{text} {numeric} {'UTC' if self.utc or minutes == 0 else numeric}"
+
+
+# --------------------------------------------------------------------------- yaml.v3 scalar resolution
+_PLAIN = "tag:kimi-k3-1,2026:yaml.v3-plain"
+_MERGE = "tag:yaml.org,2002:merge"
+_RESOLVE_MAP: dict[str, Any] = {
+    **dict.fromkeys(("true", "True", "TRUE"), True), **dict.fromkeys(("false", "False", "FALSE"), False),
+    **dict.fromkeys(("", "~", "null", "Null", "NULL"), None),
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan), **dict.fromkeys((".inf", ".Inf", ".INF"), math.inf),
+    **dict.fromkeys(("+.inf", "+.Inf", "+.INF"), math.inf), **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf),
+}
+_YAML_STYLE_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdef"}
+_TIMESTAMPS = (
+    # yaml.v3 allowedTimestampFormats, as Go's time.Parse reads them (1-2 digit fields, any fraction).
+    re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})[Tt](\d{1,2}):(\d{1,2}):(\d{1,2})(?:[.,](\d+))?(Z|[+-]\d\d:\d\d)"),
+    re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2})(?:[.,](\d+))?()"),
+    re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})()()()()()"),
+)
+
+
+def _go_parse_int(text: str) -> int | None:
+    """strconv.ParseInt(text, 0, 64) / ParseUint(text, 0, 64): sign, 0x/0o/0b or legacy-0 octal prefix."""
+    sign, body = 1, text
+    if body[:1] in ("+", "-"):
+        sign, body = (-1 if body[0] == "-" else 1), body[1:]
+    base = 10
+    if len(body) > 1 and body[0] == "0":
+        base, body = {"x": (16, body[2:]), "o": (8, body[2:]), "b": (2, body[2:])}.get(body[1].lower(), (8, body[1:]))
+    if not body or any(c not in _DIGITS[base] for c in body.lower()):
+        return None
+    value = sign * int(body, base)
+    unsigned = text[:1] not in ("+", "-")
+    if -2**63 <= value < 2**63 or (unsigned and value < 2**64):
+        return value
+    return None
+
+
+def _go_timestamp(text: str) -> GoTime | None:
+    if not re.match(r"\d{4}-", text):
+        return None
+    for pattern in _TIMESTAMPS:
+        match = pattern.fullmatch(text)
+        if not match:
+            continue
+        year, month, day, hour, minute, second, fraction, zone = match.groups()
+        try:
+            tz = UTC
+            if zone and zone != "Z":
+                hours, minutes = int(zone[1:3]), int(zone[4:6])
+                tz = timezone((-1 if zone[0] == "-" else 1) * timedelta(hours=hours, minutes=minutes))
+            when = datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0),
+                            int((fraction or "0")[:6].ljust(6, "0")), tzinfo=tz)
+        except ValueError:  # month 13, 31 February, hour 25: time.Parse fails, the scalar stays text
+            return None
+        return GoTime(when, utc=zone in ("Z", ""))
+    return None
+
+
+def resolve_plain(text: str) -> Any:
+    """yaml.v3 resolve() for an untagged plain scalar."""
+    hint = text[:1]
+    if text in _RESOLVE_MAP and (hint == "" or hint in "+-0123456789yYnNtTfFoO~."):
+        return _RESOLVE_MAP[text]
+    if hint == ".":
+        if re.fullmatch(r"\.[0-9]+([eE][-+]?[0-9]+)?", text):
+            value = float(text)
+            if math.isfinite(value):
+                return value
+    elif hint and hint in "+-0123456789":
+        when = _go_timestamp(text)
+        if when is not None:
+            return when
+        plain = text.replace("_", "")
+        number = _go_parse_int(plain)
+        if number is not None:
+            return number
+        if _YAML_STYLE_FLOAT.fullmatch(plain):
+            value = float(plain)
+            if math.isfinite(value):  # ParseFloat reports overflow as an error: the scalar stays text
+                return value
+    return text
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's parser with yaml.v3's scalar resolution and duplicate-key refusal."""
+
+    yaml_implicit_resolvers = {"<": [(_MERGE, re.compile(r"^<<$"))], None: [(_PLAIN, re.compile(r"", re.S))]}
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[tuple[type, str], int] = {}
+        for key, _ in node.value:
+            if key.tag == _MERGE:
+                continue
+            ident = (type(key), key.value if isinstance(key, yaml.ScalarNode) else id(key))
+            line = key.start_mark.line + 1
+            if ident in seen:
+                raise StackFileError(f"{line}: mapping key {json.dumps(key.value)} already defined at line "
+                                     f"{seen[ident]} (the Pulumi CLI refuses it: gopkg.in/yaml.v3 decode.go mapping)")
+            seen[ident] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(_PLAIN, lambda loader, node: resolve_plain(node.value))
+_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
+
+
+def load_yaml(path: Path) -> Any:
+    """The document as yaml.v3 decodes it into a generic value; StackFileError with `file:line: problem`."""
+    try:
+        return yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except StackFileError as err:
+        raise StackFileError(f"{path.name}:{err}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = f"{path.name}:{mark.line + 1}:{mark.column + 1}" if mark else path.name
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        context = getattr(err, "context", None)
+        raise StackFileError(f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")) from None
+
+
+# --------------------------------------------------------------------------- values as the program receives them
+def _go_float(value: float) -> str:
+    """Go encoding/json's float64 text: shortest digits, positional between 1e-6 and 1e21, else 'e' without a
+    leading exponent zero."""
+    if not math.isfinite(value):
+        shown = "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+        raise ValueError(f"json: unsupported value: {shown}")
+    if value == 0 or 1e-6 <= abs(value) < 1e21:
+        return format(Decimal(repr(value)).normalize(), "f") if value else "0"
+    text = repr(value)
+    return re.sub(r"e([-+])0(\d)$", r"e\1\2", text)
+
+
+def _plain(value: Any) -> Any:
+    """A decoded value as Go's encoding/json would encode it (times as Time.String() text)."""
+    if isinstance(value, GoTime):
+        return value.go_string()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, float):
+        _go_float(value)  # raises on NaN and infinities
+    return value
+
+
+def _go_json(value: Any) -> str:
+    """Compact JSON with sorted keys and Go's HTML escaping, numbers as Go prints them."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float):
+        return _go_float(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+        return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026") \
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    if isinstance(value, list):
+        return "[" + ",".join(_go_json(v) for v in value) + "]"
+    return "{" + ",".join(f"{_go_json(k)}:{_go_json(v)}" for k, v in sorted(value.items())) + "}"
+
+
+def config_text(value: Any) -> tuple[str, bool]:
+    """(text the program receives, is it an object) for one decoded config value (object.go MarshalString)."""
+    value = _plain(value)
+    if value is None:
+        return "", False
+    if isinstance(value, str):
+        return value, False
+    if isinstance(value, (bool, int, float)):
+        return _go_json(value), False
+    return _go_json(value), True
+
+
+# --------------------------------------------------------------------------- Pulumi.yaml types
+def type_ok(schema: dict[str, Any], text: str, is_object: bool) -> bool:
+    """ValidateConfigValue for the value's text (pkg/workspace/config.go hands it the decrypted text; an object's
+    text is decoded with encoding/json first, numbers becoming float64)."""
+    kind = schema.get("type")
+    content: Any = json.loads(text) if is_object else text
+    return _type_ok(kind, schema.get("items"), content)
+
+
+def _type_ok(kind: Any, items: Any, content: Any) -> bool:
+    if kind == "string":
+        return isinstance(content, str)
+    if kind == "integer":
+        if isinstance(content, bool):
+            return False
+        if isinstance(content, (int, float)) and not isinstance(content, bool):
+            return float(content) == math.trunc(float(content))
+        return isinstance(content, str) and _go_parse_int_base10(content)
+    if kind == "boolean":
+        return isinstance(content, bool) or content in ("true", "false")
+    if kind == "object":
+        return isinstance(content, dict)
+    if not isinstance(content, list) or not items:
+        return False
+    return all(_type_ok(items.get("type"), items.get("items"), item) for item in content)
+
+
+def _go_parse_int_base10(text: str) -> bool:
+    """strconv.Atoi: optional sign, decimal digits, within int64."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        return False
+    return -2**63 <= int(text) < 2**63
+
+
+def type_name(schema: dict[str, Any]) -> str:
+    """InferFullTypeName: `array<string>` for arrays."""
+    items = schema.get("items")
+    return f"array<{type_name(items)}>" if items else str(schema.get("type"))
+
+
+# --------------------------------------------------------------------------- the stack's config
+SECURE = "secure"
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    values: dict[str, str]
+    """Full key -> text, as the program receives it (project defaults merged in, as the CLI's mergeConfig does)."""
+    secure: tuple[str, ...]
+    """Full keys whose stack value is a `secure:` ciphertext (never decrypted here)."""
+    warnings: tuple[str, ...]
+
+
+def project_config(project_file: Path) -> tuple[str, dict[str, dict[str, Any]]]:
+    """(project name, config schema) of Pulumi.yaml, read with the same YAML semantics."""
+    document = load_yaml(project_file)
+    if not isinstance(document, dict) or not isinstance(document.get("name"), str):
+        raise StackFileError(f"{project_file.name}: expected a mapping with a project `name`")
+    schema = document.get("config") or {}
+    return document["name"], {k: v for k, v in schema.items() if isinstance(v, dict)}
+
+
+def load_stack(path: Path, project: str, schema: dict[str, dict[str, Any]]) -> StackConfig:
+    """The stack's config as `pulumi preview` hands it to the program, or StackFileError where the CLI stops."""
+    if not path.is_file():
+        raise StackFileError(f"no stack file {path.name}")
+    document = load_yaml(path)
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise StackFileError(f"{path.name}: expected a mapping (config:, secretsprovider:, ...), got "
+                             f"{type(document).__name__}")
+    import difflib
+
+    for key in document:
+        if key not in TOP_LEVEL_KEYS:
+            close = difflib.get_close_matches(str(key), TOP_LEVEL_KEYS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise StackFileError(f"{path.name}: unknown top-level key {key!r}: {hint}the Pulumi CLI ignores it, so "
+                                 f"none of its settings would reach the program (stack files hold "
+                                 f"{', '.join(TOP_LEVEL_KEYS)})")
+    raw = document.get("config") or {}
+    if not isinstance(raw, dict):
+        raise StackFileError(f"{path.name}: 'config' must be a mapping of keys to values")
+    values: dict[str, str] = {}
+    objects: set[str] = set()
+    secure: list[str] = []
+    empty: list[str] = []
+    for key, value in raw.items():
+        key = str(key)
+        full = key if ":" in key else f"{project}:{key}"  # stackConfigNamespacedWithProject
+        if isinstance(value, dict) and set(value) == {SECURE} and isinstance(value[SECURE], str):
+            values[full] = value[SECURE]
+            secure.append(full)
+            continue
+        if value is None:
+            empty.append(full)
+        try:
+            text, is_object = config_text(value)
+        except ValueError as err:
+            raise StackFileError(f"{path.name}: {full}: {err} (the Pulumi CLI cannot load the file: "
+                                 f"sdk/go/common/resource/config/object.go MarshalString)") from None
+        values[full] = text
+        if is_object:
+            objects.add(full)
+    for key, spec in schema.items():  # mergeConfig: project defaults for keys the stack leaves out
+        full = key if ":" in key else f"{project}:{key}"
+        if full not in values and "default" in spec:
+            text, is_object = config_text(spec["default"])
+            values[full] = text
+            if is_object:
+                objects.add(full)
+    for key, spec in schema.items():  # validateStackConfigValues
+        full = key if ":" in key else f"{project}:{key}"
+        if full not in values:
+            continue
+        if spec.get("secret") and full not in secure:
+            raise StackFileError(f"{path.name}: {full} is declared secret in Pulumi.yaml but stored in plain text: "
+                                 f"the Pulumi CLI refuses it (\"must be encrypted as it's secret\", "
+                                 f"pkg/workspace/config.go); run `pulumi config set --secret {key} <value>`")
+        if full in secure or "type" not in spec:
+            continue
+        if not type_ok(spec, values[full], full in objects):
+            shown = values[full] if full in objects else repr(values[full])
+            raise StackFileError(f"{path.name}: {full} = {shown}: must be of type '{type_name(spec)}' (the Pulumi "
+                                 f"CLI refuses it: pkg/workspace/config.go validateStackConfigValue)"
+                                 f"{_type_hint(spec, values[full])}")
+    warnings = tuple(f"{path.name}: no value for {key}: the Pulumi CLI treats it as \"\" (and warns)" for key in empty)
+    return StackConfig(values, tuple(sorted(secure)), warnings)
+
+
+def _type_hint(spec: dict[str, Any], text: str) -> str:
+    if spec.get("type") == "boolean" and text.lower() in ("yes", "no", "on", "off", "y", "n"):
+        return f"; YAML 1.2 reads {text} as text, write true or false"
+    if spec.get("type") == "integer":
+        return "; write a whole number such as 8"
+    return ""
