@@ -405,3 +405,37 @@ def test_long_entries_keep_every_row_with_a_note(tmp_path):
     rows = [line.split(" | ")[0] for line in report.splitlines() if line.startswith("| `")]
     assert rows == ["| `labels.k0`", "| `labels.k1`", "| `location`"]
     assert "*… and 3 more paths (`--max-rows 0` shows all)*" in report
+
+
+def test_a_ref_and_this_checkouts_plan_render_the_same_charts(two_commits, tmp_path):
+    """`plan_diff main build/plan` on an unchanged checkout: the ref's extracted tree has no shared folder beside
+    it, yet it must find the chart copies this checkout renders with, or every chart object looks new."""
+    from tests.conftest import SHARED, run_plan
+
+    out = tmp_path / "plan"
+    stack = tmp_path / "Pulumi.e2e.yaml"
+    stack.write_text(yaml.safe_dump({"config": {**E2E_STACK, "kimi-k3-1:gpu.prefillGroups": 2}}))
+    assert run_plan(out, "--stack-file", str(stack)).returncode == 0
+    proc = subprocess.run([sys.executable, "-m", "tools.plan_diff", "main", str(out / "e2e"), "--repo",
+                           str(two_commits)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[2:] == ["no changes (stacks: e2e)"], proc.stdout
+    if (SHARED / "charts").is_dir():  # with chart copies, both sides rendered every chart
+        charts = json.loads((out / "e2e" / "charts.json").read_text())
+        assert charts and all(not c["skipped"] for c in charts), charts
+
+
+def test_chart_objects_one_side_did_not_render_are_left_out_and_said(tmp_path):
+    child = {"type": "kubernetes:core/v1:Service", "name": "router:kimi/epp", "parent": "router",
+             "dependsOn": [], "inputs": {"apiVersion": "v1", "kind": "Service",
+                                          "metadata": {"name": "epp", "namespace": "kimi"}}}
+    chart = {"type": "kubernetes:helm.sh/v4:Chart", "name": "router", "parent": None, "dependsOn": [], "inputs": {}}
+    rendered = {"resource": "router", "skipped": None}
+    base = plan_diff.StackPlan("gpu", [chart], {}, {}, "", {"router": {**rendered, "skipped": "no copy found"}})
+    head = plan_diff.StackPlan("gpu", [chart, child],
+                               {"Service|kimi|epp": plan_diff.KubeObject(child["inputs"], "manifests.yaml")}, {}, "",
+                               {"router": rendered})
+    diff = plan_diff.diff_stack("gpu", base, head)
+    assert diff.empty
+    assert diff.notes == ["chart router was not rendered on the base side (no copy found): its objects are compared "
+                          "only when both sides render it"]

@@ -90,6 +90,11 @@ class StackPlan:
     objects: dict[str, KubeObject]
     outputs: dict[str, Any]
     summary: str
+    charts: dict[str, Any] = field(default_factory=dict)
+    """charts.json by chart resource name: which charts this side rendered (`skipped` says why not)."""
+
+    def rendered_charts(self) -> set[str]:
+        return {name for name, chart in self.charts.items() if not chart.get("skipped")}
 
     def urn(self, resource: dict[str, Any]) -> str:
         """URN-like identity: the parents' types, the type and the name (what Pulumi keys state by)."""
@@ -118,6 +123,8 @@ def load_stack(folder: Path, name: str | None = None) -> StackPlan:
         outputs = json.loads(outputs_file.read_text()) if outputs_file.is_file() else {}
         summary_file = folder / "summary.txt"
         summary = summary_file.read_text() if summary_file.is_file() else ""
+        charts_file = folder / "charts.json"
+        charts = {c["resource"]: c for c in json.loads(charts_file.read_text())} if charts_file.is_file() else {}
         objects: dict[str, KubeObject] = {}
         for path in sorted(folder.glob(MANIFEST_FILES), key=lambda p: (p.name != "manifests.yaml", p.name)):
             for body in yaml.load_all(path.read_text(), Loader=_YAML_LOADER):
@@ -129,7 +136,7 @@ def load_stack(folder: Path, name: str | None = None) -> StackPlan:
                 objects[key] = KubeObject(body, path.name)
     except (OSError, ValueError, yaml.YAMLError) as err:
         raise DiffError(f"{folder}: not a readable plan folder ({err})") from None
-    return StackPlan(name or folder.name, resources, objects, outputs, summary)
+    return StackPlan(name or folder.name, resources, objects, outputs, summary, charts)
 
 
 def load_plans(folder: Path) -> dict[str, StackPlan]:
@@ -173,7 +180,26 @@ def extract(repo: Path, sha: str, source: Path) -> Path:
         raise DiffError(f"git archive {sha[:12]}: {err.decode(errors='replace').strip()}")
     if not (source / "tools" / "plan.py").is_file():
         raise DiffError(f"commit {sha[:12]} has no tools/plan.py to render its plan with")
+    share_chart_sources(source)
     return source
+
+
+def share_chart_sources(source: Path) -> None:
+    """Let the extracted tree find the charts this checkout renders with (tools/helm_render.py search order), so
+    both sides of a diff render the same chart objects: this checkout's fetched charts become the tree's, and
+    the shared facts folder beside this checkout is named in KIMI_SHARED_DIR (set for the renders only)."""
+    from tools import helm_render
+
+    fetched = helm_render.FETCH_DIR
+    if fetched.is_dir() and not (source / "build" / "charts").exists():
+        (source / "build").mkdir(exist_ok=True)
+        (source / "build" / "charts").symlink_to(fetched.resolve(), target_is_directory=True)
+
+
+def _chart_env() -> dict[str, str]:
+    """KIMI_SHARED_DIR as this checkout resolves it: an extracted tree has no shared folder beside it."""
+    shared = Path(os.environ.get("KIMI_SHARED_DIR", ROOT.parent / "shared"))
+    return {"KIMI_SHARED_DIR": str(shared.resolve())} if shared.is_dir() else {}
 
 
 def plan_args(source: Path, out: Path, stacks: list[str]) -> list[str] | None:
@@ -199,7 +225,7 @@ def render_trees(trees: list[tuple[Path, Path, list[str] | None]]) -> list[str]:
         for i, source, args in jobs:
             try:
                 proc = subprocess.run([sys.executable, "-m", "tools.plan", *args], cwd=source, capture_output=True,
-                                      text=True, timeout=RENDER_TIMEOUT_S)
+                                      text=True, timeout=RENDER_TIMEOUT_S, env={**os.environ, **_chart_env()})
                 errors[i] = "" if proc.returncode == 0 else proc.stderr.strip() or f"exit {proc.returncode}"
             except subprocess.TimeoutExpired:
                 errors[i] = f"took longer than {RENDER_TIMEOUT_S} s"
@@ -254,6 +280,8 @@ def _fork_plan(source: Path, args: list[str], log: Path) -> int:
 def _plan_of_tree(source: Path, args: list[str]) -> int:
     """In the forked child: forget this checkout's modules, become `python -m tools.plan` of the tree."""
     import importlib
+
+    os.environ.update(_chart_env())  # computed before this checkout's modules are forgotten
 
     for name in list(sys.modules):
         if name.split(".")[0] in PROJECT_PACKAGES:
@@ -455,6 +483,8 @@ class StackDiff:
     summary_lines: list[str] = field(default_factory=list)
     outputs: list[Change] = field(default_factory=list)
     only_in: str = ""
+    notes: list[str] = field(default_factory=list)
+    """What was left out of the comparison, and why (chart objects one side did not render)."""
 
     @property
     def empty(self) -> bool:
@@ -532,8 +562,32 @@ def _resource_changes(old: dict[str, Any], new: dict[str, Any], with_inputs: boo
     return changes
 
 
+def one_sided_charts(base: StackPlan, head: StackPlan) -> tuple[set[str], list[str]]:
+    """Charts only one side rendered (a missing chart copy, not a change): their objects are not compared."""
+    charts = (base.rendered_charts() ^ head.rendered_charts()) & (set(base.charts) & set(head.charts))
+    notes = []
+    for chart in sorted(charts):
+        side, entry = ("base", base.charts[chart]) if chart not in base.rendered_charts() else \
+            ("head", head.charts[chart])
+        notes.append(f"chart {chart} was not rendered on the {side} side ({entry.get('skipped')}): its objects are "
+                     f"compared only when both sides render it")
+    return charts, notes
+
+
+def _without_charts(plan: StackPlan, charts: set[str]) -> StackPlan:
+    if not charts:
+        return plan
+    children = [r for r in plan.resources if r.get("parent") in charts]
+    keys = {_object_key(r.get("inputs", {})) for r in children}
+    return StackPlan(plan.name, [r for r in plan.resources if r.get("parent") not in charts],
+                     {k: o for k, o in plan.objects.items() if "|".join(k.split("|")[:3]) not in keys},
+                     plan.outputs, plan.summary, plan.charts)
+
+
 def diff_stack(name: str, base: StackPlan, head: StackPlan) -> StackDiff:
-    result = StackDiff(name)
+    skipped, notes = one_sided_charts(base, head)
+    base, head = _without_charts(base, skipped), _without_charts(head, skipped)
+    result = StackDiff(name, notes=notes)
     old_by_urn = {base.urn(r): r for r in base.resources}
     new_by_urn = {head.urn(r): r for r in head.resources}
     moved = {(r["type"], r["name"]) for u, r in old_by_urn.items() if u not in new_by_urn} & {
@@ -747,6 +801,7 @@ def stack_report(diff: StackDiff, max_rows: int = MAX_ROWS) -> list[str]:
     lines = [f"## Stack `{diff.name}`", ""]
     if diff.only_in:
         return lines + [diff.only_in, ""]
+    lines += [f"*{note}*" for note in diff.notes] + ([""] if diff.notes else [])
     if diff.empty:
         return lines + ["no changes", ""]
     replaced = [e for e in diff.resources + diff.objects if e.action == "replace"]
@@ -781,9 +836,10 @@ def stack_report(diff: StackDiff, max_rows: int = MAX_ROWS) -> list[str]:
 
 def report(base: Side, head: Side, diffs: list[StackDiff], max_rows: int = MAX_ROWS) -> str:
     lines = [f"# Offline plan diff: {_code(base.label)} → {_code(head.label)}", ""]
+    notes = [f"- {d.name}: {note}" for d in diffs for note in d.notes]
     if all(d.empty for d in diffs):
         names = ", ".join(d.name for d in diffs) or "none"
-        return "\n".join(lines + [f"no changes (stacks: {names})"]) + "\n"
+        return "\n".join(lines + [f"no changes (stacks: {names})"] + ([""] + notes if notes else [])) + "\n"
     lines += ["| stack | create | update | replace | delete | summary figures changed |",
               "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for d in diffs:
