@@ -347,6 +347,7 @@ OTHER_OPTIONS: dict[str, list[str]] = {
     "--ready-timeout": ["0"],
     "--benchmark-timeout": ["0"],
     "--destroy-timeout": ["60"],
+    "--smoke-timeout": ["60"],
     "--smoke-args": ["--strict", "--skip", "pd-kv-transfer"],
 }
 ALWAYS_GIVEN = {"--stack", "--work-dir", "--results", "-h", "--help"}
@@ -887,7 +888,6 @@ def test_a_trickling_router_cannot_delay_the_teardown_past_the_smoke_deadline(tm
     """The real smoke check against a router that answers a byte at a time: the smoke step fails at its total
     deadline and the destroy follows right after, however long the router would go on."""
     from tests.test_smoke import Trickle, serve
-    from tools import smoke
 
     with serve(Trickle) as router:
         class Forwarding(FakeCluster):
@@ -899,7 +899,7 @@ def test_a_trickling_router_cannot_delay_the_teardown_past_the_smoke_deadline(tm
         world = World()
         lines: list[str] = []
         deps = bench.Deps(backend=FakeBackend(world), cluster=Forwarding(world), storage=FakeStorage(world),
-                          billing=FakeBilling(world), smoke=smoke.main, sleep=world.sleep, now=lambda: STAMP,
+                          billing=FakeBilling(world), sleep=world.sleep, now=lambda: STAMP,
                           out=lines.append)
         start = time.monotonic()
         code = bench.main(["--stack", "gpu", "--work-dir", str(tmp_path), "--results", str(tmp_path / "results"),
@@ -912,3 +912,47 @@ def test_a_trickling_router_cannot_delay_the_teardown_past_the_smoke_deadline(tm
     assert names.count("destroy") == 1 and names[-1] == "leftovers" and "wait_job" not in names
     assert run_record(tmp_path)["steps"]["smoke"] == "failed"
     assert any(line.startswith("FAIL completions: POST /v1/completions: timed out after") for line in lines)
+
+
+# --------------------------------------------------------------------------- the output path never blocks
+def test_console_never_blocks_its_caller_and_a_stuck_sink_never_stops_the_log(tmp_path):
+    released = threading.Event()
+    console = core.Console(sink=lambda line: released.wait(10))
+    console.open_log(tmp_path / "driver.log")
+    start = time.monotonic()
+    for i in range(500):
+        console(f"line {i}")
+    assert time.monotonic() - start < 0.5
+    deadline = time.monotonic() + 5
+    while (tmp_path / "driver.log").read_text().count("\n") < 500:
+        assert time.monotonic() < deadline, "the log stopped behind a stuck sink"
+        time.sleep(0.05)
+    released.set()
+    console.close()
+
+
+def test_a_sink_whose_output_comes_back_into_the_console_does_not_deadlock():
+    """The smoke-step deadlock of issue 21: the sink's print went back into the console while it held its lock."""
+    seen: list[str] = []
+
+    def sink(line: str) -> None:
+        seen.append(line)
+        if not line.startswith("echo"):
+            console(f"echo {line}")
+
+    console = core.Console(sink=sink)
+    console("a")
+    deadline = time.monotonic() + 5
+    while len(seen) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    console.close()
+    assert seen == ["a", "echo a"]
+
+
+def test_help_and_readme_state_every_exit_code():
+    help_text = " ".join(bench.build_parser().format_help().split())
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for code in (bench.EXIT_OK, bench.EXIT_FAILED, bench.EXIT_USAGE, bench.EXIT_BUSY, bench.EXIT_INTERRUPTED):
+        assert f" {code} " in help_text
+        assert f"\n| {code} | " in readme

@@ -6,8 +6,9 @@
 Steps, each announced by a `==> <step>` line:
 1. up: `pulumi up` with the policy pack (`policy/`, mandatory), streaming the engine's progress.
 2. wait: the serving pods and the router pods Ready (`kubectl wait`, with the stack's own kubeconfig).
-3. smoke: `tools.smoke` through a port-forward of the router Service (`routerService`, port 80); the
-   metrics URLs are port-forwards of the router (9090) and of every serving leader pod.
+3. smoke: `python -m tools.smoke` in a subprocess of its own (deadline --smoke-timeout) through a port-forward of
+   the router Service (`routerService`, port 80); the metrics URLs are port-forwards of the router (9090) and of
+   every serving leader pod. Its lines go to the console and smoke.log.
 4. benchmark: `kimi-k3-1:benchmark.enabled=true`, `up` again, wait for the inference-perf Job (`benchmarkJob`).
 5. collect: copy `benchmarkResultsUri` to <results>/<stack>/<UTC timestamp>/, next to `outputs.json`,
    `smoke.log`, `driver.log` (every line printed) and `run.json` (each step's status and why it failed,
@@ -24,8 +25,10 @@ leftover listing (`tools.leftovers`). A signal during `up` first asks the Pulumi
 (it finishes what is in flight and saves the state), then destroys. Transient destroy failures are retried
 with backoff, an unreachable cluster once with PULUMI_K8S_DELETE_UNREACHABLE=true. Output to a dead pipe
 goes on into driver.log. Only a second SIGINT/SIGTERM stops waiting; it prints how to resume.
+Stop requests take a path of their own: signal handlers and the output only queue (no locks), so neither a
+stuck terminal nor a step's output can delay the teardown.
 Exit: 0 all passed, destroyed and nothing left; 1 otherwise; 2 usage or missing tool; 3 stack busy; 130
-interrupted.
+interrupted (see EXIT_CODES).
 
 The driver reaches the world only through four small protocols (`Backend` in tools.pulumi_stack, `Cluster`
 and `Storage` in tools.cloud, `Billing`), so tests run it against fakes.
@@ -85,6 +88,7 @@ from tools.pulumi_stack import (
     Backend,
     StackLockedError,
 )
+from tools.smoke import TOTAL_SECONDS as SMOKE_TOTAL_SECONDS
 
 # What tests and other commands use from here (tools.report reads run.json, not these).
 __all__ = ["BENCHMARK_KEY", "BUCKET_EXISTS_KEY", "DELETE_CHECKPOINT_KEY", "ENGINE_PROFILE_KEY", "EXIT_BUSY",
@@ -92,6 +96,15 @@ __all__ = ["BENCHMARK_KEY", "BUCKET_EXISTS_KEY", "DELETE_CHECKPOINT_KEY", "ENGIN
            "RUN_ID_KEY", "StackLockedError", "StepError", "TRACK_KEY", "measured_output_tokens_per_second"]
 
 REQUIRED_TOOLS = ("pulumi", "kubectl", "gcloud", "gke-gcloud-auth-plugin")
+SMOKE_TIMEOUT = SMOKE_TOTAL_SECONDS + 60.0
+"""The smoke step's deadline: the smoke check's own total (--total-seconds default) plus a minute to start."""
+EXIT_CODES = (f"Exit codes: {EXIT_OK} every step passed, the destroy finished and nothing billable is left; "
+              f"{EXIT_FAILED} a step, the destroy or the leftover check failed, or stdout closed (run.json says "
+              "which); "
+              f"{EXIT_USAGE} usage error or a required tool missing (nothing created); "
+              f"{EXIT_BUSY} the stack is locked or claimed by someone else (nothing touched); "
+              f"{EXIT_INTERRUPTED} stopped by SIGINT, SIGTERM or SIGHUP (torn down unless --keep; after a second "
+              "SIGINT/SIGTERM it stops waiting and prints how to resume).")
 
 
 class Storage(Protocol):
@@ -117,6 +130,7 @@ class Options:
     ready_timeout: float = 3600.0
     benchmark_timeout: float = 7200.0
     destroy_timeout: float = 5400.0
+    smoke_timeout: float = SMOKE_TIMEOUT
     cancel_grace: float = 900.0  # how long a CLI asked to stop may take to save its state and exit
     smoke_args: list[str] = field(default_factory=list)
 
@@ -127,7 +141,7 @@ class Deps:
     cluster: Cluster
     storage: Storage
     billing: Billing
-    smoke: Callable[[list[str]], int] | None = None  # default: tools.smoke.main
+    smoke: Callable[[list[str]], int] | None = None  # default: `python -m tools.smoke` in a subprocess
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     out: OnOutput = print_line
@@ -364,8 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="up -> wait -> smoke -> benchmark -> collect -> destroy (always, unless --keep) for one stack, "
                     "then list anything still billable under its pulumi-stack label.",
         epilog="SIGINT, SIGTERM, SIGHUP or a closed stdout tear the stack down; a second SIGINT/SIGTERM stops waiting "
-               "and prints how to resume. Exit 0 only if every step passed, the destroy finished and nothing is left; "
-               "3 when the stack is locked or claimed by someone else (nothing touched).")
+               "and prints how to resume. The smoke check runs as a subprocess under --smoke-timeout, so neither its "
+               "output nor a hung endpoint can hold the teardown. " + EXIT_CODES)
     parser.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml), e.g. gpu or tpu")
     parser.add_argument("--work-dir", type=Path, default=Path("."), help="the Pulumi project folder (default .)")
     parser.add_argument("--results", type=Path, default=Path("bench-results"),
@@ -385,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds for the benchmark Job to complete (default %(default)s)")
     parser.add_argument("--destroy-timeout", type=bounded_number(float, 1, 86400), default=5400.0,
                         help="seconds for each destroy attempt; then it is asked to stop (default %(default)s)")
+    parser.add_argument("--smoke-timeout", type=bounded_number(float, 1, 86400), default=SMOKE_TIMEOUT,
+                        help="seconds for the smoke check (a subprocess); then it is stopped and the step fails. "
+                             "Raise it with a larger --total-seconds in --smoke-args (default %(default)s)")
     parser.add_argument("--smoke-args", nargs=argparse.REMAINDER, default=[],
                         help="everything after it goes to `python -m tools.smoke` (must come last); a "
                              "--metrics-url there replaces the driver's own port-forwarded metrics URLs")
@@ -396,6 +413,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
                    skip_benchmark=args.skip_benchmark, destroy_retries=args.destroy_retries,
                    retry_wait=args.retry_wait, up_timeout=args.up_timeout, ready_timeout=args.ready_timeout,
                    benchmark_timeout=args.benchmark_timeout, destroy_timeout=args.destroy_timeout,
+                   smoke_timeout=args.smoke_timeout,
                    smoke_args=list(args.smoke_args))
 
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -13,30 +17,34 @@ from typing import Any
 from components import contract
 from components.cost import cost_per_million_tokens
 from tools.cloud import SERVING_SELECTOR
-from tools.core import OnOutput, StepError
+from tools.core import StepError, Watch, run_bounded
 from tools.pulumi_stack import BENCHMARK_KEY, ENGINE_PROFILE_KEY, PROJECT, RUN_ID_KEY
 
 ROUTER_PORT = contract.ROUTER_SERVICE_PORT  # the routerService port the smoke check talks to
 ROUTER_METRICS_PORT = 9090  # EPP metrics (tools.smoke epilog)
 
 
-class _Lines:
-    """A stdout for the smoke check: each complete line to the driver's console and to smoke.log."""
+SMOKE_MODULE = "tools.smoke"
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE_STOP_GRACE_SECONDS = 10.0
+"""How long a smoke check asked to stop (SIGTERM to its process group) may take before it is killed."""
 
-    def __init__(self, out: OnOutput, log: Any):
-        self.out, self.log, self.buffer = out, log, ""
 
-    def write(self, text: str) -> int:
-        self.log.write(text)
-        self.buffer += text
-        *lines, self.buffer = self.buffer.split("\n")
-        for line in lines:
-            self.out(line)
-        return len(text)
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signum)
 
-    def flush(self) -> None:
-        self.log.flush()
 
+def _end(proc: subprocess.Popen) -> None:
+    """Stop a smoke subprocess for good: SIGTERM to its session, then SIGKILL after the grace."""
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(SMOKE_STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(SMOKE_STOP_GRACE_SECONDS)
 
 
 class Steps:
@@ -177,13 +185,38 @@ class Steps:
         return args
 
     def _run_smoke(self, argv: list[str]) -> int:
-        smoke = self.deps.smoke
-        if smoke is None:
-            from tools import smoke as smoke_module
+        """The smoke check under the same deadline and stop handling as every other step: a subprocess in a
+        session of its own (`python -m tools.smoke`), whose lines a worker thread copies to smoke.log and to the
+        console while the main thread waits with run_bounded (signals, --smoke-timeout). Leaving the step for
+        any reason ends the process. `Deps.smoke`, when set, runs in-process instead (tests of the driver's
+        own logic), under the same deadline."""
+        watch = Watch(self.opts.smoke_timeout, SMOKE_STOP_GRACE_SECONDS)
+        if self.deps.smoke is not None:
+            smoke = self.deps.smoke
+            code = run_bounded(lambda: smoke(argv), watch, "smoke check", check=self.stopper.check)
+        else:
+            proc = subprocess.Popen([sys.executable, "-m", SMOKE_MODULE, *argv], cwd=ROOT, text=True, bufsize=1,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            watch.on_stop = lambda: _signal_group(proc, signal.SIGTERM)
+            log_path = self._path("smoke.log")
 
-            smoke = smoke_module.main
-        with self._path("smoke.log").open("w") as log, contextlib.redirect_stdout(_Lines(self.out, log)):
-            return smoke(argv)
+            def copy_lines() -> int:
+                assert proc.stdout is not None
+                with log_path.open("w") as log:
+                    for line in proc.stdout:
+                        log.write(line)
+                        log.flush()
+                        self.out(line.rstrip("\n"))
+                return proc.wait()
+
+            try:
+                code = run_bounded(copy_lines, watch, "smoke check", check=self.stopper.check)
+            finally:
+                _end(proc)
+        if watch.stopping is not None:
+            raise StepError(f"smoke check stopped: {watch.stopping} (see {self._path('smoke.log')})")
+        return int(code)
 
     def _path(self, name: str) -> Path:
         assert self.run_dir is not None

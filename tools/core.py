@@ -8,6 +8,7 @@ happens to the process, and no wait may be open-ended.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import re
 import signal
@@ -65,49 +66,89 @@ def print_line(line: str) -> None:
 
 # --------------------------------------------------------------------------- output
 class Console:
-    """Line output to a sink (stdout by default) and, once opened, a log file.
+    """Line output to a sink (stdout by default) and, once opened, a log file, that never blocks its caller.
 
-    A write that fails (a closed pipe, a hung-up terminal) marks the sink dead, calls `on_dead` once
-    and never raises: the log keeps every line, so the teardown goes on and stays on record. Lines
-    come from several threads (the Pulumi CLI's output readers), hence the lock."""
+    A call only appends the line to a deque (atomic, no lock), so any thread and a signal handler may write at
+    any moment: nothing can re-enter a held lock (a sink whose output comes back here, a handler that interrupts
+    a write) and a stuck terminal cannot stall the caller. Two threads do the writing: one writes every line to
+    the log (keeping lines in memory until the log opens) and hands it on, the other gives it to the sink, so a
+    sink that hangs never stops the log. A sink that fails (a closed pipe, a hung-up terminal) is marked dead and
+    `on_dead` is called once. `close()` drains both within DRAIN_SECONDS."""
+
+    IDLE_SECONDS = 0.02
+    DRAIN_SECONDS = 5.0
 
     def __init__(self, sink: OnOutput = print_line, on_dead: Callable[[str], None] | None = None):
         self.sink = sink
         self.on_dead = on_dead
         self.dead: str | None = None
+        self._lines: collections.deque[str] = collections.deque()
+        self._to_sink: collections.deque[str] = collections.deque()
         self._log: TextIO | None = None
         self._early: list[str] = []
-        self._lock = threading.Lock()
+        self._closing = False
+        self._logger = threading.Thread(target=self._write_log, name="console-log", daemon=True)
+        self._printer = threading.Thread(target=self._write_sink, name="console-sink", daemon=True)
+        self._logger.start()
+        self._printer.start()
 
     def __call__(self, line: str) -> None:
-        died = None
-        with self._lock:
-            if self._log is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    self._log.write(line + "\n")
-                    self._log.flush()
-            else:
+        self._lines.append(str(line))
+
+    def _write_log(self) -> None:
+        while True:
+            try:
+                line = self._lines.popleft()
+            except IndexError:
+                if self._closing:
+                    return
+                time.sleep(self.IDLE_SECONDS)
+                continue
+            log = self._log
+            if log is None:
                 self._early.append(line)
-            if self.dead is None:
-                try:
-                    self.sink(line)
-                except (OSError, ValueError) as err:  # BrokenPipeError, EIO after a hang-up, closed file
-                    self.dead = died = f"output closed ({type(err).__name__}: {err})"
-        if died and self.on_dead is not None:
-            self.on_dead(died)
+            else:
+                with contextlib.suppress(OSError, ValueError):
+                    if self._early:
+                        log.write("".join(early + "\n" for early in self._early))
+                        self._early.clear()
+                    log.write(line + "\n")
+                    log.flush()
+            self._to_sink.append(line)
+
+    def _write_sink(self) -> None:
+        while True:
+            try:
+                line = self._to_sink.popleft()
+            except IndexError:
+                if self._closing and not self._logger.is_alive():
+                    return
+                time.sleep(self.IDLE_SECONDS)
+                continue
+            if self.dead is not None:
+                continue
+            try:
+                self.sink(line)
+            except (OSError, ValueError) as err:  # BrokenPipeError, EIO after a hang-up, closed file
+                self.dead = f"output closed ({type(err).__name__}: {err})"
+                if self.on_dead is not None:
+                    self.on_dead(self.dead)
 
     def open_log(self, path: Path) -> None:
-        with self._lock:
-            self._log = path.open("a")
-            self._log.write("".join(line + "\n" for line in self._early))
-            self._log.flush()
-            self._early.clear()
+        """Open the log; lines written so far go in first (the log thread owns the file from here on)."""
+        self._log = path.open("a")
 
     def close(self) -> None:
-        with self._lock:
-            if self._log is not None:
-                self._log.close()
-                self._log = None
+        """Write out what is queued (within DRAIN_SECONDS; a sink that hangs is left behind), close the log."""
+        self._closing = True
+        deadline = Deadline(self.DRAIN_SECONDS)
+        self._logger.join(deadline.remaining())
+        self._printer.join(deadline.remaining())
+        log, self._log = self._log, None
+        if log is not None and not self._logger.is_alive():
+            with contextlib.suppress(OSError, ValueError):
+                log.write("".join(line + "\n" for line in self._early))
+                log.close()
 
 
 # --------------------------------------------------------------------------- signals
@@ -118,7 +159,8 @@ STOP_WAITING = (signal.SIGINT, signal.SIGTERM)
 
 class Stopper:
     """Turns SIGINT, SIGTERM, SIGHUP and other stop requests (a dead output, a deadline) into one
-    orderly stop. `handle(reason)` decides, in the main thread, what the current phase does with a
+    orderly stop, on a path of its own: no lock, nothing it waits for on the output side (the Console only
+    queues). `handle(reason)` decides, in the main thread, what the current phase does with a
     first request: raise StopRequest (leave the step), or return (the caller keeps waiting, e.g. for a
     destroy). The second SIGINT/SIGTERM raises StopWaiting, whatever the phase."""
 
@@ -126,8 +168,7 @@ class Stopper:
         self.handle = handle
         self.interrupts = 0
         self.first: str | None = None  # the first reason a stop was asked for
-        self._pending: list[str] = []
-        self._lock = threading.Lock()
+        self._pending: collections.deque[str] = collections.deque()  # lock-free: signal handlers append too
         self._previous: dict[int, Any] = {}
 
     @contextlib.contextmanager
@@ -145,10 +186,10 @@ class Stopper:
             self._previous.clear()
 
     def request(self, reason: str) -> None:
-        """Ask for a stop from any thread; the main thread acts on it (now, if this is the main thread)."""
-        with self._lock:
-            self.first = self.first or reason
-            self._pending.append(reason)
+        """Ask for a stop from any thread or a signal handler; the main thread acts on it (now, if this is the
+        main thread). Takes no lock: a handler that interrupts the main thread anywhere cannot deadlock here."""
+        self.first = self.first or reason
+        self._pending.append(reason)
         if threading.current_thread() is threading.main_thread():
             self.check()
         elif self._previous:  # wake the main thread from a blocking call; its handler runs check()
@@ -158,10 +199,10 @@ class Stopper:
     def check(self) -> None:
         """Act on pending requests (main thread only): may raise StopRequest or StopWaiting."""
         while True:
-            with self._lock:
-                if not self._pending:
-                    return
-                reason = self._pending.pop(0)
+            try:
+                reason = self._pending.popleft()
+            except IndexError:
+                return
             self.handle(reason)
 
     def _on_signal(self, signum: int, frame: object) -> None:
