@@ -276,7 +276,8 @@ RESERVED_NAMESPACE_PREFIXES: dict[str, str] = {
 LWS_NAMESPACE = "lws-system"
 """Namespace of the LeaderWorkerSet controller chart (its release manifests' namespace)."""
 DRA_NAMESPACE = "nvidia-dra-driver-gpu"
-"""Namespace of the NVIDIA DRA driver chart (Cluster Toolkit installs it there, gke.md §2)."""
+"""Namespace of the NVIDIA DRA driver chart (Cluster Toolkit installs it there: GoogleCloudPlatform/cluster-toolkit
+`modules/management/kubectl-apply/main.tf`, `install_nvidia_dra_driver`)."""
 CHART_NAMESPACES: dict[str, str] = {LWS_NAMESPACE: "the LeaderWorkerSet chart",
                                     DRA_NAMESPACE: "the NVIDIA DRA driver chart"}
 """Namespaces the stack's charts own; the workload namespace must be another one."""
