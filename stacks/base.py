@@ -186,6 +186,8 @@ def user_outputs(cfg: StackConfig, stack: str) -> dict[str, object]:
                              f"{cfg.gcp.region} --project {cfg.gcp.project}"
                              + (" --dns-endpoint" if cfg.cluster.controlPlaneAccess == "dns" else ""),
         "servedModel": catalog.KIMI.hf_id,
+        # Serving units behind the router; the smoke check asks each of them (pods labelled per slice).
+        "servingSlices": capacity.serving_slices(cfg),
         "contextLength": cfg.context_length,
         "routerEndpoint": f"http://{EPP_SERVICE}.{ns}.svc.cluster.local:{contract.ROUTER_SERVICE_PORT}",
         "askCommand": f'python -m tools.ask --stack {stack} "Hello"',

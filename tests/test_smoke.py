@@ -611,3 +611,36 @@ def test_absurd_numbers_are_a_usage_error(args, capsys):
         smoke.main(["--endpoint", "http://127.0.0.1:9", "--track", "gpu", *args])
     assert caught.value.code == 2
     assert args[0] in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- every slice answers (docs/scaling.md)
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_each_slice_is_asked_directly(fake, capsys):
+    _, base = fake
+    code, out = run_smoke(capsys, base, "gpu", "--slice-endpoint", f"0={base}", "--slice-endpoint", f"1={base}/")
+    passed = lines(out, "PASS")
+    assert code == 0, out
+    assert passed["slice-0"].startswith(f"POST /v1/completions to {base} -> HTTP 200")
+    assert "slice-1" in passed
+
+
+def test_a_slice_that_does_not_answer_fails_the_smoke_check(fake, capsys):
+    _, base = fake
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    code, out = run_smoke(capsys, base, "tpu", "--slice-endpoint", f"0={base}", "--slice-endpoint", f"1={dead}")
+    assert code == 1
+    assert "slice-0" in lines(out, "PASS")
+    assert lines(out, "FAIL")["slice-1"].startswith("POST /v1/completions: ")
+    assert out.rstrip().splitlines()[-1].startswith("SUMMARY: FAIL")
+
+
+@pytest.mark.parametrize("spec", ["1", "=http://x", "1=ftp://x"])
+def test_slice_endpoint_must_name_a_slice_and_a_url(spec, capsys):
+    with pytest.raises(SystemExit):
+        smoke.main(["--endpoint", "http://127.0.0.1:1", "--track", "gpu", "--slice-endpoint", spec])
+    assert f"--slice-endpoint {spec!r}: expected SLICE=http://HOST:PORT" in capsys.readouterr().err

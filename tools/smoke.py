@@ -5,8 +5,10 @@
 
 Steps:
 1. generation: POST /v1/completions (and /v1/chat/completions) with a short prompt; expect HTTP 200 JSON with a
-   non-empty first choice and the requested model name. Connection errors, timeouts, HTTP 408/425/429/5xx and
-   malformed JSON are retried with exponential backoff until the step's deadline.
+   non-empty first choice and the requested model name. Then the same completion straight to one serving pod
+   of every slice given with --slice-endpoint (docs/scaling.md): each slice must answer on its own.
+   Connection errors, timeouts, HTTP 408/425/429/5xx and malformed JSON are retried with exponential backoff
+   until the step's deadline.
 2. long prompt: scrape every metrics URL (baseline), then send one deterministic long prompt (a few thousand
    tokens) twice.
 3. metrics: scrape again (polling until the checks pass or the metrics wait runs out) and compare with the
@@ -122,6 +124,8 @@ class Settings:
     skip: frozenset[str]
     engine: str = ""
     """The serving engine (ENGINES); empty means the track's default."""
+    slices: list[tuple[str, str]] = field(default_factory=list)
+    """(slice, base URL of one of its serving pods): each slice is asked directly, past the router."""
     total_seconds: float = TOTAL_SECONDS
     budget: Deadline = field(init=False)
 
@@ -156,14 +160,14 @@ def _url(endpoint: str, path: str) -> str:
     return endpoint.rstrip("/") + path
 
 
-def check_generation(settings: Settings, chat: bool) -> Outcome:
-    name = "chat-completions" if chat else "completions"
+def check_generation(settings: Settings, chat: bool, endpoint: str = "", name: str = "") -> Outcome:
+    name = name or ("chat-completions" if chat else "completions")
     path = "/v1/chat/completions" if chat else "/v1/completions"
     payload = (chat_payload(settings.model, SHORT_PROMPT, CHAT_MAX_TOKENS) if chat
                else completion_payload(settings.model, SHORT_PROMPT, SHORT_MAX_TOKENS))
     start = time.monotonic()
     try:
-        body, attempts = post_json(_url(settings.endpoint, path), payload,
+        body, attempts = post_json(_url(endpoint or settings.endpoint, path), payload,
                                    request_timeout=settings.request_timeout,
                                    deadline_seconds=settings.deadline_seconds,
                                    backoff_seconds=settings.backoff_seconds, budget=settings.budget)
@@ -171,8 +175,23 @@ def check_generation(settings: Settings, chat: bool) -> Outcome:
     except (StepError, ValueError) as exc:
         return Outcome(name, "FAIL", f"POST {path}: {exc}")
     took = time.monotonic() - start
-    return Outcome(name, "PASS", f"POST {path} -> HTTP 200 in {took:.2f}s after {attempts} attempt(s), "
+    where = f" to {endpoint}" if endpoint else ""
+    return Outcome(name, "PASS", f"POST {path}{where} -> HTTP 200 in {took:.2f}s after {attempts} attempt(s), "
                                  f"model={settings.model}, text={snippet(text, 60)!r}")
+
+
+def parse_slice_endpoint(spec: str) -> tuple[str, str]:
+    """`SLICE=URL`: a serving pod of one slice (GPU: a decode pod's routing sidecar, which serves a request without
+    a prefill header itself; TPU: the slice's leader)."""
+    label, sep, url = spec.partition("=")
+    if not sep or not label or not url.startswith(("http://", "https://")):
+        raise ValueError(f"--slice-endpoint {spec!r}: expected SLICE=http://HOST:PORT")
+    return label, url
+
+
+def check_slices(settings: Settings) -> list[Outcome]:
+    """Every slice answers on its own: a router that reaches one healthy slice hides the others."""
+    return [check_generation(settings, False, url, f"slice-{label}") for label, url in settings.slices]
 
 
 def send_long_prompt_twice(settings: Settings) -> Outcome:
@@ -264,6 +283,13 @@ def run(settings: Settings, out: Callable[[str], None] = print) -> int:
             reporter.add(Outcome(name, "SKIP", "not run: generation failed"))
             continue
         generation.append(reporter.add(check_generation(settings, chat)))
+    slice_names = [f"slice-{label}" for label, _ in settings.slices]
+    if any(o.status == "FAIL" for o in generation):
+        for name in slice_names:
+            reporter.add(Outcome(name, "SKIP", "not run: generation failed"))
+    else:
+        for outcome in check_slices(settings):
+            reporter.add(outcome)
     later = [n for n in ("long-prompt", "metrics-scrape", *checks) if n not in settings.skip]
     if any(o.status == "FAIL" for o in generation):
         for name in later:
@@ -332,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="which generation endpoints to check (default %(default)s)")
     parser.add_argument("--metrics-url", action="append", default=[], metavar="[ROLE=]URL",
                         help="Prometheus text endpoint, repeatable; ROLE is one of " + ", ".join(ROLES))
+    parser.add_argument("--slice-endpoint", action="append", default=[], metavar="SLICE=URL",
+                        help="base URL of one serving pod of a slice, repeatable: each slice must answer on its own "
+                             "(GPU: a decode pod's port " f"{contract.MODEL_SERVER_PORT}; TPU: the slice's leader)")
     parser.add_argument("--deadline-seconds", type=bounded_number(float, 0.01, 86400, above_low=True), default=600.0,
                         help="retry budget of each HTTP step: no new attempt after it (default %(default)s)")
     parser.add_argument("--request-timeout", type=bounded_number(float, 0.01, 3600), default=120.0,
@@ -361,6 +390,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         metrics_wait_seconds=args.metrics_wait_seconds, backoff_seconds=args.backoff_seconds,
         long_prompt_words=args.long_prompt_words, prompt_tag=args.prompt_tag, strict=args.strict,
         skip=frozenset(args.skip), engine=args.engine or "", total_seconds=args.total_seconds,
+        slices=[parse_slice_endpoint(spec) for spec in args.slice_endpoint],
     )
 
 
