@@ -752,6 +752,23 @@ def test_smoke_gets_the_router_and_every_serving_pod(tmp_path):
     assert selectors == [f"{cloud.SERVING_SELECTOR},llm-d.ai/role={role}" for role in ("prefill", "decode")]
 
 
+@pytest.mark.parametrize("track,selector", [
+    ("gpu", "llm-d.ai/role=decode,disaggregatedset.x-k8s.io/slice={}"),
+    ("tpu", "leaderworkerset.sigs.k8s.io/group-index={}"),
+])
+def test_smoke_asks_one_serving_pod_of_every_slice(tmp_path, track, selector):
+    world = World(config={bench.TRACK_KEY: track})
+    world.extra_outputs = {"servingSlices": 3}
+    drive(world, tmp_path, stack=track)
+    argv = next(entry[1] for entry in world.log if entry[0] == "smoke")
+    slices = [argv[i + 1] for i, a in enumerate(argv) if a == "--slice-endpoint"]
+    assert [s.split("=", 1)[0] for s in slices] == ["0", "1", "2"]
+    selectors = [entry[1] for entry in world.log if entry[0] == "pods"]
+    assert [f"{cloud.SERVING_SELECTOR},{selector.format(i)}" for i in range(3)] == selectors[-3:]
+    forwards = [entry[1:] for entry in world.log if entry[0] == "port_forward"]
+    assert all(port == 8000 for _, port in forwards[-3:])
+
+
 def test_gateway_mode_smoke_uses_the_gateway_address(tmp_path):
     world = World()
     world.extra_outputs = {"routerMode": "gateway", "gatewayName": "llm-d-inference-gateway"}

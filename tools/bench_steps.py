@@ -20,6 +20,9 @@ from tools.cloud import SERVING_SELECTOR
 from tools.core import StepError, Watch, run_bounded
 from tools.pulumi_stack import BENCHMARK_KEY, ENGINE_PROFILE_KEY, PROJECT, RUN_ID_KEY
 
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+"""Pod label of a LeaderWorkerSet group's index (kubernetes-sigs/lws v0.10.0 api/leaderworkerset/v1/
+leaderworkerset_types.go GroupIndexLabelKey); on TPU one group is one slice."""
 ROUTER_PORT = contract.ROUTER_SERVICE_PORT  # the routerService port the smoke check talks to
 ROUTER_METRICS_PORT = 9090  # EPP metrics (tools.smoke epilog)
 
@@ -74,7 +77,10 @@ class Steps:
                 endpoint = forwards.enter_context(self.deps.cluster.port_forward(self.namespace, f"svc/{router}",
                                                                                  ROUTER_PORT))
             metrics = [] if user_metrics else self._metrics_forwards(forwards, router)
-            argv = ["--endpoint", endpoint, "--track", self.track, *metrics, *self._engine_args(),
+            user_slices = any(a == "--slice-endpoint" or a.startswith("--slice-endpoint=")
+                              for a in self.opts.smoke_args)
+            slices = [] if user_slices else self._slice_forwards(forwards)
+            argv = ["--endpoint", endpoint, "--track", self.track, *metrics, *slices, *self._engine_args(),
                     *self.opts.smoke_args]
             self.out(f"python -m tools.smoke {' '.join(argv)}")
             code = self._run_smoke(argv)
@@ -182,6 +188,28 @@ class Steps:
             for pod in pods:
                 url = forwards.enter_context(cluster.port_forward(ns, pod, port))
                 args += ["--metrics-url", f"{role}={url}{contract.METRICS_PATH}"]
+        return args
+
+    def _slice_forwards(self, forwards: ExitStack) -> list[str]:
+        """`--slice-endpoint SLICE=URL` for one serving pod of every slice the stack reports (output
+        servingSlices): GPU a decode pod of the slice (DisaggregatedSet slice label), TPU the slice's leader
+        (LeaderWorkerSet group index, one group per slice)."""
+        slices = self.outputs.get("servingSlices")
+        if not isinstance(slices, int) or slices < 1:
+            return []
+        cluster, ns = self.deps.cluster, self.namespace
+        args = []
+        for index in range(slices):
+            if self.track == "gpu":
+                selector = (f"{SERVING_SELECTOR},{contract.ROLE_LABEL}=decode,"
+                            f"{contract.DISAGGREGATED_SLICE_LABEL}={index}")
+            else:
+                selector = f"{SERVING_SELECTOR},{LWS_GROUP_INDEX_LABEL}={index}"
+            pods = cluster.pods(ns, selector)
+            if not pods:
+                raise StepError(f"slice {index} of {slices}: no running serving pod matches {selector}")
+            url = forwards.enter_context(cluster.port_forward(ns, pods[0], contract.MODEL_SERVER_PORT))
+            args += ["--slice-endpoint", f"{index}={url}"]
         return args
 
     def _run_smoke(self, argv: list[str]) -> int:
