@@ -20,12 +20,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tools import bench, cloud, core, leftovers, pulumi_stack
+from tools import bench, bench_steps, cloud, core, leftovers, pulumi_stack
 from tools.pulumi_stack import CLAIM_TAG
 
 STAMP = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -764,9 +765,10 @@ def test_smoke_asks_one_serving_pod_of_every_slice(tmp_path, track, selector):
     slices = [argv[i + 1] for i, a in enumerate(argv) if a == "--slice-endpoint"]
     assert [s.split("=", 1)[0] for s in slices] == ["0", "1", "2"]
     selectors = [entry[1] for entry in world.log if entry[0] == "pods"]
-    assert [f"{cloud.SERVING_SELECTOR},{selector.format(i)}" for i in range(3)] == selectors[-3:]
-    forwards = [entry[1:] for entry in world.log if entry[0] == "port_forward"]
-    assert all(port == 8000 for _, port in forwards[-3:])
+    per_slice = [s for s in selectors if s.startswith(cloud.SERVING_SELECTOR) and s[-2] == "="][:3]
+    assert per_slice == [f"{cloud.SERVING_SELECTOR},{selector.format(i)}" for i in range(3)]
+    # The smoke check talks to the pod's serving port (the decode sidecar, the TPU leader's API).
+    assert ("port_forward", "pod/d0" if track == "gpu" else "pod/engine-0", 8000) in world.log
 
 
 def test_gateway_mode_smoke_uses_the_gateway_address(tmp_path):
@@ -973,3 +975,73 @@ def test_help_and_readme_state_every_exit_code():
     for code in (bench.EXIT_OK, bench.EXIT_FAILED, bench.EXIT_USAGE, bench.EXIT_BUSY, bench.EXIT_INTERRUPTED):
         assert f" {code} " in help_text
         assert f"\n| {code} | " in readme
+
+
+# --------------------------------------------------------------------------- load per slice (docs/scaling.md)
+class _SliceMetrics(ThreadingHTTPServer):
+    """Loopback engines: pod N's finished-request counter grows by N x 10 between the two scrapes."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.scrapes: dict[str, int] = {}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(handler) -> None:  # noqa: N805
+                pod = handler.path.split("/")[1]
+                seen = self.scrapes[pod] = self.scrapes.get(pod, 0) + 1
+                count = 100 + (seen - 1) * 10 * int(pod[1:])
+                body = (f'vllm:request_success_total{{finished_reason="stop"}} {count}\n').encode()
+                handler.send_response(200)
+                handler.send_header("Content-Type", "text/plain")
+                handler.send_header("Content-Length", str(len(body)))
+                handler.end_headers()
+                handler.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+def test_benchmark_writes_the_load_of_every_slice(tmp_path):
+    server = _SliceMetrics()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    world = World()
+    world.extra_outputs = {"servingSlices": 2}
+
+    class Cluster(FakeCluster):
+        def pods(self, namespace: str, selector: str) -> list[str]:
+            self.w.hit("pods", selector)
+            if "disaggregatedset.x-k8s.io/slice=" in selector:
+                return [f"pod/p{int(selector.rsplit('=', 1)[1]) + 1}"]
+            return super().pods(namespace, selector)
+
+        @contextlib.contextmanager
+        def port_forward(self, namespace: str, target: str, port: int) -> Iterator[str]:
+            self.w.hit("port_forward", target, port)
+            yield f"{base}/{target.split('/')[1]}" if port == 8200 and target.startswith("pod/p") else base
+
+    lines: list[str] = []
+    deps = bench.Deps(backend=FakeBackend(world), cluster=Cluster(world), storage=FakeStorage(world),
+                      billing=FakeBilling(world), smoke=lambda argv: 0, sleep=world.sleep, now=lambda: STAMP,
+                      out=lines.append)
+    try:
+        bench.main(["--stack", "gpu", "--work-dir", str(tmp_path), "--results", str(tmp_path / "results")], deps=deps)
+    finally:
+        server.shutdown()
+        server.server_close()
+    run = tmp_path / "results" / "gpu" / "20260102T030405Z"
+    load = json.loads((run / "slices.json").read_text())
+    assert load["slices"] == {"0": {"requests": 10.0, "share": 10 / 30}, "1": {"requests": 20.0, "share": 20 / 30}}
+    assert "slice 1: 20 requests (67%)" in lines
+    # report.md gets the same figures as a table (tools.bench_steps._write_report appends slice_load_table).
+    assert "| 1 | 20 | 67% |" in bench_steps.slice_load_table(load)
+
+
+def test_slice_load_without_a_reading_says_not_measured():
+    load = bench_steps.slice_load({"0": 5.0, "1": None}, {"0": 9.0, "1": 3.0})
+    assert load["slices"]["1"] == {"requests": None, "share": None}
+    assert bench_steps.slice_load_lines(load) == ["slice 0: 4 requests (100%)", "slice 1: not measured"]
+    assert "| 1 | not measured |  |" in bench_steps.slice_load_table(load)

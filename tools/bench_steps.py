@@ -97,13 +97,42 @@ class Steps:
         assert self.run_dir is not None
         backend.set_config(RUN_ID_KEY, self.run_dir.name.lower())
         self.out(f"{BENCHMARK_KEY}=true, {RUN_ID_KEY}={self.run_dir.name.lower()}; up again to create the Job")
-        self._cli("up", lambda: backend.up(on_output=self.out), self.opts.up_timeout)
-        self._read_outputs()
-        job = self.outputs.get("benchmarkJob")
-        if not job:
-            raise StepError("the stack has no `benchmarkJob` output after `up` with benchmark.enabled=true")
-        self.out(f"waiting for Job {self.namespace}/{job} (timeout {self.opts.benchmark_timeout:.0f} s)")
-        self.deps.cluster.wait_job(self.namespace, job, self.opts.benchmark_timeout)
+        with ExitStack() as forwards:
+            targets = self._slice_metrics(forwards)
+            before = slice_counts(targets, self.track)
+            self._cli("up", lambda: backend.up(on_output=self.out), self.opts.up_timeout)
+            self._read_outputs()
+            job = self.outputs.get("benchmarkJob")
+            if not job:
+                raise StepError("the stack has no `benchmarkJob` output after `up` with benchmark.enabled=true")
+            self.out(f"waiting for Job {self.namespace}/{job} (timeout {self.opts.benchmark_timeout:.0f} s)")
+            self.deps.cluster.wait_job(self.namespace, job, self.opts.benchmark_timeout)
+            after = slice_counts(targets, self.track)
+        if targets:
+            load = slice_load(before, after)
+            self._path(SLICE_LOAD_FILE).write_text(json.dumps(load, indent=2, sort_keys=True) + "\n")
+            for line in slice_load_lines(load):
+                self.out(line)
+
+    def _slice_metrics(self, forwards: ExitStack) -> list[tuple[str, str]]:
+        """(slice, metrics URL) of every serving pod that finishes requests: GPU the decode pods (every request
+        ends there), TPU the leaders. Empty when the stack reports no servingSlices."""
+        slices = self.outputs.get("servingSlices")
+        if not isinstance(slices, int) or slices < 1:
+            return []
+        cluster, ns = self.deps.cluster, self.namespace
+        targets = []
+        for index in range(slices):
+            if self.track == "gpu":
+                selector = (f"{SERVING_SELECTOR},{contract.ROLE_LABEL}=decode,"
+                            f"{contract.DISAGGREGATED_SLICE_LABEL}={index}")
+                port = contract.DECODE_ENGINE_PORT
+            else:
+                selector, port = f"{SERVING_SELECTOR},{LWS_GROUP_INDEX_LABEL}={index}", contract.MODEL_SERVER_PORT
+            for pod in cluster.pods(ns, selector):
+                url = forwards.enter_context(cluster.port_forward(ns, pod, port))
+                targets.append((str(index), f"{url}{contract.METRICS_PATH}"))
+        return targets
 
     def step_collect(self) -> None:
         uri = self.outputs.get("benchmarkResultsUri")
@@ -130,6 +159,11 @@ class Steps:
         except (report.ReportError, OSError, ValueError) as err:
             self.out(f"report: not written ({err})")
             return
+        load_file = self.run_dir / SLICE_LOAD_FILE
+        if load_file.is_file():
+            load = json.loads(load_file.read_text())
+            with path.open("a") as report_md:
+                report_md.write("\n" + "\n".join(slice_load_table(load)) + "\n")
         self.out(f"report: {path} (`python -m tools.report {self.run_dir} OTHER_RUN` compares two runs)")
 
     def _report_cost(self) -> None:
@@ -249,6 +283,65 @@ class Steps:
     def _path(self, name: str) -> Path:
         assert self.run_dir is not None
         return self.run_dir / name
+
+
+SLICE_LOAD_FILE = "slices.json"
+SLICE_REQUEST_COUNTERS = {
+    "gpu": ("vllm:request_success_total",),
+    "tpu": ("vllm:request_success_total", "sglang:num_requests_total"),
+}
+"""Requests an engine finished (components/metrics.py); the first a pod exports counts (TPU: vLLM-TorchTPU or
+SGLang)."""
+
+
+def slice_counts(targets: list[tuple[str, str]], track: str) -> dict[str, float | None]:
+    """Finished requests per slice, summed over its pods; None for a slice a pod of which could not be read
+    (the per-slice table is a report, never a reason to fail the run)."""
+    from tools.smoke_http import scrape
+    from tools.smoke_metrics import Selector, sum_selector
+
+    counts: dict[str, float | None] = {}
+    for label, url in targets:
+        try:
+            samples = scrape(url, SCRAPE_TIMEOUT_SECONDS)
+        except Exception:  # noqa: BLE001 - any failure only leaves this slice's figure out
+            counts[label] = None
+            continue
+        value = next((v for v in (sum_selector(samples, Selector(n)) for n in SLICE_REQUEST_COUNTERS[track])
+                      if v is not None), None)
+        previous = counts.get(label, 0.0)
+        counts[label] = None if value is None or previous is None else previous + value
+    return counts
+
+
+SCRAPE_TIMEOUT_SECONDS = 10.0
+
+
+def slice_load(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, Any]:
+    """Requests each slice finished during the benchmark and its share of all."""
+    done = {k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
+            for k in sorted(after, key=int)}
+    total = sum(v for v in done.values() if v is not None)
+    return {"metric": "finished requests", "slices": {
+        k: {"requests": v, "share": (v / total if total and v is not None else None)} for k, v in done.items()}}
+
+
+def slice_load_lines(load: dict[str, Any]) -> list[str]:
+    return [f"slice {k}: " + ("not measured" if v["requests"] is None else
+                              f"{v['requests']:,.0f} requests ({(v['share'] or 0) * 100:.0f}%)")
+            for k, v in load["slices"].items()]
+
+
+def slice_load_table(load: dict[str, Any]) -> list[str]:
+    """Markdown for report.md: how the router spread the benchmark over the slices."""
+    rows = ["## Load per slice", "", "Requests each slice's engines finished during the benchmark (decode pods on "
+            "GPU, leaders on TPU; counters scraped before and after the Job).", "",
+            "| slice | requests | share |", "| --- | ---: | ---: |"]
+    for k, v in load["slices"].items():
+        requests = "not measured" if v["requests"] is None else f"{v['requests']:,.0f}"
+        share = "" if v["share"] is None else f"{v['share'] * 100:.0f}%"
+        rows.append(f"| {k} | {requests} | {share} |")
+    return rows
 
 
 def _files(folder: Path) -> set[Path]:
