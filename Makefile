@@ -8,6 +8,9 @@ STACK  ?=
 IP_PYTHON ?= $(shell bash tools/python.sh)
 IP_VENV   ?= .venv-inference-perf
 IP_STAMP  := $(IP_VENV)/.installed
+# checkov pins packages .venv has newer releases of: a third virtualenv (requirements-checkov.txt).
+CK_VENV   ?= .venv-checkov
+CK_STAMP  := $(CK_VENV)/.installed
 
 .PHONY: plan charts test lint schema bench-plan actionlint clean inference-perf
 
@@ -29,6 +32,19 @@ $(IP_STAMP): requirements-inference-perf.txt
 	  touch $(IP_STAMP); \
 	fi
 
+## checkov: the pinned checkov in .venv-checkov; tests/test_scan.py uses it and skips with the reason where it is
+## missing (fails in CI)
+checkov: $(CK_STAMP)
+
+$(CK_STAMP): requirements-checkov.txt
+	$(PYTHON) -m venv $(CK_VENV)
+	$(CK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+	touch $(CK_STAMP)
+
+## scan: checkov over every stack's plan and its benchmark variant (docs/security.md, section 5)
+scan: $(STAMP) $(CK_STAMP) plan
+	$(PY) -m tools.scan --with-benchmark
+
 ## plan: render every stack (or STACK=<name>) offline into build/plan/<stack>/
 plan: $(STAMP)
 	$(PY) -m tools.plan $(if $(STACK),--stack $(STACK))
@@ -37,9 +53,9 @@ plan: $(STAMP)
 charts: $(STAMP)
 	$(PY) -m tools.helm_render --fetch
 
-## test: the whole suite: lint, config schema in sync, tests (which render and validate the plan, and run the
-## pinned inference-perf from .venv-inference-perf)
-test: lint schema $(IP_STAMP)
+## test: the whole suite: lint, config schema in sync, tests (which render and validate the plan, run the
+## pinned inference-perf from .venv-inference-perf and the pinned checkov from .venv-checkov)
+test: lint schema $(IP_STAMP) $(CK_STAMP)
 	$(PY) -m pytest
 
 lint: $(STAMP)

@@ -1,12 +1,15 @@
 """Scan the rendered manifests with checkov, custom resources' pod templates included.
 
-    make plan && python -m tools.scan --checkov /path/to/checkov     # every stack in build/plan/
+    make checkov plan && python -m tools.scan               # every stack in build/plan/, pinned checkov
+    python -m tools.scan --with-benchmark                   # and each stack with the benchmark Jobs on
+    python -m tools.scan --write-doc                        # ... and rewrite docs/security.md's scan tables
 
 Kubernetes scanners only read kinds they know, so the pod templates inside custom resources (DisaggregatedSet
 roles, LeaderWorkerSet leader and worker templates) are written out as Pods beside the manifests
-(`expand()`); tests/test_netpol.py walks pod templates with the same `pod_templates()`. checkov is not a project
-dependency: install it anywhere (docs/security.md) and pass its path. A failed check not in `EXCEPTIONS` (or
-an exception no longer needed) fails the run.
+(`expand()`); tests/test_netpol.py walks pod templates with the same `pod_templates()`. checkov is pinned in
+requirements-checkov.txt and lives in its own virtualenv (`make checkov`), because its dependencies pin versions
+the project's own .venv cannot take. A failed check not in `EXCEPTIONS` (or, with --with-benchmark, an exception no
+scanned failure needs) fails the run; tests/test_scan.py holds docs/security.md's tables to a real run.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "build" / "plan"
 OUT = ROOT / "build" / "scan"
+CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
+"""Where `make checkov` installs the pinned checkov (requirements-checkov.txt)."""
 CORE_POD_KINDS = {"Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"}
 
 
@@ -65,81 +71,253 @@ def expand(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 VLLM = "Pod.*.*-vllm-spec-roles-*"
 SGLANG = "Pod.*.*-sglang-spec-leaderworkertemplate-*"
 ASAPD = "DaemonSet.kube-system.asapd-lite"
+STAGING = "Job.*.*-weights-stage-*"
+EPP = "Deployment.*.*-epp"
+LWS = "Deployment.lws-system.*-lws-controller-manager"
+DRA_CONTROLLER = "Deployment.nvidia-dra-driver-gpu.nvidia-dra-driver-gpu-controller"
+DRA_PLUGIN = "DaemonSet.nvidia-dra-driver-gpu.nvidia-dra-driver-gpu-kubelet-plugin"
+LWS_ROLES = "ClusterRole.default.*-lws-*-role"
 ENGINES = (VLLM, SGLANG)
 PRIVILEGED = (VLLM, ASAPD)
-"""Resource names as checkov reports them: `<Kind>.<namespace>.<name>` (extracted templates are Pods)."""
+CHARTS = (EPP, LWS, DRA_CONTROLLER, DRA_PLUGIN, LWS_ROLES)
+"""Resource names as checkov reports them: `<Kind>.<namespace>.<name>` (extracted templates are Pods). CHARTS are
+objects the pinned Helm charts render (the router's EPP, the LWS controller, the NVIDIA DRA driver): their pod specs
+come from the chart's templates, and the values the program sets do not reach these fields."""
 
-EXCEPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "CKV_K8S_10": ("CPU requests: asapd-lite requests memory and hugepages only, as Cluster Toolkit's installer "
-                   "does (hugepages need requests equal to limits)", (ASAPD,)),
-    "CKV_K8S_11": ("CPU limits: engines and the NIC initializer get CPU requests only; a CFS limit would throttle "
-                   "them", (*ENGINES, ASAPD)),
-    "CKV_K8S_15": ("imagePullPolicy Always: the images are pinned by tag and, with images.*Digest, by digest; "
-                   "IfNotPresent starts a replaced accelerator pod without a registry round trip", (*ENGINES, ASAPD)),
-    "CKV_K8S_16": ("privileged: components/hardening.py EXCEPTIONS (DeepEP/NVSHMEM; MRDMA NIC setup)", PRIVILEGED),
-    "CKV_K8S_17": ("host PID namespace: asapd-lite, components/hardening.py EXCEPTIONS", (ASAPD,)),
-    "CKV_K8S_18": ("host IPC namespace: CUDA IPC across engines, components/hardening.py EXCEPTIONS", (VLLM,)),
-    "CKV_K8S_19": ("host network namespace: asapd-lite, components/hardening.py EXCEPTIONS", (ASAPD,)),
-    "CKV_K8S_20": ("allowPrivilegeEscalation: implied by privileged (the API rejects false with privileged)",
-                   PRIVILEGED),
-    "CKV_K8S_22": ("read-only root filesystem: the engines write to their images (vLLM caches; the sglang-jax "
-                   "install), asapd-lite configures the host; components/hardening.py ROOT_IMAGES",
-                   (*ENGINES, ASAPD)),
-    "CKV_K8S_23": ("root user: the engine images run as root (ROOT_IMAGES); asapd-lite is privileged",
-                   (*ENGINES, ASAPD)),
-    "CKV_K8S_28": ("NET_RAW: privileged containers hold every capability", PRIVILEGED),
-    "CKV_K8S_29": ("pod security context: privileged pods, whose containers run unconfined anyway", PRIVILEGED),
-    "CKV_K8S_31": ("seccomp: privileged pods run unconfined; RuntimeDefault is not asserted for them", PRIVILEGED),
-    "CKV_K8S_35": ("secret in an env var: llm-d's guides pass HF_TOKEN from the llm-d-hf-token Secret; the policy "
-                   "pack's hf-token-via-secret rule keeps it to that Secret", ENGINES),
-    "CKV_K8S_37": ("capabilities: privileged containers hold all; the TPU engine drops only NET_RAW (which "
-                   "capabilities the TPU runtime uses is not published)", (*PRIVILEGED, SGLANG)),
-    "CKV_K8S_40": ("low UID: the engine images and asapd-lite run as root", (*ENGINES, ASAPD)),
-    "CKV_K8S_43": ("image digest: set by config (images.*Digest; docs/security.md); the committed stacks pull by "
-                   "pinned tag because a digest is read from the registry when the operator pins it", ("*",)),
-}
-"""checkov check id -> (why the stacks fail it on purpose, the resources that may fail it). docs/security.md
-lists the same."""
+
+@dataclass(frozen=True)
+class Allowed:
+    """Failed checks a set of resources may have on purpose, and why (docs/security.md shows the same table)."""
+
+    checks: tuple[str, ...]
+    who: tuple[str, ...]
+    why: str
+
+
+EXCEPTIONS: tuple[Allowed, ...] = (
+    Allowed(("CKV_K8S_10",), (ASAPD,), "CPU requests: asapd-lite requests memory and hugepages only, as Cluster "
+            "Toolkit's installer does (hugepages need requests equal to limits)"),
+    Allowed(("CKV_K8S_11",), (*ENGINES, ASAPD, STAGING), "CPU limits: engines, the NIC initializer and the weight "
+            "copier get CPU requests only; a CFS limit would throttle them"),
+    Allowed(("CKV_K8S_15",), (*ENGINES, ASAPD, STAGING), "imagePullPolicy Always: the images are pinned by tag and, "
+            "with images.*Digest, by digest; IfNotPresent starts a replaced pod without a registry round trip"),
+    Allowed(("CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_28"), (*PRIVILEGED, SGLANG),
+            "privileged, privilege escalation, NET_RAW: components/hardening.py EXCEPTIONS (DeepEP/NVSHMEM; MRDMA NIC "
+            "setup; the TPU host-setup init container); privileged implies escalation and every capability"),
+    Allowed(("CKV_K8S_17",), PRIVILEGED, "host PID namespace: vLLM (CUDA IPC across engines) and asapd-lite, "
+            "components/hardening.py EXCEPTIONS"),
+    Allowed(("CKV_K8S_18",), (VLLM,), "host IPC namespace: CUDA IPC across engines, components/hardening.py "
+            "EXCEPTIONS"),
+    Allowed(("CKV_K8S_19",), (ASAPD,), "host network namespace: asapd-lite, components/hardening.py EXCEPTIONS"),
+    Allowed(("CKV_K8S_22", "CKV_K8S_23", "CKV_K8S_40"), (*ENGINES, ASAPD), "read-only root, root user, low UID: the "
+            "engine images run as root and write to their filesystem (components/hardening.py ROOT_IMAGES); "
+            "asapd-lite configures the host"),
+    Allowed(("CKV_K8S_29", "CKV_K8S_31"), PRIVILEGED, "pod security context, seccomp: privileged pods, whose "
+            "containers run unconfined anyway"),
+    Allowed(("CKV_K8S_35",), (*ENGINES, STAGING), "secret in an env var: llm-d's guides and the weight copier read "
+            "HF_TOKEN from the environment, taken from the llm-d-hf-token Secret; the policy pack's "
+            "hf-token-via-secret rule keeps it to that Secret"),
+    Allowed(("CKV_K8S_37",), (*PRIVILEGED, SGLANG), "capabilities: privileged containers hold all; the TPU engine "
+            "drops only NET_RAW (which capabilities the TPU runtime uses is not published)"),
+    Allowed(("CKV_K8S_43",), ("*",), "image digest: set by config (images.*Digest; docs/security.md); the committed "
+            "stacks pull by pinned tag because a digest is read from the registry when the operator pins it"),
+    # ---- chart objects
+    Allowed(("CKV_K8S_8",), (EPP, DRA_CONTROLLER), "liveness probe: the router chart probes the EPP but not its "
+            "Envoy sidecar; the DRA driver chart's controller has none; neither chart has a value for it"),
+    Allowed(("CKV_K8S_9",), (DRA_CONTROLLER, DRA_PLUGIN), "readiness probe: the DRA driver chart defines none for "
+            "its controller or kubelet plugin"),
+    Allowed(("CKV_K8S_10", "CKV_K8S_12"), (DRA_PLUGIN,), "CPU/memory requests: the DRA driver chart's kubelet plugin "
+            "ships without them"),
+    Allowed(("CKV_K8S_13",), (DRA_PLUGIN, DRA_CONTROLLER, LWS), "memory limits: the DRA driver and LWS charts ship "
+            "their controllers without them; they run on the system pool"),
+    Allowed(("CKV_K8S_11",), (EPP, LWS, DRA_CONTROLLER, DRA_PLUGIN), "CPU limits: the router chart leaves the EPP "
+            "without one on purpose (its values: burst capacity for scheduling), the controllers as their charts ship"),
+    Allowed(("CKV_K8S_15",), (EPP, LWS, DRA_CONTROLLER, DRA_PLUGIN), "imagePullPolicy Always: the charts render "
+            "IfNotPresent for their pinned tags (and digests, images.*Digest)"),
+    Allowed(("CKV_K8S_16",), (DRA_PLUGIN,), "privileged: the DRA kubelet plugin, components/hardening.py EXCEPTIONS"),
+    Allowed(("CKV_K8S_20", "CKV_K8S_28", "CKV_K8S_37"), (EPP, DRA_CONTROLLER, DRA_PLUGIN), "privilege escalation, "
+            "NET_RAW, capabilities: the router and DRA driver charts set no capability drop (the kubelet plugin is "
+            "privileged on purpose)"),
+    Allowed(("CKV_K8S_22", "CKV_K8S_23"), (EPP, DRA_CONTROLLER, DRA_PLUGIN), "read-only root filesystem, root user: "
+            "as the router and DRA driver charts render their containers"),
+    Allowed(("CKV_K8S_29", "CKV_K8S_30"), (EPP,), "pod and container security context: the router chart has no "
+            "security-context values"),
+    Allowed(("CKV_K8S_31", "CKV_K8S_38", "CKV_K8S_40"), (EPP, LWS, DRA_CONTROLLER, DRA_PLUGIN), "seccomp, token "
+            "mount, UID: as the charts render them; the EPP and the controllers call the Kubernetes API, so they need "
+            "their service-account token"),
+    Allowed(("CKV_K8S_49", "CKV_K8S_155"), (LWS_ROLES,), "wildcard verbs on disaggregatedsets, admission webhook "
+            "configurations: the LWS chart's own roles (its controller manages its webhooks and the "
+            "DisaggregatedSet resources it owns); the policy pack's k8s-no-cluster-admin still refuses any "
+            "all-wildcard role"),
+)
+"""The failed checks the stacks have on purpose, each limited to the resources named (docs/security.md shows this
+table, `python -m tools.scan --write-doc` rewrites it there)."""
 
 
 def expected(check: str, resource: str) -> bool:
-    reason_patterns = EXCEPTIONS.get(check)
-    return bool(reason_patterns) and any(fnmatch.fnmatchcase(resource, p) for p in reason_patterns[1])
+    return any(check in allowed.checks and any(fnmatch.fnmatchcase(resource, p) for p in allowed.who)
+               for allowed in EXCEPTIONS)
 
 
-def scan(stack: Path, checkov: str) -> dict[str, Any]:
+def write_inputs(stack: Path, out: Path) -> Path:
+    """The stack's manifests plus its custom resources' pod templates, where checkov reads them."""
     manifests = [m for m in yaml.safe_load_all((stack / "manifests.yaml").read_text()) if m]
-    out = OUT / stack.name
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / "manifests.yaml"
+    target = out / stack.name / "manifests.yaml"
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(yaml.safe_dump_all(expand(manifests), sort_keys=False))
-    proc = subprocess.run([checkov, "-f", str(target), "--framework", "kubernetes", "-o", "json", "--compact",
-                           "--skip-download"], capture_output=True, text=True, timeout=600)
-    report = json.loads(proc.stdout or "{}")
-    results = report.get("results", {}) if isinstance(report, dict) else {}
-    failed = results.get("failed_checks", [])
-    return {"passed": len(results.get("passed_checks", [])), "failed": len(failed),
-            "failures": sorted({(f["check_id"], f["resource"]) for f in failed})}
+    return target
+
+
+def run_checkov(checkov: str, files: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """One checkov run over every stack's file (its start-up dominates); per stack: passed and failed counts and
+    the sorted (check, resource) failures. A checkov that fails to run raises ScanError."""
+    argv = [checkov, *(a for f in files.values() for a in ("-f", str(f))), "--framework", "kubernetes", "-o", "json",
+            "--compact", "--skip-download"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise ScanError(f"checkov did not run: {err}") from None
+    try:
+        report = json.loads(proc.stdout or "{}")
+    except ValueError:
+        raise ScanError(f"checkov printed no JSON report (exit {proc.returncode}): {proc.stderr.strip()[-500:]}") \
+            from None
+    reports = report if isinstance(report, list) else [report]
+    results = {name: {"passed": 0, "failed": 0, "failures": set()} for name in files}
+    by_file = {Path(f).resolve(): name for name, f in files.items()}
+    for part in reports:
+        for outcome in ("passed_checks", "failed_checks"):
+            for item in (part.get("results") or {}).get(outcome, []):
+                name = by_file.get(Path(item.get("file_abs_path") or item["file_path"]).resolve())
+                if name is None:
+                    raise ScanError(f"checkov reported a file it was not given: {item.get('file_path')}")
+                results[name][outcome.split("_")[0]] += 1
+                if outcome == "failed_checks":
+                    results[name]["failures"].add((item["check_id"], item["resource"]))
+    return {name: {**r, "failures": sorted(r["failures"])} for name, r in results.items()}
+
+
+class ScanError(Exception):
+    """checkov could not be run or its report could not be read."""
+
+
+def checkov_version(checkov: str) -> str:
+    try:
+        proc = subprocess.run([checkov, "--version"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise ScanError(f"checkov --version: {err}") from None
+    return proc.stdout.strip()
+
+
+def scan(stacks: dict[str, Path], checkov: str, out: Path = OUT) -> dict[str, dict[str, Any]]:
+    """Scan plan folders (name -> folder): counts, failures, and which failures no exception lists."""
+    results = run_checkov(checkov, {name: write_inputs(folder, out) for name, folder in stacks.items()})
+    for result in results.values():
+        result["unlisted"] = [(c, r) for c, r in result["failures"] if not expected(c, r)]
+    return results
+
+
+def unused(results: dict[str, dict[str, Any]]) -> list[str]:
+    """Exception entries (check and pattern) that no scanned failure needs: a stale list fails too."""
+    failures = {f for r in results.values() for f in r["failures"]}
+    return [f"{check} {pattern}" for allowed in EXCEPTIONS for check in allowed.checks for pattern in allowed.who
+            if pattern != "*" and not any(c == check and fnmatch.fnmatchcase(r, pattern) for c, r in failures)]
+
+
+# --------------------------------------------------------------------------- docs/security.md
+DOC = ROOT / "docs" / "security.md"
+COUNTS_BEGIN, COUNTS_END = "<!-- scan counts: python -m tools.scan --write-doc -->", "<!-- end scan counts -->"
+LIST_BEGIN, LIST_END = "<!-- scan exceptions: python -m tools.scan --write-doc -->", "<!-- end scan exceptions -->"
+BENCHMARK_SUFFIX = "-benchmark"
+
+
+def counts_table(results: dict[str, dict[str, Any]], version: str) -> str:
+    rows = [f"| {name} | {r['passed']} | {r['failed']} | {r['failed'] - len(r['unlisted'])} | {len(r['unlisted'])} |"
+            for name, r in sorted(results.items())]
+    return "\n".join([f"Result with {version} (chart objects included; `<stack>{BENCHMARK_SUFFIX}` is the stack with "
+                      "`benchmark.enabled: true` and `router.calibrate: true`, so the benchmark and calibration Jobs "
+                      "are scanned too):", "",
+                      "| plan | passed | failed | failed and listed | failed and not listed |",
+                      "| --- | --- | --- | --- | --- |", *rows])
+
+
+def exceptions_table() -> str:
+    rows = [f"| {', '.join(a.checks)} | {', '.join(f'`{w}`' for w in a.who)} | {a.why} |" for a in EXCEPTIONS]
+    return "\n".join(["| checks | resources | why |", "| --- | --- | --- |", *rows])
+
+
+def _between(text: str, begin: str, end: str) -> str:
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    return text[start:stop].strip()
+
+
+def doc_tables(text: str) -> tuple[str, str]:
+    """(counts, exceptions) as docs/security.md has them."""
+    return _between(text, COUNTS_BEGIN, COUNTS_END), _between(text, LIST_BEGIN, LIST_END)
+
+
+def write_doc(counts: str, path: Path = DOC) -> None:
+    text = path.read_text()
+    for (begin, end), body in (((COUNTS_BEGIN, COUNTS_END), counts), ((LIST_BEGIN, LIST_END), exceptions_table())):
+        head, _, rest = text.partition(begin)
+        _, _, tail = rest.partition(end)
+        text = f"{head}{begin}\n{body}\n{end}{tail}"
+    path.write_text(text)
+
+
+def benchmark_plans(stack_files: list[Path], out: Path) -> dict[str, Path]:
+    """Render each stack file with the benchmark and calibration Jobs on (`<stack>-benchmark`), into out/."""
+    files = []
+    for stack_file in stack_files:
+        document = yaml.safe_load(stack_file.read_text()) or {}
+        config = dict(document.get("config") or {})
+        config.update({"kimi-k3-1:benchmark.enabled": True, "kimi-k3-1:router.calibrate": True})
+        name = stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml") + BENCHMARK_SUFFIX
+        target = out / "stacks" / f"Pulumi.{name}.yaml"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(yaml.safe_dump({**document, "config": config}, sort_keys=False))
+        files += ["--stack-file", str(target)]
+    proc = subprocess.run([sys.executable, "-m", "tools.plan", "--quiet", "--out", str(out / "plans"), *files],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise ScanError(f"rendering the benchmark plans failed: {proc.stderr.strip()[-500:]}")
+    return {p.name: p for p in sorted((out / "plans").iterdir()) if p.is_dir()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkov", required=True, help="path of a checkov executable")
+    parser.add_argument("--checkov", default=str(CHECKOV),
+                        help="checkov executable (default: .venv-checkov/bin/checkov, from `make checkov`)")
     parser.add_argument("--plan", type=Path, default=PLAN, help="plan folder (default: build/plan)")
     parser.add_argument("--stack", action="append", help="stack folder name in the plan folder (default: all)")
+    parser.add_argument("--with-benchmark", action="store_true",
+                        help="also render and scan each Pulumi.<stack>.yaml with the benchmark Jobs on")
+    parser.add_argument("--write-doc", action="store_true",
+                        help="rewrite the counts and exception tables of docs/security.md (implies --with-benchmark)")
     args = parser.parse_args()
-    stacks = [args.plan / s for s in args.stack] if args.stack else sorted(p for p in args.plan.iterdir() if p.is_dir())
+    names = args.stack or sorted(p.name for p in args.plan.iterdir() if p.is_dir())
+    stacks = {name: args.plan / name for name in names}
+    try:
+        if args.with_benchmark or args.write_doc:
+            stacks |= benchmark_plans([ROOT / f"Pulumi.{name}.yaml" for name in names], OUT / "benchmark")
+        results = scan(stacks, args.checkov)
+        version = f"checkov {checkov_version(args.checkov)}"
+    except ScanError as err:
+        sys.exit(f"scan failed: {err}")
     unexpected = 0
-    for stack in stacks:
-        result = scan(stack, args.checkov)
-        failures = result["failures"]
-        bad = [(c, r) for c, r in failures if not expected(c, r)]
-        unexpected += len(bad)
-        print(f"{stack.name}: {result['passed']} passed, {result['failed']} failed "
-              f"({result['failed'] - len(bad)} listed exceptions, {len(bad)} not listed)")
-        for check, resource in bad:
+    for name, result in sorted(results.items()):
+        unexpected += len(result["unlisted"])
+        print(f"{name}: {result['passed']} passed, {result['failed']} failed "
+              f"({result['failed'] - len(result['unlisted'])} listed exceptions, {len(result['unlisted'])} not listed)")
+        for check, resource in result["unlisted"]:
             print(f"  FAILED {check} {resource}")
-    sys.exit(1 if unexpected else 0)
+    stale = unused(results) if args.with_benchmark or args.write_doc else []
+    for entry in stale:
+        print(f"  UNUSED exception {entry}: no scanned failure needs it; remove it from tools/scan.py")
+    if args.write_doc:
+        write_doc(counts_table(results, version))
+        print(f"wrote the scan tables of {DOC.relative_to(ROOT)}")
+    sys.exit(1 if unexpected or stale else 0)
 
 
 if __name__ == "__main__":
