@@ -231,3 +231,30 @@ def test_plan_diff_report_reads_as_additions(one_to_three):
 def test_stack_fixtures_exist():
     for name in ("gpu3", "tpu4"):
         assert (Path(__file__).parent / "stacks" / f"Pulumi.{name}.yaml").is_file()
+
+
+def test_plan_summary_names_the_rack_of_every_slice(variants):
+    summary = variants["gpu3"].summary
+    for index in range(3):
+        assert (f"placed: DisaggregatedSet kimi-k3-1/kimi-k3-1-vllm slice {index} -> a4x-max-nvl72-{index} "
+                f"({RACK_TOPOLOGY_KEY} domain of its own)") in summary
+    assert "placed: LeaderWorkerSet kimi-k3-1/kimi-k3-1-sglang group 3 -> tpu7x-2x2x4-3" in variants["tpu4"].summary
+
+
+def test_router_figures_stay_per_endpoint(plans, variants):
+    """Slices add endpoints, not bigger ones: the prefix model's capacity per server does not change."""
+    for one, many in (("gpu", "gpu3"), ("tpu", "tpu4")):
+        assert epp_config(plans[one])["plugins"] and [
+            p["parameters"]["lruCapacityPerServer"] for p in epp_config(plans[one])["plugins"]
+            if p["type"] == "approx-prefix-cache-producer"] == [
+            p["parameters"]["lruCapacityPerServer"] for p in epp_config(variants[many])["plugins"]
+            if p["type"] == "approx-prefix-cache-producer"]
+
+
+def test_hyperdisk_throughput_grows_with_readers_within_the_volume_limit():
+    from components import loading
+
+    sizes = [loading.throughput_mibps(parse("gpu", gpu__slices=n)) for n in (1, 3, 16)]
+    assert sizes[0] < sizes[1] <= sizes[2] <= catalog.HYPERDISK_ML_MAX_MIBPS
+    readers = [loading.reader_nodes(parse("gpu", gpu__slices=n)) for n in (1, 3)]
+    assert readers == [16, 48]

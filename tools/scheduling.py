@@ -423,6 +423,8 @@ class Report:
     loads: list[PoolLoad]
     failures: list[str]
     notes: list[str]
+    placements: list[str] = field(default_factory=list)
+    """Where each placement unit went: `<unit> <i> -> <pools>`."""
 
     def lines(self) -> list[str]:
         head = ("scheduling: every pod fits its node pool and each of its images publishes the pool's architecture"
@@ -437,7 +439,8 @@ class Report:
             lines.append(f"  {pool.name} ({pool.nodes} x {pool.machine_type}): allocatable/node "
                          f"{format_requests(capacity) or 'unknown machine'}; busiest node requests "
                          f"{format_requests(busiest) or 'nothing'}; {pods} pods + {len(load.daemons)} DaemonSets")
-        return lines + [f"  {n}" for n in self.notes] + [f"  FAIL {f}" for f in self.failures]
+        return (lines + [f"  placed: {p}" for p in self.placements] + [f"  {n}" for n in self.notes]
+                + [f"  FAIL {f}" for f in self.failures])
 
 
 def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]], unrendered: tuple[str, ...] = ()) -> Report:
@@ -472,8 +475,9 @@ def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]], unre
                 failures.append(f"DaemonSets on pool {pool.name} do not fit one node together: {'; '.join(over)}")
     units = placement_units(manifests)
     in_units = {g.owner for unit in units for g in unit.groups}
+    placements: list[str] = []
     for unit in units:
-        failures += _place_unit(unit, pools, loads, manifests, placed, unverified)
+        failures += _place_unit(unit, pools, loads, manifests, placed, unverified, placements)
     for group in sorted((g for g in groups if not g.daemon and g.owner not in in_units),
                         key=lambda g: (-g.requests.get("cpu", 0), -g.requests.get("memory", 0), g.owner)):
         reasons: dict[str, list[str]] = {}
@@ -512,7 +516,7 @@ def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]], unre
     if unrendered:
         notes.append(f"charts not rendered ({', '.join(unrendered)}): their pods are not in this check")
         notes += sorted(unverified or ())
-    return Report(list(loads.values()), failures, notes)
+    return Report(list(loads.values()), failures, notes, placements)
 
 
 ACCELERATOR_RESOURCES = ("nvidia.com/gpu", "google.com/tpu")
@@ -526,7 +530,7 @@ def _fits(group: PodGroup, pool: Pool, manifests, placed, unverified) -> list[st
 
 
 def _place_unit(unit: Unit, pools: list[Pool], loads: dict[str, PoolLoad], manifests, placed,
-                unverified) -> list[str]:
+                unverified, placements: list[str]) -> list[str]:
     """Each copy of the unit goes whole into one domain (pools sharing the unit's topology label value) that no
     other copy uses, packed first-fit onto the nodes left there. Pools without the label cannot take it: a
     required pod affinity on a key a node lacks never matches."""
@@ -568,6 +572,8 @@ def _place_unit(unit: Unit, pools: list[Pool], loads: dict[str, PoolLoad], manif
                     loads[name].nodes[i].append(group)
                 for name, used_nodes in trial.items():
                     loads[name].used = used_nodes
+                placements.append(f"{unit.name} {index} -> {', '.join(sorted({n for n, _, _ in bound}))} "
+                                  f"({unit.topology} domain of its own)")
                 break
         else:
             where = (f"pod {short[0].owner}: {short[1]} of {short[0].per_unit} replicas "
