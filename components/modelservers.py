@@ -133,6 +133,16 @@ def gpu_memory_gib(cfg: StackConfig) -> tuple[int, int]:
     return shm, shm + PROCESS_MEMORY_GIB
 
 
+def gpu_placement(machine: catalog.GpuMachine) -> tuple[dict[str, str], list[k8s.core.v1.TolerationArgs]]:
+    """Node selector and tolerations of everything that runs on the GPU nodes (engines, image pre-pull)."""
+    gpu_key, _, _ = catalog.GPU_TAINT
+    return ({"cloud.google.com/gke-accelerator": machine.accelerator,
+             "gke.networks.io/accelerator-network-profile": catalog.ACCELERATOR_NETWORK_PROFILE},
+            [k8s.core.v1.TolerationArgs(key=gpu_key, operator="Exists", effect="NoSchedule"),
+             k8s.core.v1.TolerationArgs(key="kubernetes.io/arch", operator="Equal", value="arm64",
+                                        effect="NoSchedule")])
+
+
 def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.v1.PodSpecArgs:
     machine = cfg.gpu.spec
     command = engines.vllm_command(cfg, role)
@@ -232,7 +242,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
                 requests={"cpu": "1", "memory": hardening.SIDECAR_MEMORY},
                 limits={"memory": hardening.SIDECAR_MEMORY}),
         ))
-    gpu_key, _, _ = catalog.GPU_TAINT
+    node_selector, tolerations = gpu_placement(machine)
     return k8s.core.v1.PodSpecArgs(
         init_containers=init or None,
         containers=[engine],
@@ -242,11 +252,8 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         host_ipc=True,
         # Cross-pod cuda_ipc for NIXL's KV transfer over MNNVL needs the host PID namespace too (same guide).
         host_pid=True,
-        node_selector={"cloud.google.com/gke-accelerator": machine.accelerator,
-                       "gke.networks.io/accelerator-network-profile": catalog.ACCELERATOR_NETWORK_PROFILE},
-        tolerations=[k8s.core.v1.TolerationArgs(key=gpu_key, operator="Exists", effect="NoSchedule"),
-                     k8s.core.v1.TolerationArgs(key="kubernetes.io/arch", operator="Equal", value="arm64",
-                                                effect="NoSchedule")],
+        node_selector=node_selector,
+        tolerations=tolerations,
         volumes=[models, shm, nvidia],
         automount_service_account_token=False,
         termination_grace_period_seconds=120,
@@ -368,6 +375,18 @@ def tpu_node_setup(image: str) -> k8s.core.v1.ContainerArgs:
                                                        limits={"memory": "64Mi"}))
 
 
+def tpu_engine_image(cfg: StackConfig) -> str:
+    return cfg.tpu.day0Image if cfg.tpu.engineProfile == "day0" else images.ref(cfg.images, "jax-tpu")
+
+
+def tpu_placement(cfg: StackConfig) -> tuple[dict[str, str], list[k8s.core.v1.TolerationArgs]]:
+    """Node selector and tolerations of everything that runs on the slices' hosts (engines, image pre-pull)."""
+    tpu_key, _, _ = catalog.TPU_TAINT
+    return ({"cloud.google.com/gke-tpu-accelerator": catalog.IRONWOOD.accelerator_label,
+             "cloud.google.com/gke-tpu-topology": cfg.tpu.topology},
+            [k8s.core.v1.TolerationArgs(key=tpu_key, operator="Exists", effect="NoSchedule")])
+
+
 def sglang_pod(cfg: StackConfig, image: str, memory_gib: int, claim: StrInput) -> k8s.core.v1.PodSpecArgs:
     command = engines.sglang_command(cfg)
     models, models_mount = weights_volume(claim)
@@ -377,7 +396,7 @@ def sglang_pod(cfg: StackConfig, image: str, memory_gib: int, claim: StrInput) -
         lock, lock_mount = sglang_lock_volume()
         volumes.append(lock)
         mounts.append(lock_mount)
-    tpu_key, _, _ = catalog.TPU_TAINT
+    node_selector, tolerations = tpu_placement(cfg)
     chips = str(catalog.IRONWOOD.chips_per_host)
     return k8s.core.v1.PodSpecArgs(
         init_containers=[tpu_node_setup(images.ref(cfg.images, "staging"))],
@@ -401,9 +420,8 @@ def sglang_pod(cfg: StackConfig, image: str, memory_gib: int, claim: StrInput) -
             security_context=hardening.root_engine_context(),
             **probes(cfg, contract.MODEL_SERVER_PORT),
         )],
-        node_selector={"cloud.google.com/gke-tpu-accelerator": catalog.IRONWOOD.accelerator_label,
-                       "cloud.google.com/gke-tpu-topology": cfg.tpu.topology},
-        tolerations=[k8s.core.v1.TolerationArgs(key=tpu_key, operator="Exists", effect="NoSchedule")],
+        node_selector=node_selector,
+        tolerations=tolerations,
         volumes=volumes,
         security_context=hardening.pod_context(user=None),
         automount_service_account_token=False,
@@ -427,7 +445,7 @@ class SglangLeaderWorkerSet(Component):
     def __init__(self, name: str, args: SglangLeaderWorkerSetArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("modelserver", "SglangLeaderWorkerSet", name, opts)
         cfg = args.config
-        image = cfg.tpu.day0Image if cfg.tpu.engineProfile == "day0" else images.ref(cfg.images, "jax-tpu")
+        image = tpu_engine_image(cfg)
         pod = sglang_pod(cfg, image, tpu_memory_gib(args.host_pool_bytes_per_node), args.models_claim)
         self.lock = None
         if cfg.tpu.engineProfile == "release":

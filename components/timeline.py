@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import capacity, loading
+from . import capacity, catalog, loading
 from .config import StackConfig
 
 SERVING_TYPES = ("kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet",
@@ -40,10 +40,15 @@ TPU_POOL = Step(900, "assumption: one multi-host Ironwood slice node pool (not p
 CHART = Step(120, "assumption: a Helm chart until its workloads are ready")
 
 
-def staging_step(cfg: StackConfig) -> Step:
-    """The staging Job, from the copier's own model (components.staging owns it; capacity until it lands)."""
+def staging_plan(cfg: StackConfig) -> tuple[int, float, float]:
+    """(pods, aggregate bytes/s, seconds) of the Hub -> bucket copy on a first run: the copier's own model."""
     staging = capacity.weight_staging(cfg)
-    return Step(staging.staging_s, f"staging model: {staging.staging_workers} streams, first run (bucket empty)")
+    return 1, staging.staging_workers * catalog.HUB_STREAM_ASSUMED_MBPS * 1e6, staging.staging_s
+
+
+def staging_step(cfg: StackConfig) -> Step:
+    pods, rate, seconds = staging_plan(cfg)
+    return Step(seconds, f"staging model: {pods} pod(s) at {rate / 1e9:.2f} GB/s, first run (bucket empty)")
 
 
 def hydration_step(cfg: StackConfig) -> Step:
@@ -51,11 +56,17 @@ def hydration_step(cfg: StackConfig) -> Step:
 
 
 def serving_step(cfg: StackConfig) -> Step:
+    """The serving set's own start once it is created: weight load and engine start (the image pull is
+    handled apart, since a pre-pull DaemonSet can take it off the path)."""
     model = loading.load_model(cfg)
-    seconds = loading.IMAGE_PULL_S + model.load_s + loading.ENGINE_START_S[cfg.track]
-    return Step(seconds, f"image pull {loading.IMAGE_PULL_S // 60} min (assumed) + weight load "
-                         f"{model.load_s / 60:.1f} min (loading.load_model) + engine start "
+    seconds = model.load_s + loading.ENGINE_START_S[cfg.track]
+    return Step(seconds, f"weight load {model.load_s / 60:.1f} min (loading.load_model) + engine start "
                          f"{loading.ENGINE_START_S[cfg.track] // 60} min (assumed)")
+
+
+IMAGE_PULL = Step(loading.IMAGE_PULL_S, "assumption: the engine image onto a fresh node")
+PREPULL_TYPE = "kubernetes:apps/v1:DaemonSet"
+PREPULL_SUFFIX = "-prepull-ds"
 
 
 def _is_accelerator_pool(resource: dict[str, Any]) -> bool:
@@ -102,9 +113,11 @@ class CriticalPath:
         return self.serving_s / self.bound_s
 
 
-def finish_times(resources: list[dict[str, Any]], duration: Callable[[dict[str, Any]], float]
+def finish_times(resources: list[dict[str, Any]],
+                 duration: Callable[[dict[str, Any], float, dict[str, float]], float]
                  ) -> tuple[dict[str, float], dict[str, str | None]]:
-    """Finish time of every resource and the predecessor that decided it (None when it starts at 0)."""
+    """Finish time of every resource and the predecessor that decided it (None when it starts at 0).
+    `duration(resource, start, finish so far)` may depend on when things it waits for finished."""
     by_name = {r["name"]: r for r in resources}
     children: dict[str, list[str]] = {}
     for r in resources:
@@ -131,7 +144,7 @@ def finish_times(resources: list[dict[str, Any]], duration: Callable[[dict[str, 
             t = visit(dep)
             if t > start:
                 start, prev = t, dep
-        end = start + duration(by_name[name])
+        end = start + duration(by_name[name], start, finish)
         for child in children.get(name, ()):
             t = visit(child)
             if t > end:
@@ -146,13 +159,28 @@ def finish_times(resources: list[dict[str, Any]], duration: Callable[[dict[str, 
 
 def critical_path(cfg: StackConfig, resources: list[dict[str, Any]]) -> CriticalPath:
     by_name = {r["name"]: r for r in resources}
-    finish, before = finish_times(resources, lambda r: step(cfg, r).seconds)
+    pools = [r for r in resources if r["type"] == "gcp:container/nodePool:NodePool" and _is_accelerator_pool(r)]
+    prepulled = any(r["type"] == PREPULL_TYPE and r["name"].endswith(PREPULL_SUFFIX) for r in resources)
+
+    def pull_left(start: float, finish: dict[str, float]) -> float:
+        """Image pull still to do when the serving set is created: all of it, or with a pre-pull DaemonSet
+        what is left of the pull that began when the last accelerator pool came up."""
+        if not prepulled:
+            return IMAGE_PULL.seconds
+        return max(0.0, max(finish[p["name"]] for p in pools) + IMAGE_PULL.seconds - start)
+
+    def duration(r: dict[str, Any], start: float, finish: dict[str, float]) -> float:
+        seconds = step(cfg, r).seconds
+        return seconds + pull_left(start, finish) if r["type"] in SERVING_TYPES else seconds
+
+    finish, before = finish_times(resources, duration)
     servers = [r["name"] for r in resources if r["type"] in SERVING_TYPES]
     end = max(servers, key=lambda n: finish[n])
     chain: list[tuple[str, float]] = []
     current: str | None = end
     while current:
-        seconds = step(cfg, by_name[current]).seconds
+        start = max([finish[d] for d in by_name[current]["dependsOn"] if d in finish] or [0.0])
+        seconds = duration(by_name[current], start, finish)
         if seconds:
             chain.append((current, seconds))
         current = before[current]
@@ -161,19 +189,20 @@ def critical_path(cfg: StackConfig, resources: list[dict[str, Any]]) -> Critical
     # slowest of the accelerator pools and the data path (system pool, staging, hydration, which also needs
     # the transfer pool), then the serving set's own start.
     cluster = max(finish[r["name"]] for r in resources if r["type"] == "gcp:container/cluster:Cluster")
-    pools = [r for r in resources if r["type"] == "gcp:container/nodePool:NodePool"]
-    accelerators = max(step(cfg, r).seconds for r in pools if _is_accelerator_pool(r))
-    data = max(CPU_POOL.seconds + staging_step(cfg).seconds, CPU_POOL.seconds) + hydration_step(cfg).seconds
+    accelerators = max(step(cfg, r).seconds for r in pools) + IMAGE_PULL.seconds
+    data = CPU_POOL.seconds + staging_step(cfg).seconds + hydration_step(cfg).seconds
     serve = serving_step(cfg).seconds
     bound = cluster + max(accelerators, data) + serve
-    terms = (f"cluster {cluster / 60:.1f} + max(accelerator pool {accelerators / 60:.1f}, system pool + staging + "
-             f"hydration {data / 60:.1f}) + serving start {serve / 60:.1f}")
+    terms = (f"cluster {cluster / 60:.1f} + max(accelerator pool + image pull {accelerators / 60:.1f}, system pool "
+             f"+ staging + hydration {data / 60:.1f}) + load and engine start {serve / 60:.1f}")
     return CriticalPath(finish[end], tuple(chain), bound, terms)
 
 
 def summary_lines(cfg: StackConfig, resources: list[dict[str, Any]]) -> list[str]:
     cp = critical_path(cfg, resources)
     path = " -> ".join(f"{name} {seconds / 60:.1f}" for name, seconds in cp.path)
+    pods, rate, seconds = staging_plan(cfg)
     return [f"time to serving (first up, from the dependency graph): {cp.serving_s / 60:.1f} min; bound "
             f"{cp.bound_s / 60:.1f} min = {cp.bound_terms}; ratio {cp.ratio:.3f} (target <= {TARGET_RATIO})",
+            f"  staging (bucket empty): {pods} pod(s), {rate / 1e9:.2f} GB/s aggregate, {seconds / 60:.1f} min",
             f"  critical path (min): {path}"]

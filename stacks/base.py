@@ -267,6 +267,10 @@ def weight_load_lines(cfg: StackConfig) -> list[str]:
     half = dataclasses.replace(model, throughput_mibps=model.throughput_mibps // 2)
     sizing = ("storage.throughputMiBps" if cfg.storage.throughputMiBps
               else "the least at which no node waits on the volume")
+    idle_h = model.readers * (half.load_s - model.load_s) / 3600
+    accelerators = cost.hourly_costs(cfg)[0]  # the accelerator line comes first
+    idle_cost = (f"${accelerators.usd_per_hour / model.readers * idle_h:,.0f} per start" if accelerators.usd_per_hour
+                 else f"unpriced: set {accelerators.basis}")
     lines += [
         f"  load time {model.load_s / 60:.1f} min (target {catalog.WEIGHT_LOAD_TARGET_SECONDS // 60} min), limited "
         f"by the {model.limiting_term}; per-node limit {model.node_limit_mibps:,} MiB/s "
@@ -274,7 +278,8 @@ def weight_load_lines(cfg: StackConfig) -> list[str]:
         f"loader {ld.rank_bytes_per_s / gb:.1f} GB/s per rank",
         f"  Hyperdisk ML {model.throughput_mibps:,} MiB/s ({sizing}), "
         f"${model.throughput_mibps * prices.HYPERDISK_ML_THROUGHPUT.usd / prices.HOURS_PER_MONTH:.2f}/h; "
-        f"at half of it every load takes {half.load_s / 60:.1f} min with {model.readers} accelerator nodes idle",
+        f"at half of it every start loads for {half.load_s / 60:.1f} min: {idle_h:.1f} more idle accelerator "
+        f"node-hours ({idle_cost})",
         f"  startup probe budget {budget // 60} min = {loading.PROBE_MARGIN:g} x (load {model.load_s / 60:.1f} + "
         f"engine start {loading.ENGINE_START_S[cfg.track] // 60} min assumed); pulumi waits "
         f"{loading.ready_timeout_s(cfg) // 60} min for the serving sets and {loading.hydration_timeout_s(cfg) // 60} "

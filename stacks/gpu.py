@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pulumi
 
-from components import contract
+from components import contract, images
 from components.config import StackConfig
 from components.dra import GpuDevices, GpuDevicesArgs
-from components.modelservers import VllmDisaggregatedSet, VllmDisaggregatedSetArgs
+from components.modelservers import VllmDisaggregatedSet, VllmDisaggregatedSetArgs, gpu_placement
 from components.nodepools import GpuRacks, GpuRacksArgs
+from components.prepull import ImagePrepull, ImagePrepullArgs
 
 from .base import add_benchmark, add_calibration, build_foundation, export_node_pools
 
@@ -28,6 +29,11 @@ def build(cfg: StackConfig) -> None:
     namespace = foundation.platform.namespace.metadata.name
     devices = GpuDevices("gpu-devices", GpuDevicesArgs(namespace=namespace, machine=cfg.gpu.spec, images=cfg.images),
                          foundation.on_system_nodes)
+    selector, tolerations = gpu_placement(cfg.gpu.spec)
+    # Pulls the engine image while the checkpoint is staged and hydrated (off the critical path).
+    ImagePrepull("engine-prepull", ImagePrepullArgs(namespace=namespace, image=images.ref(cfg.images, "vllm"),
+                                                  node_selector=selector, tolerations=tolerations),
+                 foundation.in_cluster)
     servers = VllmDisaggregatedSet("vllm", VllmDisaggregatedSetArgs(
         namespace=namespace, name=contract.disaggregated_set_name(cfg), config=cfg,
         models_claim=foundation.weights.claim.metadata.name),

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pulumi
 
 from components.config import StackConfig
-from components.modelservers import SglangLeaderWorkerSet, SglangLeaderWorkerSetArgs
+from components.modelservers import SglangLeaderWorkerSet, SglangLeaderWorkerSetArgs, tpu_engine_image, tpu_placement
 from components.nodepools import TpuSlices, TpuSlicesArgs
+from components.prepull import ImagePrepull, ImagePrepullArgs
 
 from .base import add_benchmark, add_calibration, build_foundation, export_node_pools
 
@@ -22,6 +23,11 @@ def build(cfg: StackConfig) -> None:
         reservation=cfg.tpu.reservation,
         spot=cfg.tpu.spot,
     ), pulumi.ResourceOptions(provider=foundation.gcp_provider))
+    selector, tolerations = tpu_placement(cfg)
+    # Pulls the engine image while the checkpoint is staged and hydrated (off the critical path).
+    ImagePrepull("engine-prepull", ImagePrepullArgs(
+        namespace=foundation.platform.namespace.metadata.name, image=tpu_engine_image(cfg),
+        node_selector=selector, tolerations=tolerations), foundation.in_cluster)
     servers = SglangLeaderWorkerSet("sglang", SglangLeaderWorkerSetArgs(
         namespace=foundation.platform.namespace.metadata.name, name=f"{cfg.kubernetes.namespace}-sglang",
         config=cfg, host_pool_bytes_per_node=foundation.capacity.host_bytes_per_node,

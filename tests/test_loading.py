@@ -249,3 +249,21 @@ def test_docs_say_how_the_gpu_track_attaches_the_volume():
     assert "https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines" in doc
     assert "February 4, 2026" in doc
 
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_engine_image_is_pulled_while_the_weights_stage(plans, stack):
+    """A DaemonSet holding the engine image on exactly the engines' nodes, which nothing waits for and which
+    waits for nothing slow: the pull overlaps staging and hydration instead of following them."""
+    plan = plans[stack]
+    served = next(m for m in plan.manifests if m["kind"] in ("DisaggregatedSet", "LeaderWorkerSet"))
+    template = served["spec"]["roles"][0]["spec"] if stack == "gpu" else served["spec"]
+    pod = template["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    engine = next(c for c in pod["containers"] if c["name"] in ("vllm", "sglang"))
+    [prepull] = [m for m in plan.manifests if m["kind"] == "DaemonSet" and "prepull" in m["metadata"]["name"]]
+    spec = prepull["spec"]["template"]["spec"]
+    assert [c["image"] for c in spec["containers"]] == [engine["image"]]
+    assert spec["nodeSelector"] == pod["nodeSelector"] and spec["tolerations"] == pod["tolerations"]
+    [resource] = [r for r in plan.resources if r["type"] == timeline.PREPULL_TYPE and "prepull" in r["name"]]
+    assert not any(resource["name"] in plan.closure(r["name"]) for r in plan.resources if r is not resource)
+    assert not plan.closure(resource["name"]) & {"weights-volume-pvc", "weights-staging-job"}

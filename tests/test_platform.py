@@ -234,12 +234,16 @@ def test_a4x_fallback_gets_only_what_a4x_uses(variants):
     node = plan.one("gcp:container/nodePool:NodePool", "gpu-0")["inputs"]["nodeConfig"]
     assert node["labels"] == {"cloud.google.com/gke-networking-dra-driver": "true", "kimi-k3-1.llm-d.ai/slice": "0"}
     assert "linuxNodeConfig" not in node
-    assert not [m for m in plan.program_manifests if m["kind"] == "DaemonSet"]
+    assert [m["metadata"]["name"] for m in plan.program_manifests if m["kind"] == "DaemonSet"] == [
+        "kimi-k3-1-engine-image-prepull"], "no asapd-lite (the one DaemonSet is components/prepull.py's)"
 
 
 def test_tpu_track_has_no_gpu_plumbing(tpu):
     kinds = {m["kind"] for m in tpu.manifests}
-    assert not kinds & {"ComputeDomain", "ResourceClaimTemplate", "DaemonSet", "ResourceQuota"}
+    assert not kinds & {"ComputeDomain", "ResourceClaimTemplate", "ResourceQuota"}
+    # The one DaemonSet is the engine image pre-pull (components/prepull.py), not the GPU NIC or DRA plumbing.
+    assert [m["metadata"]["name"] for m in tpu.manifests if m["kind"] == "DaemonSet"] == [
+        "kimi-k3-1-engine-image-prepull"]
     assert {r["name"] for r in tpu.of_type(CHART)} == {"platform-lws", "router-chart"}
 
 

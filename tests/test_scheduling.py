@@ -270,11 +270,14 @@ def test_an_amd64_only_image_on_the_gpu_pods_fails_the_plan_with_one_line(tmp_pa
     proc = subprocess.run([sys.executable, "-c", swap], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3 and not proc.stdout
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("error: scheduling: pod DisaggregatedSet kimi-k3-1/kimi-k3-1-vllm role ")
+    assert line.startswith("error: scheduling: pod ")
+    assert "pod DisaggregatedSet kimi-k3-1/kimi-k3-1-vllm role " in line
     assert ("container vllm image quay.io/inference-perf/inference-perf:v0.7.0 can land on pool a4x-max-nvl72-0 "
             "(a4x-maxgpu-4g-metal, arm64) but the image publishes linux/amd64 only (components/images.py "
             "'vllm')") in line
-    assert line.count("| pod ") == 1  # prefill and decode: one failure each, nothing else
+    # The engine image pre-pull (components/prepull.py) holds the same image on the same nodes.
+    assert "pod DaemonSet kimi-k3-1/kimi-k3-1-engine-image-prepull container hold image " in line
+    assert line.count("| pod ") == 2  # prefill, decode and the pre-pull: one failure each, nothing else
 
 
 def test_a_wrong_digest_for_the_gpu_pods_is_refused(gpu, monkeypatch):
