@@ -175,3 +175,32 @@ def test_unknown_stack_is_a_clear_error(tmp_path):
     assert proc.returncode == 2
     assert "Pulumi.does-not-exist.yaml" in proc.stderr
     assert not Path(tmp_path / "does-not-exist").exists()
+
+
+def test_outputs_that_carry_mock_values_are_marked(plans):
+    """outputs.json `$mocked` names each output holding a stand-in of the mock engine (docs/plan-format.md)."""
+    from tools.mocks import UNRESOLVED_REVISION
+
+    for plan in plans.values():
+        mocked = plan.outputs["$mocked"]
+        assert plan.outputs["stagedRevision"] == UNRESOLVED_REVISION and "stagedRevision" in mocked
+        assert "clusterEndpoint" in mocked and "namespace" not in mocked and "servedModel" not in mocked
+        for name in mocked:
+            assert name in plan.outputs, name
+
+
+def test_committed_placeholders_are_warned_about():
+    """The committed stack files (project root) still hold their `# CHANGE` placeholders: the plan summary and
+    `pulumi up` warn once per placeholder."""
+    from components.config import PROJECT, parse_config
+    from tests.conftest import ROOT
+    from tools.render import project_file, stack_config
+
+    for stack, reservation in (("gpu", "my-a4x-max-reservation"), ("tpu", "my-tpu7x-reservation")):
+        config, _ = stack_config(ROOT / f"Pulumi.{stack}.yaml", project_file())
+        cfg = parse_config({k[len(PROJECT) + 1:]: v for k, v in config.items() if k.startswith(f"{PROJECT}:")})
+        assert cfg.warnings == [
+            "warning: kimi-k3-1:gcp.project is still the committed placeholder 'my-gcp-project': set yours before "
+            "`pulumi up`",
+            f"warning: kimi-k3-1:{stack}.reservation is still the committed placeholder '{reservation}': set yours "
+            f"before `pulumi up`"]

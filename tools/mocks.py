@@ -24,6 +24,19 @@ GKE_MASTER_VERSION = "1.35.1-gke.1396000"
 """What the mocked `getEngineVersions` reports for every release channel on the pinned line."""
 CHANNELS = ("RAPID", "REGULAR", "STABLE")
 
+STAND_INS: dict[str, str] = {
+    # Values only a real `pulumi up` knows, which the mocks invent: what each stands in for. The plan marks every
+    # stack output that carries one (outputs.json `$mocked`, docs/plan-format.md).
+    UNRESOLVED_REVISION: "the commit `main` resolves to at the first `pulumi up` (model.revision unset)",
+    UNRESOLVED_REVISION[:12]: "the commit `main` resolves to at the first `pulumi up` (model.revision unset)",
+    PROJECT_NUMBER: "the project's number",
+}
+
+
+def stand_in(value: str, what: str) -> str:
+    STAND_INS[value] = what
+    return value
+
 
 def _digest(*parts: str) -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()
@@ -147,7 +160,7 @@ class PlanMocks(mocks.Mocks):
             rid = f"projects/{project}/locations/{state.get('location')}/clusters/{name}"
             octet = int(_digest(name)[:2], 16) % 200 + 20
             state.update(
-                endpoint=f"34.118.{octet}.2",
+                endpoint=stand_in(f"34.118.{octet}.2", "the cluster endpoint GKE assigns"),
                 # Private clusters also get an internal endpoint from the node subnet (pods reach the API there).
                 privateClusterConfig={**(state.get("privateClusterConfig") or {}),
                                       "privateEndpoint": f"10.0.15.{octet}", "publicEndpoint": f"34.118.{octet}.2"},
@@ -157,7 +170,8 @@ class PlanMocks(mocks.Mocks):
                     f"mock CA of {name}".encode()).decode()},
                 controlPlaneEndpointsConfig={"dnsEndpointConfig": {
                     **(state.get("controlPlaneEndpointsConfig") or {}).get("dnsEndpointConfig", {}),
-                    "endpoint": f"gke-{_digest(rid)[:32]}.{state.get('location')}.gke.goog"}},
+                    "endpoint": stand_in(f"gke-{_digest(rid)[:32]}.{state.get('location')}.gke.goog",
+                                         "the cluster's DNS endpoint GKE assigns")}},
             )
         elif kind == "gcp:container/nodePool:NodePool":
             rid = f"{state.get('location')}/{state.get('cluster', '').rsplit('/', 1)[-1]}/{name}"
@@ -172,5 +186,6 @@ class PlanMocks(mocks.Mocks):
         elif kind == "gcp:projects/service:Service":
             rid = f"{project}/{state.get('service')}"
         else:
-            rid = f"{name}-{_digest(kind, args.name)[:8]}" if args.custom else ""
+            rid = stand_in(f"{name}-{_digest(kind, args.name)[:8]}", f"the id the provider assigns a {kind}") \
+                if args.custom else ""
         return rid, state

@@ -229,7 +229,7 @@ def render(stack_file: Path) -> dict[str, Any]:
         "manifestCharts": [chart for chart, _ in manifests],
         "charts": [c.index() for c in charts.values()],
         "crds": [[c.resource, file, text] for c in charts.values() for _, file, text in c.crds],
-        "outputs": _clean(json_format.MessageToDict(outputs), "outputs"),
+        "outputs": mark_mocked(_clean(json_format.MessageToDict(outputs), "outputs")),
         "summary": stack_file_warnings(stack_file, project) + summary_lines(load_config())
         + timeline.summary_lines(load_config(), resources) + [
             f"{key} is not set: pulumi up stops until you run "
@@ -238,6 +238,23 @@ def render(stack_file: Path) -> dict[str, Any]:
     }
     check_no_secret_leak(document)
     return document
+
+
+MOCKED_KEY = "$mocked"
+
+
+def mark_mocked(outputs: dict[str, Any]) -> dict[str, Any]:
+    """Stack outputs plus `$mocked`: each output whose value holds a mock stand-in (tools/mocks.py STAND_INS) ->
+    what the stand-in replaces; `pulumi up` reports the real value there."""
+    from tools.mocks import STAND_INS
+
+    mocked = {}
+    for name, value in outputs.items():
+        text = json.dumps(value)
+        found = sorted({what for stand_in, what in STAND_INS.items() if stand_in in text})
+        if found:
+            mocked[name] = "; ".join(found)
+    return {**outputs, MOCKED_KEY: mocked}
 
 
 def with_chart_objects(resources: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
