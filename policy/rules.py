@@ -807,10 +807,23 @@ def check_no_escalation_grants(resource_type: str, props: Mapping[str, Any]) -> 
     return violations
 
 
+def _limits_writes(alternative: str, prefix: str) -> bool:
+    """True if one `||` alternative of a condition holds a term that limits it to a folder or an object under
+    `prefix` (terms joined by `&&`; parentheses around a term do not matter)."""
+    for term in (t.strip() for t in alternative.split("&&")):
+        match = PREFIX_CONDITION.fullmatch(term) or OBJECT_CONDITION.fullmatch(term)
+        folder = match is not None and match.re is PREFIX_CONDITION
+        name = match["name"] if match else ""
+        if name.startswith(prefix) and len(name) > len(prefix) + 1 and (name.endswith("/") or not folder):
+            return True
+    return False
+
+
 def check_bucket_writes_prefixed(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     """A bucket grant of a role that creates, overwrites or deletes objects carries an IAM condition that limits it
     to one folder, `resource.name.startsWith("projects/_/buckets/<bucket>/objects/<prefix>/")`, or one object
-    (`resource.name == "..."`), only and-ed with other terms (the staging writer, the benchmark results writer)."""
+    (`resource.name == "..."`); with `||`, every alternative is so limited (the staging writer, the benchmark
+    results writer)."""
     if resource_type not in (BUCKET_IAM_MEMBER, BUCKET_IAM_BINDING):
         return []
     role = props.get("role")
@@ -820,14 +833,10 @@ def check_bucket_writes_prefixed(resource_type: str, props: Mapping[str, Any]) -
     bucket = props.get("bucket")
     if is_unknown(expression) or is_unknown(bucket):
         return []
-    if isinstance(expression, str) and isinstance(bucket, str) and "||" not in expression:
+    if isinstance(expression, str) and isinstance(bucket, str) and "?" not in expression:
         prefix = f"projects/_/buckets/{bucket.removeprefix('b/')}/objects/"
-        for term in (t.strip() for t in expression.split("&&")):
-            match = PREFIX_CONDITION.fullmatch(term) or OBJECT_CONDITION.fullmatch(term)
-            folder = match is not None and match.re is PREFIX_CONDITION
-            name = match["name"] if match else ""
-            if name.startswith(prefix) and len(name) > len(prefix) + 1 and (name.endswith("/") or not folder):
-                return []
+        if all(_limits_writes(alternative, prefix) for alternative in expression.split("||")):
+            return []
     return [f"role {_show(role)} on bucket {_show(bucket)} without a folder condition "
             f"(condition.expression {_show(expression)}): writers must be limited with "
             '`resource.name.startsWith("projects/_/buckets/<bucket>/objects/<folder>/")`']

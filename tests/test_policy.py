@@ -363,6 +363,10 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("bucket-writes-prefixed", "gcp:storage/bucketIAMMember:BucketIAMMember",
      {"bucket": "b", "role": "roles/storage.objectViewer", "member": "principal://x"}, []),
     ("bucket-writes-prefixed", "gcp:storage/bucketIAMMember:BucketIAMMember",
+     {"bucket": "b", "role": "roles/storage.objectUser", "member": "principal://x", "condition": {"title": "t",
+      "expression": 'resource.name.startsWith("projects/_/buckets/b/objects/m/") || '
+                    '(resource.name == "projects/_/buckets/b/objects/.staging/m.lease")'}}, []),
+    ("bucket-writes-prefixed", "gcp:storage/bucketIAMMember:BucketIAMMember",
      {"bucket": "b", "role": "roles/storage.objectAdmin", "member": "principal://x", "condition": {
          "title": "t", "expression": 'resource.name.startsWith("projects/_/buckets/b/objects/m/") || true'}},
      ['role "roles/storage.objectAdmin" on bucket "b" without a folder condition (condition.expression '
