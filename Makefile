@@ -43,15 +43,15 @@ $(CK_STAMP): requirements-checkov.txt
 
 ## scan: checkov over every stack's plan and its benchmark variant (docs/security.md, section 5)
 scan: $(STAMP) $(CK_STAMP) plan
-	$(PY) -m tools.scan --with-benchmark
+	$(PY) -m tools scan --with-benchmark
 
 ## plan: render every stack (or STACK=<name>) offline into build/plan/<stack>/
 plan: $(STAMP)
-	$(PY) -m tools.plan $(if $(STACK),--stack $(STACK))
+	$(PY) -m tools plan $(if $(STACK),--stack $(STACK))
 
 ## charts: pull the pinned Helm charts into build/charts/ (digest-checked), so the plan renders their objects
 charts: $(STAMP)
-	$(PY) -m tools.helm_render --fetch
+	$(PY) -m tools charts --fetch
 
 ## test: the whole suite: lint, config schema in sync, tests (which render and validate the plan, run the
 ## pinned inference-perf from .venv-inference-perf and the pinned checkov from .venv-checkov)
@@ -67,11 +67,11 @@ actionlint:
 	bash tools/actionlint.sh
 
 schema: $(STAMP)
-	$(PY) -m tools.schema
+	$(PY) -m tools schema
 
 ## bench-plan: time the plan of each stack over several runs (median and max)
 bench-plan: $(STAMP)
-	$(PY) -m tools.bench_plan
+	$(PY) -m tools bench-plan
 
 clean:
 	rm -rf build .pytest_cache

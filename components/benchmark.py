@@ -85,7 +85,7 @@ class BenchmarkArgs(Args):
 
 
 class Benchmark(Component):
-    """The Job is not awaited by `pulumi up`; the driver (tools.bench) waits for it and collects the reports."""
+    """The Job is not awaited by `pulumi up`; the driver (tools.live.bench) waits for it and collects the reports."""
 
     def __init__(self, name: str, args: BenchmarkArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("benchmark", "Benchmark", name, opts)

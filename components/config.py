@@ -4,7 +4,7 @@ Keys live under the project namespace as flat dotted names (`kimi-k3-1:tpu.topol
 Pulumi.yaml config schema only types scalars and arrays. `load_config()` turns the raw key/value map
 into `StackConfig`; any problem becomes one `ConfigError` naming the full key, the value and what
 would be valid. `Pulumi.yaml`'s `config:` block is generated from these models
-(`python -m tools.schema --write`) and a test keeps the two identical.
+(`python -m tools schema --write`) and a test keeps the two identical.
 """
 
 from __future__ import annotations
@@ -985,7 +985,8 @@ def _nest(raw: dict[str, Any]) -> dict[str, Any]:
                           or key.startswith(f"{CostConfig.prefix}."))
         if type(None) in typing.get_args(annotation) and (value == "" or (value in ("0", 0) and int in typing.get_args(
                 annotation))):
-            value = None  # Pulumi.yaml's stand-in default for "unset": "" (strings) or 0 (integers), tools/schema.py
+            # Pulumi.yaml's stand-in default for "unset": "" (strings) or 0 (integers), tools/preview/schema.py
+            value = None
         section, _, field = key.partition(".")
         if field:
             nested.setdefault(section, {})[field] = value

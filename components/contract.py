@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from . import catalog
-
-if TYPE_CHECKING:
-    from .config import StackConfig
 
 TRANSFER_SERVICE_ACCOUNT = f"{catalog.GUIDE_NAME}-weights-transfer"
 """Kubernetes service account the Volume Populator transfer Job runs as; its Workload Identity
@@ -119,6 +114,7 @@ STAGING_EGRESS = (
 """Where a staging pod connects: (purpose, destination, ports). The public hosts change addresses, so an
 IP-based NetworkPolicy must allow TCP 443 to the internet for pods with STAGING_LABELS (docs/weights.md)."""
 
-def disaggregated_set_name(cfg: StackConfig) -> str:
-    """The GPU DisaggregatedSet's name: the stack creates it, the router's rollout screener selects its pods by it."""
-    return f"{cfg.kubernetes.namespace}-vllm"
+def disaggregated_set_name(namespace: str) -> str:
+    """The GPU DisaggregatedSet's name in the stack's namespace (kubernetes.namespace): the stack creates it, the
+    router's rollout screener selects its pods by it. A name, not the config: this module imports no config."""
+    return f"{namespace}-vllm"

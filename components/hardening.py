@@ -152,8 +152,8 @@ EXCEPTIONS: tuple[Exemption, ...] = (
         fields=frozenset({"privileged"}),
         host_paths=frozenset({"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi",
                               "/home/kubernetes/bin", "/home/kubernetes/bin/nvidia"}),
-        reason="the NVIDIA DRA driver's kubelet plugin (rendered from its chart, tools/helm_render.py) waits for the "
-               "host's GPU driver, writes CDI specs on the host and registers with the kubelet's plugin socket",
+        reason="the NVIDIA DRA driver's kubelet plugin (rendered from its chart, tools/preview/helm_render.py) waits "
+               "for the host's GPU driver, writes CDI specs on the host and registers with the kubelet's plugin socket",
         source="nvidia-dra-driver-gpu chart templates/kubeletplugin.yaml (https://github.com/NVIDIA/"
                "k8s-dra-driver-gpu/blob/v25.8.0/deployments/helm/nvidia-dra-driver-gpu/templates/kubeletplugin.yaml)"),
 )

@@ -7,7 +7,7 @@ which renders the same reference.
 
 Architectures are `kubernetes.io/arch` values. A4X Max nodes are Grace (arm64; components/machines.py), so
 an image a pod can land there with must publish `linux/arm64`; the offline plan checks every container of
-every pod against every pool it can schedule on (tools/scheduling.py `architecture_problems`). Only what a
+every pod against every pool it can schedule on (tools/preview/scheduling.py `architecture_problems`). Only what a
 source shows is recorded: an image whose arm64 build is not shown for this exact tag is recorded amd64-only.
 
 Digests (docs/versions.md "Image architectures"): a configured digest should be the tag's multi-platform

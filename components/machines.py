@@ -1,6 +1,6 @@
 """Node sizes the scheduler sees: machine capacity, GKE's reservations and what a pool's nodes offer.
 
-One place for the formula and the machine sizes the scheduling check (tools/scheduling.py) uses.
+One place for the formula and the machine sizes the scheduling check (tools/preview/scheduling.py) uses.
 
 Allocatable = capacity - GKE's kube-reserved - eviction threshold (- pre-allocated hugepages for memory):
 https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes ("Node allocatable resources":

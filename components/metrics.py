@@ -1,7 +1,7 @@
 """The one checked list of Prometheus metric names the program relies on, each with the pinned release that
 exports it and the file that defines it there, so a renamed or dropped metric is a one-line diff here.
 
-Users: `tools.smoke` builds every metric check from `require()` (an unlisted name fails at import), and
+Users: `tools.live.smoke` builds every metric check from `require()` (an unlisted name fails at import), and
 dashboards/alerts add their names to the same table. The PodMonitorings of `components.monitoring` scrape
 whole `/metrics` endpoints and name no metric; the router calibration Job measures TTFT on the client and
 cost per token reads inference-perf's report, so neither reads a Prometheus metric.
@@ -171,7 +171,7 @@ class Gap:
     """A fact the program wants that an exporter has no metric for, with the evidence."""
 
     fact: str
-    """A smoke check name (tools.smoke METRIC_CHECKS) or another consumer's key."""
+    """A smoke check name (tools.live.smoke METRIC_CHECKS) or another consumer's key."""
     exporter: Exporter
     reason: str
 

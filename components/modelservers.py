@@ -341,7 +341,7 @@ def tpu_memory_gib(host_pool_bytes: float) -> int:
 
 
 SGLANG_JAX_LOCK = Path(__file__).resolve().parent / "locks" / "sglang-jax.txt"
-"""Hash-pinned dependencies of the pinned sglang-jax commit (tools/lock_sglang_jax.py)."""
+"""Hash-pinned dependencies of the pinned sglang-jax commit (tools/preview/lock_sglang_jax.py)."""
 SGLANG_JAX_LOCK_MAP = f"{catalog.GUIDE_NAME}-sglang-jax-lock"
 
 

@@ -36,7 +36,7 @@ EPP_SERVICE = f"{RELEASE_NAME}-epp"
 PLUGINS_FILE = f"{catalog.GUIDE_NAME}.yaml"
 PROXY_RESOURCES = {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
 """The standalone chart's Envoy sidecar. Its default (4 CPU, 8Gi, like the EPP's) makes the router pod request
-8 CPU, more than an n2-standard-8 system node's allocatable 7.91 (tools/scheduling.py): the pod would stay
+8 CPU, more than an n2-standard-8 system node's allocatable 7.91 (tools/preview/scheduling.py): the pod would stay
 Pending. Envoy only forwards to one EPP and the model servers, so half a node's worth is not needed."""
 SCREENER = "disaggregatedset-rollout-screener"
 GATEWAY_NAME = "llm-d-inference-gateway"
@@ -79,8 +79,9 @@ def rollout_screener(cfg: StackConfig) -> dict[str, Any]:
     requestcontrol/screener/disaggregatedsetrollout/config.go); Alpha, so the EPP needs
     --allow-experimental-plugins (track_layer). The DisaggregatedSet controller labels every pod with the set's
     name, role and revision (kubernetes-sigs/lws v0.10.0 api/disaggregatedset/v1/disaggregatedset_types.go)."""
+    name = contract.disaggregated_set_name(cfg.kubernetes.namespace)
     return {"type": SCREENER, "parameters": {
-        "scope": {"labelSelector": f"disaggregatedset.x-k8s.io/name={contract.disaggregated_set_name(cfg)}"},
+        "scope": {"labelSelector": f"disaggregatedset.x-k8s.io/name={name}"},
         "revisionGating": {"mode": "max-role", "requireRoles": {"values": ["prefill", "decode"]}},
     }}
 

@@ -1,6 +1,6 @@
 """Checkpoint staging inside `pulumi up`: a Kubernetes Job on the CPU system pool copies the model repository
 at one commit from the Hugging Face Hub into gs://<bucket>/<checkpointPrefix><commit>/, with the same code as
-`python -m tools.stage_weights` (shipped in a ConfigMap, its libraries installed from a hash-pinned lock).
+`python -m tools stage` (shipped in a ConfigMap, its libraries installed from a hash-pinned lock).
 
 Why a Job on the system pool (docs/weights.md): it needs only the cluster and its smallest pool, so on a first
 run it copies while the accelerator pools are still being created; it reuses Workload Identity and the
@@ -23,7 +23,8 @@ from .base import Args, Component, StrInput
 from .identity import workload_principal
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ("tools/__init__.py", "tools/stage_weights.py", "tools/staging/__init__.py", "tools/staging/hub.py",
+SHIPPED = ("tools/__init__.py", "tools/live/__init__.py", "tools/live/stage_weights.py",
+           "tools/staging/__init__.py", "tools/staging/hub.py",
            "tools/staging/bucket.py", "tools/staging/ledger.py", "tools/staging/progress.py", "tools/staging/copy.py",
            "tools/staging/requirements.lock")
 """The copier as the Job runs it: the CLI, its modules and the lock its libraries install from."""
@@ -54,7 +55,7 @@ def install_and_run() -> str:
     """Hash-checked install of exactly the locked wheels, then the copier with the Job's arguments ("$@")."""
     return (f"python -m pip install --quiet --no-cache-dir --disable-pip-version-check --no-deps --require-hashes "
             f"--only-binary=:all: --target {DEPS_DIR} -r {APP_DIR}/tools/staging/requirements.lock "
-            f'&& exec python -m tools.stage_weights "$@"')
+            f'&& exec python -m tools.live.stage_weights "$@"')
 
 
 class CheckpointStagingArgs(Args):

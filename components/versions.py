@@ -13,7 +13,7 @@ class ChartRef:
     """Classic Helm repository URL; None for an `oci://` chart reference."""
     why: str = ""
     content_sha256: str = ""
-    """sha256 over the chart's files as reviewed (tools.helm_render.content_digest): the offline plan renders a
+    """sha256 over the chart's files as reviewed (tools.preview.helm_render.content_digest): the offline plan renders a
     local copy, or one pulled from the registry, only if its files hash to this."""
 
 

@@ -190,7 +190,7 @@ def user_outputs(cfg: StackConfig, stack: str) -> dict[str, object]:
         "servingSlices": capacity.serving_slices(cfg),
         "contextLength": cfg.context_length,
         "routerEndpoint": f"http://{EPP_SERVICE}.{ns}.svc.cluster.local:{contract.ROUTER_SERVICE_PORT}",
-        "askCommand": f'python -m tools.ask --stack {stack} "Hello"',
+        "askCommand": f'python -m tools ask --stack {stack} "Hello"',
     }
     if cfg.router.mode == "gateway":
         outputs["gatewayName"] = GATEWAY_NAME

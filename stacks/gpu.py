@@ -35,7 +35,7 @@ def build(cfg: StackConfig) -> None:
                                                   node_selector=selector, tolerations=tolerations),
                  foundation.in_cluster)
     servers = VllmDisaggregatedSet("vllm", VllmDisaggregatedSetArgs(
-        namespace=namespace, name=contract.disaggregated_set_name(cfg), config=cfg,
+        namespace=namespace, name=contract.disaggregated_set_name(cfg.kubernetes.namespace), config=cfg,
         models_claim=foundation.weights.claim.metadata.name),
         pulumi.ResourceOptions(provider=foundation.cluster.provider, depends_on=[
             # The DisaggregatedSet CRD and webhook, the populated weights, the nodes and the claims its pods

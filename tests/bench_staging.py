@@ -3,7 +3,7 @@ bytes from the same fake Hub, and the copier's peak memory while it copies a fil
 
     .venv/bin/python -m tests.bench_staging [--size-mib 1024] [--sink null|emulator]
 
-The copier runs as `python -m tools.stage_weights` in a child process (its peak RSS from wait4); the plain
+The copier runs as `python -m tools stage` in a child process (its peak RSS from wait4); the plain
 download is a streamed GET of the same file that keeps nothing, in a child process too. Sinks: `null` is a
 minimal Cloud Storage JSON API on loopback that checks CRC32C and discards the bytes (what the copier costs
 itself); `emulator` is fake-gcs-server (its ingest, ~50 MB/s here, bounds the copy).
@@ -201,7 +201,7 @@ def main() -> int:
         try:
             env["STORAGE_EMULATOR_HOST"] = sink_url
             copy_s, copy_rss, out = run_child(
-                [sys.executable, "-m", "tools.stage_weights", "--repo-id", REPO, "--revision", commit,
+                [sys.executable, "-m", "tools.live.stage_weights", "--repo-id", REPO, "--revision", commit,
                  "--dest", "gs://bench/models/", "--workers", str(args.workers), "--progress-seconds", "5"], env)
             download_again_s, _, _ = run_child([sys.executable, "-c", DOWNLOAD, url], env)
         finally:

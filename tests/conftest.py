@@ -26,7 +26,7 @@ FIXTURE_STACKS = ROOT / "tests" / "stacks"
 
 
 def run_plan(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tools.plan", "--quiet", "--out", str(out), *args],
+    return subprocess.run([sys.executable, "-m", "tools.preview.plan", "--quiet", "--out", str(out), *args],
                           cwd=ROOT, capture_output=True, text=True)
 
 
@@ -86,7 +86,7 @@ class Plan:
 def rendered(plan: Plan) -> Plan:
     """The plan, or a skip naming why its charts were not rendered (never a silent pass): every test that needs
     chart objects asks for them here. Without a chart copy (no shared folder, nothing fetched) the plan holds no
-    chart objects; `python -m tools.helm_render --fetch` pulls the pinned charts (README)."""
+    chart objects; `python -m tools charts --fetch` pulls the pinned charts (README)."""
     skipped = [f"{c['resource']}: {c['skipped']}" for c in plan.charts if c["skipped"]]
     if skipped:
         pytest.skip("charts not rendered: " + "; ".join(skipped))
@@ -128,7 +128,7 @@ def fixture_stack(stack: str) -> Path:
 
 
 def fixture_stack_args() -> list[str]:
-    """`tools.plan` arguments that render every fixture stack."""
+    """`tools.preview.plan` arguments that render every fixture stack."""
     return [arg for stack in STACKS for arg in ("--stack-file", str(fixture_stack(stack)))]
 
 

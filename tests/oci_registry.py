@@ -1,5 +1,5 @@
 """Loopback stand-ins for the two kinds of chart registry the pinned charts come from, for testing
-`tools.helm_render --fetch` with the real Helm SDK as the client:
+`tools.preview.helm_render --fetch` with the real Helm SDK as the client:
 
 - `OciRegistry`: the part of the OCI distribution API (https://github.com/opencontainers/distribution-spec/
   blob/v1.1.0/spec.md) that Helm's push and pull use: the `/v2/` check, blob upload (POST, then PATCH and/or

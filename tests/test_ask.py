@@ -1,4 +1,4 @@
-"""tools.ask against a loopback OpenAI-compatible streaming server, and its endpoint lookup from stack outputs."""
+"""tools.live.ask against a loopback OpenAI-compatible streaming server, and its endpoint lookup from stack outputs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.conftest import ROOT
-from tools import ask
+from tools.live import ask
 
 FIRST_TOKEN_DELAY_S = 0.15
 TOKEN_GAP_S = 0.01
@@ -95,7 +95,7 @@ def run(*argv: str, **kwargs) -> tuple[int, str, str]:
 
 
 def test_help_works_offline():
-    proc = subprocess.run([sys.executable, "-m", "tools.ask", "--help"], cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "tools.live.ask", "--help"], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "--stack" in proc.stdout and "--long-context" in proc.stdout

@@ -1,4 +1,4 @@
-"""The benchmark driver (`tools.bench`) against a fake Automation API, cluster, bucket and billing layer.
+"""The benchmark driver (`tools.live.bench`) against a fake Automation API, cluster, bucket and billing layer.
 
 The point: whatever fails or stops the run in up, wait, smoke, benchmark or collect (an exception, a
 timeout, SIGINT, SIGTERM, SIGHUP, a closed stdout), destroy runs exactly once afterwards, the leftover
@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from tools import bench, bench_steps, cloud, core, leftovers, pulumi_stack
-from tools.pulumi_stack import CLAIM_TAG
+from tools.live import bench, bench_steps, cloud, core, leftovers, pulumi_stack
+from tools.live.pulumi_stack import CLAIM_TAG
 
 STAMP = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 UNREACHABLE = "error: configured Kubernetes cluster is unreachable: dial tcp: lookup 34.1.2.3.nip: no such host"
@@ -1036,7 +1036,7 @@ def test_benchmark_writes_the_load_of_every_slice(tmp_path):
     load = json.loads((run / "slices.json").read_text())
     assert load["slices"] == {"0": {"requests": 10.0, "share": 10 / 30}, "1": {"requests": 20.0, "share": 20 / 30}}
     assert "slice 1: 20 requests (67%)" in lines
-    # report.md gets the same figures as a table (tools.bench_steps._write_report appends slice_load_table).
+    # report.md gets the same figures as a table (tools.live.bench_steps._write_report appends slice_load_table).
     assert "| 1 | 20 | 67% |" in bench_steps.slice_load_table(load)
 
 

@@ -1,6 +1,6 @@
-"""The real benchmark driver, started as users start it (`python -m tools.bench`), with its default output sink
+"""The real benchmark driver, started as users start it (`python -m tools bench`), with its default output sink
 (its stdout, a pipe here), its default Automation API backend and its default smoke subprocess (the real
-`tools.smoke`). Only the cloud is fake: `pulumi`, `kubectl` and `gcloud` on PATH (tests/fake_cli.py), and a router
+`tools.live.smoke`). Only the cloud is fake: `pulumi`, `kubectl` and `gcloud` on PATH (tests/fake_cli.py), and a router
 that accepts the smoke check's request and never answers.
 
 The point: a smoke check that prints and then hangs cannot hold the teardown. SIGTERM mid-smoke gives exactly one
@@ -85,7 +85,7 @@ def test_sigterm_mid_smoke_destroys_once_within_30s_and_releases_the_claim(tmp_p
     router = SilentRouter()
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_CLI_STATE": str(state),
            "FAKE_FORWARD_PORT": str(router.port), "PULUMI_SKIP_UPDATE_CHECK": "true", "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "tools.bench", "--stack", "gpu", "--work-dir", str(_project(tmp_path / "proj")),
+    argv = [sys.executable, "-m", "tools", "bench", "--stack", "gpu", "--work-dir", str(_project(tmp_path / "proj")),
             "--results", str(tmp_path / "results"), "--destroy-retries", "0",
             "--smoke-args", "--metrics-url", "router=http://127.0.0.1:9/metrics", "--request-timeout", "600",
             "--total-seconds", "900"]

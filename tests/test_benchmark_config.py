@@ -1,5 +1,5 @@
 """The benchmark Job's config, loaded by the inference-perf release its image carries with inference-perf's own
-loader, and its data generator built and asked for a first request (tools/inference_perf_probe.py, run in the
+loader, and its data generator built and asked for a first request (tools/live/inference_perf_probe.py, run in the
 pinned release's own virtualenv: `make inference-perf`). Offline; the only substitution is the tokenizer."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def probe_python() -> Path:
 def probe(python: Path, config: dict[str, Any] | str, tmp_path: Path) -> dict[str, Any]:
     path = tmp_path / benchmark.CONFIG_FILE
     path.write_text(config if isinstance(config, str) else yaml.safe_dump(config, sort_keys=False))
-    proc = subprocess.run([str(python), str(ROOT / "tools" / "inference_perf_probe.py"), str(path),
+    proc = subprocess.run([str(python), str(ROOT / "tools" / "live" / "inference_perf_probe.py"), str(path),
                            "--tokenizer-dir", str(tmp_path / "tokenizer")],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     lines = proc.stdout.strip().splitlines()

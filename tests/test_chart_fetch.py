@@ -1,4 +1,4 @@
-"""`python -m tools.helm_render --fetch` end to end, the way a user without the shared folder gets the pinned
+"""`python -m tools charts --fetch` end to end, the way a user without the shared folder gets the pinned
 charts: the real Helm SDK pulls from a loopback OCI distribution registry (the `oci://` charts) and a plain
 HTTP chart repository (the NVIDIA chart), serving archives packaged by Helm from the charts the tests have;
 each pulled archive is checked against the digest in components/versions.py."""
@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import ROOT, Plan, fixture_stack
 from tests.oci_registry import ChartRepository, OciRegistry
-from tools import helm_render
+from tools.preview import helm_render
 
 OCI_CHARTS = ("lws", "llm-d-router-standalone", "llm-d-router-gateway")
 REPO_CHART = "nvidia-dra-driver-gpu"
@@ -72,7 +72,7 @@ def registries(tmp_path) -> Iterator[Registries]:
 
 def fetch_cli(into: Path, env: dict[str, str], *charts: str) -> subprocess.CompletedProcess:
     """The user's command, in its own process (the default entry point), filling `into`."""
-    args = [sys.executable, "-m", "tools.helm_render", "--fetch", "--into", str(into)]
+    args = [sys.executable, "-m", "tools.preview.helm_render", "--fetch", "--into", str(into)]
     args += [a for c in charts for a in ("--chart", c)]
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, **env})
@@ -97,7 +97,7 @@ def test_fetched_charts_are_used_by_the_plan(registries, shared, tmp_path):
     for name, ref in helm_render.pinned_charts().items():
         assert helm_render.content_digest(helm_render.directory_files(into / name)) == ref.content_sha256
     env = {"KIMI_SHARED_DIR": str(tmp_path / "no-shared"), "KIMI_CHARTS_DIR": str(into)}
-    plan = subprocess.run([sys.executable, "-m", "tools.plan", "--quiet", "--out", str(tmp_path / "plan"),
+    plan = subprocess.run([sys.executable, "-m", "tools.preview.plan", "--quiet", "--out", str(tmp_path / "plan"),
                            "--stack-file", str(fixture_stack("gpu"))], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env={**os.environ, **env})
     assert plan.returncode == 0, plan.stderr

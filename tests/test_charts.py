@@ -1,4 +1,4 @@
-"""The charts rendered with the real Helm engine (tools/helm_render.py) are in the plan, complete and checked;
+"""The charts rendered with the real Helm engine (tools/preview/helm_render.py) are in the plan, complete and checked;
 every value the program passes is one its chart reads."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import STACKS, Plan, rendered
-from tools import helm_render
+from tools.preview import helm_render
 
 CHART = helm_render.CHART_TYPE
 

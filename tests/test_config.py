@@ -10,7 +10,7 @@ import pytest
 from components import catalog
 from components.config import ConfigError, StackConfig, parse_config
 from tests.conftest import fixture_stack
-from tools.render import project_file, stack_config
+from tools.preview.render import project_file, stack_config
 
 NS = "kimi-k3-1:"
 

@@ -13,7 +13,7 @@ import pytest
 
 from components.config import ConfigError, check_namespaces, parse_config
 from tests.conftest import run_plan
-from tools.stack_file import StackFileError, load_yaml
+from tools.preview.stack_file import StackFileError, load_yaml
 
 BASE = {
     "gpu": {"track": "gpu", "gcp.project": "my-gcp-project", "gcp.zone": "us-central1-b",

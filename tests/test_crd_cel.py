@@ -109,7 +109,7 @@ def test_defaults_are_applied_before_rules():
 def test_gateway_charts_own_health_check_policy_is_rejected(variants, shared):
     """Why the program makes the GKE policies itself: with `provider.name: gke` the gateway chart's
     HealthCheckPolicy sets `port` without `portSpecification`, which the CRD's rule rejects."""
-    from tools import helm_render
+    from tools.preview import helm_render
 
     entry = copy.deepcopy(next(r for r in variants["gateway"].resources if r["name"] == "router-chart"))
     entry["inputs"]["values"]["provider"] = {"name": "gke"}

@@ -10,7 +10,7 @@ import pytest
 from components import catalog
 from components.nodepools import _reservation
 from tests.conftest import STACKS
-from tools.mocks import PROJECT_NUMBER
+from tools.preview.mocks import PROJECT_NUMBER
 
 NODE_POOL = "gcp:container/nodePool:NodePool"
 POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"

@@ -9,7 +9,7 @@ import pytest
 
 from components import metrics, versions
 from tests.test_observability import observability_metric_names
-from tools import smoke
+from tools.live import smoke
 
 CITED = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/blob/[\w.-]+/\S+$")
 

@@ -11,7 +11,7 @@ import pytest
 from components import catalog, contract
 from components.config import parse_config
 from tests.conftest import STACKS, stack_document
-from tools.scan import pod_templates
+from tools.preview.scan import pod_templates
 
 NETPOL = "NetworkPolicy"
 ALL_PORTS = frozenset({"*"})
@@ -127,7 +127,7 @@ def test_default_deny_then_the_contract_matrix(plans, stack):
 
 
 def _pod_templates(plan) -> list[tuple[dict[str, str], dict[str, Any]]]:
-    """(labels, pod spec) of every pod template the program creates (the extraction tools/scan.py uses)."""
+    """(labels, pod spec) of every pod template the program creates (the extraction tools/preview/scan.py uses)."""
     return [(meta.get("labels") or {}, spec) for manifest in plan.manifests
             for _, meta, spec in pod_templates(manifest)]
 

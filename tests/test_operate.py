@@ -12,7 +12,7 @@ from components import cost
 from components.config import ConfigError
 from tests.conftest import STACKS, Plan
 from tests.test_config import parse
-from tools.bench import measured_output_tokens_per_second
+from tools.live.bench import measured_output_tokens_per_second
 
 
 def manifest(plan: Plan, kind: str, name: str | None = None) -> dict:

@@ -157,7 +157,7 @@ def test_hugging_face_token_never_written(variants):
 
 def test_a_secret_used_in_plain_text_fails_the_plan():
     """The program gets a sentinel for secret keys; the plan fails if it shows up unmasked anywhere."""
-    from tools.render import SECRET_SENTINEL, PlanError, check_no_secret_leak
+    from tools.preview.render import SECRET_SENTINEL, PlanError, check_no_secret_leak
 
     check_no_secret_leak({"resources": [{"inputs": {"stringData": {"HF_TOKEN": "[secret]"}}}]})
     with pytest.raises(PlanError, match="reached the plan unmasked"):

@@ -1,4 +1,4 @@
-"""tools.plan_diff: hand-made plan pairs checked on exact output, and one run on two commits of this checkout."""
+"""`python -m tools diff`: hand-made plan pairs checked on exact output, and one run on two commits of this checkout."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tools import plan_diff
-from tools.replacements import RULES
+from tools.preview import plan_diff
+from tools.preview.replacements import RULES
 
 GPU_POOL = {
     "type": "gcp:container/nodePool:NodePool", "name": "gpu-pool", "parent": "gpu", "dependsOn": ["cluster-gke"],
@@ -97,7 +97,7 @@ def body(report: str) -> str:
 
 
 def test_help_works():
-    proc = subprocess.run([sys.executable, "-m", "tools.plan_diff", "--help"], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "tools.preview.plan_diff", "--help"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0 and "BASE and HEAD" in proc.stdout and "--exit-code" in proc.stdout
 
@@ -340,7 +340,7 @@ def two_commits(tmp_path_factory) -> Path:
 
 
 def test_end_to_end_on_two_commits(two_commits):
-    proc = subprocess.run([sys.executable, "-m", "tools.plan_diff", "main~1", "main", "--repo", str(two_commits),
+    proc = subprocess.run([sys.executable, "-m", "tools", "diff", "main~1", "main", "--repo", str(two_commits),
                            "--stack", "e2e"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     report = proc.stdout
@@ -416,7 +416,7 @@ def test_a_ref_and_this_checkouts_plan_render_the_same_charts(two_commits, tmp_p
     stack = tmp_path / "Pulumi.e2e.yaml"
     stack.write_text(yaml.safe_dump({"config": {**E2E_STACK, "kimi-k3-1:gpu.prefillGroups": 2}}))
     assert run_plan(out, "--stack-file", str(stack)).returncode == 0
-    proc = subprocess.run([sys.executable, "-m", "tools.plan_diff", "main", str(out / "e2e"), "--repo",
+    proc = subprocess.run([sys.executable, "-m", "tools.preview.plan_diff", "main", str(out / "e2e"), "--repo",
                            str(two_commits)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[2:] == ["no changes (stacks: e2e)"], proc.stdout

@@ -9,7 +9,7 @@ import pytest
 from components import catalog
 from components.versions import LWS_MIN_VERSION
 from tests.conftest import STACKS, Plan
-from tools.mocks import PROJECT_NUMBER
+from tools.preview.mocks import PROJECT_NUMBER
 
 CHART = "kubernetes:helm.sh/v4:Chart"
 CUSTOM_RESOURCE_INSTALLERS = {

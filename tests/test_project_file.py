@@ -8,11 +8,11 @@ import yaml
 
 from components.config import PROJECT, SECRET_KEYS, declared_keys
 from tests.conftest import ROOT, STACKS
-from tools import schema
+from tools.preview import schema
 
 
 def test_pulumi_yaml_is_generated_from_the_models():
-    assert (ROOT / "Pulumi.yaml").read_text() == schema.render(), "run `python -m tools.schema --write`"
+    assert (ROOT / "Pulumi.yaml").read_text() == schema.render(), "run `python -m tools schema --write`"
 
 
 def test_secret_keys_are_declared_secret():
@@ -32,7 +32,7 @@ def test_defaults_match_types():
 
 def test_readme_documents_every_key():
     readme = (ROOT / "README.md").read_text()
-    assert readme == schema.readme_with_table(readme), "run `python -m tools.schema --write`"
+    assert readme == schema.readme_with_table(readme), "run `python -m tools schema --write`"
     table = readme.split(schema.TABLE_START)[1].split(schema.TABLE_END)[0]
     table_keys = set(re.findall(r"^\| `([\w.]+)` \|", table, flags=re.M))
     assert table_keys == set(declared_keys()) | set(SECRET_KEYS)
@@ -75,7 +75,7 @@ def test_entry_points_run_after_every_definition():
     missing at run time although imports (and so tests) see it."""
     import ast
 
-    for path in sorted((ROOT / "tools").glob("*.py")):
+    for path in sorted((ROOT / "tools").rglob("*.py")):
         body = ast.parse(path.read_text()).body
         guards = [i for i, node in enumerate(body) if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
         assert not guards or guards == [len(body) - 1], f"{path.name}: code after the __main__ guard"

@@ -1,4 +1,4 @@
-"""tools.report on real inference-perf output: the pinned release replays multi-turn conversations against a
+"""tools.live.report on real inference-perf output: the pinned release replays multi-turn conversations against a
 fake OpenAI-compatible server on loopback (a few seconds), then the report renders from what it wrote."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.fake_openai import FakeOpenAI
-from tools import report
+from tools.live import report, report_runs
 
 CONVERSATIONS, TURNS, SYSTEM_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS = 4, 4, 600, 60, 12
 HOURLY_USD = 150.0
@@ -39,7 +39,7 @@ def perf_python() -> Path:
 
 TOKENIZER = ("import sys, pathlib; from inference_perf_probe import write_tokenizer; "
              "write_tokenizer(pathlib.Path(sys.argv[1]))")
-"""The probe's word-level tokenizer (tools/inference_perf_probe.py), written by the inference-perf interpreter:
+"""The probe's word-level tokenizer (tools/live/inference_perf_probe.py), written by the inference-perf interpreter:
 the Job reads Kimi's from the weights volume."""
 
 
@@ -85,7 +85,7 @@ class PerfRun:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
         try:
             subprocess.run([str(python), "-c", TOKENIZER, str(self.work / "tokenizer")], check=True, timeout=60,
-                           env={**env, "PYTHONPATH": str(ROOT / "tools")}, capture_output=True)
+                           env={**env, "PYTHONPATH": str(ROOT / "tools" / "live")}, capture_output=True)
             server = FakeOpenAI()
             try:
                 config = self.work / "config.yml"
@@ -219,10 +219,10 @@ def test_per_request_rows_without_computed_metrics_use_token_times():
                       "response_metrics": {"output_tokens": 3, "output_token_times": [10.1, 10.2, 10.4],
                                            "server_usage": {"prompt_tokens_details": {"cached_tokens": 40}}},
                       "extra_info": {"user_session": "conv_1", "chat_round": 2}}}
-    r = report.parse_request(entry)
+    r = report_runs.parse_request(entry)
     assert r is not None and r.turn == 2 and r.cached_tokens == 40 and r.prompt_tokens == 100
     assert r.ttft == pytest.approx(0.1) and r.itl == pytest.approx(0.15) and r.e2e == pytest.approx(0.5)
-    assert report.parse_request({"start_time": "x"}) is None
+    assert report_runs.parse_request({"start_time": "x"}) is None
 
 
 def test_percentile_matches_linear_interpolation():

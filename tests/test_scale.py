@@ -15,7 +15,7 @@ from components.modelservers import RACK_TOPOLOGY_KEY
 from tests import schemas
 from tests.conftest import Plan, run_plan, stack_document, write_stack
 from tests.test_config import error, parse
-from tools import plan_diff, scheduling
+from tools.preview import plan_diff, scheduling
 
 NODE_POOL = "gcp:container/nodePool:NodePool"
 POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"

@@ -1,7 +1,8 @@
 """The pinned checkov over the real plans (chart objects included) and their benchmark variants: nothing fails that
-tools/scan.py's exception list does not name, nothing on that list is stale, and docs/security.md shows exactly this
-run's counts and this list. Where checkov is missing the test skips with the reason (a failure in CI, which sets
-CI); without a chart copy the counts would not be the documented ones, so it skips as every chart test does."""
+tools/preview/scan.py's exception list does not name, nothing on that list is stale, and docs/security.md shows
+exactly this run's counts and this list. Where checkov is missing the test skips with the reason (a failure in CI,
+which sets CI); without a chart copy the counts would not be the documented ones, so it skips as every chart test
+does."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def checkov() -> str:
 
 @pytest.fixture(scope="module")
 def results(plans, checkov, tmp_path_factory):
-    from tools import scan
+    from tools.preview import scan
 
     stacks = {name: rendered(plans[name]).folder for name in ("gpu", "tpu")}
     out = tmp_path_factory.mktemp("scan")
@@ -36,7 +37,7 @@ def results(plans, checkov, tmp_path_factory):
 
 
 def test_every_failed_check_is_listed_and_every_listed_one_is_needed(results):
-    from tools import scan
+    from tools.preview import scan
 
     found, _ = results
     assert set(found) == {"gpu", "tpu", "gpu-benchmark", "tpu-benchmark"}
@@ -46,13 +47,13 @@ def test_every_failed_check_is_listed_and_every_listed_one_is_needed(results):
 
 
 def test_security_doc_shows_this_runs_counts_and_the_exception_list(results):
-    from tools import scan
+    from tools.preview import scan
 
     found, version = results
     assert version == "3.3.30", "requirements-checkov.txt pins the checkov whose results docs/security.md shows"
     counts, listed = scan.doc_tables(scan.DOC.read_text())
     assert (counts, listed) == (scan.counts_table(found, f"checkov {version}"), scan.exceptions_table()), (
-        "docs/security.md's scan tables are out of step with the scan: run `python -m tools.scan --write-doc`")
+        "docs/security.md's scan tables are out of step with the scan: run `python -m tools scan --write-doc`")
 
 
 def test_requirements_pin_the_checkov_the_doc_names():

@@ -1,4 +1,4 @@
-"""The scheduling proof (tools/scheduling.py): every pod of both stacks fits, and each rule can fail."""
+"""The scheduling proof (tools/preview/scheduling.py): every pod of both stacks fits, and each rule can fail."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from components import machines
 from tests.conftest import STACKS, Plan
 from tests.conftest import rendered as with_charts
-from tools import helm_render, scheduling
+from tools.preview import helm_render, scheduling
 
 
 def run(plan: Plan, manifests: list[dict[str, Any]] | None = None, resources: list[dict[str, Any]] | None = None):
@@ -189,14 +189,14 @@ def test_plan_without_charts_says_so(tmp_path, monkeypatch):
     monkeypatch.delenv("KIMI_CHARTS_DIR", raising=False)
     if helm_render.FETCH_DIR.is_dir():
         pytest.skip(f"{helm_render.FETCH_DIR} holds fetched charts")
-    proc = subprocess.run([sys.executable, "-m", "tools.plan", "--out", str(tmp_path / "out"), "--stack-file",
+    proc = subprocess.run([sys.executable, "-m", "tools.preview.plan", "--out", str(tmp_path / "out"), "--stack-file",
                            str(fixture_stack("gpu"))], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     # What `make plan` prints last: the charts missing and the one command that gets them.
     assert proc.stdout.splitlines()[-1] == (
         "chart objects missing from the plan: no verified copy of llm-d-router-standalone v0.10.0, lws 0.11.1, "
         "nvidia-dra-driver-gpu 25.8.0, so their objects are not in it and not checked; run `make charts` "
-        "(.venv/bin/python -m tools.helm_render --fetch) to pull the pinned charts, or set KIMI_CHARTS_DIR to a "
+        "(.venv/bin/python -m tools charts --fetch) to pull the pinned charts, or set KIMI_CHARTS_DIR to a "
         "folder holding them")
     plan = Plan(tmp_path / "out" / "gpu")
     assert all(c["skipped"].startswith("no copy of") for c in plan.charts)

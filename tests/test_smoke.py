@@ -1,4 +1,4 @@
-"""The smoke check (`tools.smoke`) against a fake OpenAI-compatible server on 127.0.0.1, plus its pure helpers."""
+"""The smoke check (`tools.live.smoke`) against a fake OpenAI-compatible server on 127.0.0.1, plus its pure helpers."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.conftest import ROOT
-from tools import smoke, smoke_http
+from tools.live import smoke, smoke_http
 
 MODEL = "moonshotai/Kimi-K3.1-Pro"
 FAST = ["--deadline-seconds", "0.4", "--request-timeout", "0.3", "--metrics-wait-seconds", "0.2",
@@ -199,7 +199,7 @@ def test_gpu_success(fake, capsys):
 
 def test_tpu_success_via_module_entry_point(fake):
     _, base = fake
-    proc = subprocess.run([sys.executable, "-m", "tools.smoke", "--endpoint", base, "--track", "tpu",
+    proc = subprocess.run([sys.executable, "-m", "tools.live.smoke", "--endpoint", base, "--track", "tpu",
                            "--metrics-url", f"engine={base}/metrics/engine", *FAST],
                           cwd=ROOT, capture_output=True, text=True, timeout=30)
     passed = lines(proc.stdout, "PASS")

@@ -1,4 +1,4 @@
-"""The plan reads a stack file as the Pulumi CLI does (tools/stack_file.py), through the path users run.
+"""The plan reads a stack file as the Pulumi CLI does (tools/preview/stack_file.py), through the path users run.
 
 Each case cites the CLI code it matches (github.com/pulumi/pulumi at 1b59498 and gopkg.in/yaml.v3, the YAML library
 the CLI's marshaller uses: sdk/go/common/encoding/marshal.go imports gopkg.in/yaml.v3). PyYAML, which the plan used
@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from tests.conftest import LEAKY_TOKEN, run_plan, stack_document
-from tools.render import project_file, stack_config
-from tools.stack_file import StackFileError, config_text, load_stack, load_yaml, resolve_plain
+from tools.preview.render import project_file, stack_config
+from tools.preview.stack_file import StackFileError, config_text, load_stack, load_yaml, resolve_plain
 
 NS = "kimi-k3-1:"
 

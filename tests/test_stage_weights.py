@@ -449,7 +449,7 @@ def test_command_line_runs_the_same_copier(gcs, tmp_path):
         commit = hub.repos[REPO].commit
         env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN, "STORAGE_EMULATOR_HOST": gcs.url,
                "HF_HOME": str(tmp_path)}
-        command = [sys.executable, "-m", "tools.stage_weights", "--repo-id", REPO, "--revision", commit,
+        command = [sys.executable, "-m", "tools.live.stage_weights", "--repo-id", REPO, "--revision", commit,
                    "--dest", f"gs://{bucket}/cli/{commit}/", "--workers", "4"]
         first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
         assert first.returncode == 0, first.stderr
@@ -459,7 +459,7 @@ def test_command_line_runs_the_same_copier(gcs, tmp_path):
 
 
 def test_command_line_rejects_a_branch_name(capsys):
-    from tools.stage_weights import parse_args
+    from tools.live.stage_weights import parse_args
 
     with pytest.raises(SystemExit) as stop:
         parse_args(["--repo-id", REPO, "--revision", "main", "--dest", "gs://b/p/"])
@@ -468,7 +468,7 @@ def test_command_line_rejects_a_branch_name(capsys):
 
 
 def test_help_works_without_the_client_libraries():
-    code = ("import sys, tools.stage_weights as s\n"
+    code = ("import sys, tools.live.stage_weights as s\n"
             "try:\n    s.main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
             "assert not [m for m in sys.modules if m.startswith(('huggingface_hub', 'google.cloud'))]\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30,

@@ -14,7 +14,7 @@ from packaging.utils import canonicalize_name
 
 from components.versions import SGLANG_JAX, SGLANG_JAX_LOCK_DIR
 from tests.conftest import ROOT
-from tools import lock_sglang_jax
+from tools.preview import lock_sglang_jax
 
 LOCK_TEXT = lock_sglang_jax.LOCK.read_text()
 ENTRY = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s\\]+) \\\n((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", re.M)
@@ -163,7 +163,7 @@ def test_a_malformed_digest_stops_the_run_with_one_line():
 
 # --------------------------------------------------------------------------- the checkov scan's inputs
 def test_scan_extracts_every_custom_resource_pod_template(plans):
-    from tools import scan
+    from tools.preview import scan
 
     for stack, expected_templates in (("gpu", 2), ("tpu", 2)):
         manifests = plans[stack].manifests
@@ -175,7 +175,7 @@ def test_scan_extracts_every_custom_resource_pod_template(plans):
 
 def test_scan_exceptions_name_real_resources_and_nothing_else(plans):
     """Every exception pattern matches a resource of a committed plan, and a failure anywhere else is reported."""
-    from tools import scan
+    from tools.preview import scan
 
     names = {f"{m['kind']}.{m['metadata'].get('namespace') or 'default'}.{m['metadata']['name']}"
              for stack in ("gpu", "tpu") for m in scan.expand(plans[stack].manifests)}

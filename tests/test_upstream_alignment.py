@@ -1,5 +1,5 @@
 """docs/upstream-alignment.md holds the generated model-server pods and router configs side by side with
-upstream: every generated setting has a row with its value, every difference a reason (tools/alignment.py)."""
+upstream: every generated setting has a row with its value, every difference a reason (tools/preview/alignment.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import copy
 import pytest
 import yaml
 
-from tools import alignment
+from tools.preview import alignment
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +30,8 @@ def _problems(tables, generated, heading=None, settings=None):
 
 def test_every_row_holds_and_every_difference_is_explained(tables, generated):
     found = alignment.problems(tables, generated)
-    assert not found, ("docs/upstream-alignment.md is out of step with the generated objects; run `make plan && "
-                       "python -m tools.alignment --write` and explain the UNEXPLAINED rows:\n" + "\n".join(found))
+    assert not found, ("docs/upstream-alignment.md is out of step with the generated objects; run `make plan "
+                       "&& python -m tools alignment --write` and explain the UNEXPLAINED rows:\n" + "\n".join(found))
 
 
 def test_each_subject_has_a_table(tables):

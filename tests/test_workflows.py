@@ -261,10 +261,10 @@ def test_teardown_destroys_only_the_stacks_it_is_told_to(tmp_path, event, env, e
 def test_teardown_lists_leftovers_after_the_destroy():
     steps = load("teardown.yml")["jobs"]["destroy"]["steps"]
     last_destroy = max(i for i, s in enumerate(steps) if s.get("with", {}).get("command") == "destroy")
-    listing = [i for i, s in enumerate(steps) if "tools.leftovers" in s.get("run", "")]
+    listing = [i for i, s in enumerate(steps) if "tools.live.leftovers" in s.get("run", "")]
     assert listing and listing[0] > last_destroy
     assert steps[listing[0]]["if"].startswith("always()"), "also after a failed destroy"
-    assert (ROOT / "tools" / "leftovers.py").is_file()
+    assert (ROOT / "tools" / "live" / "leftovers.py").is_file()
 
 
 def test_teardown_runs_in_a_protected_environment():
@@ -367,13 +367,13 @@ def test_offline_job_diffs_the_plan_against_the_base_branch():
     runs = [s.get("run", "") for s in offline["steps"]]
     diff = step(offline, "diff")
     assert runs.index("make plan") < offline["steps"].index(diff) < runs.index("make test")
-    assert "tools.plan_diff HEAD^1 build/plan" in diff["run"] and "$GITHUB_STEP_SUMMARY" in diff["run"]
+    assert "tools.preview.plan_diff HEAD^1 build/plan" in diff["run"] and "$GITHUB_STEP_SUMMARY" in diff["run"]
     assert diff.get("continue-on-error") is True
     assert offline["outputs"]["plan-diff"] == "${{ steps.diff.outputs.comment }}"
 
 
 def test_plan_diff_comment_is_one_comment_for_same_repository_prs_only():
-    from tools.plan_diff import COMMENT_MARKER
+    from tools.preview.plan_diff import COMMENT_MARKER
 
     job = load("preview.yml")["jobs"]["plan-diff-comment"]
     assert job["needs"] == "offline" and job["permissions"] == {"pull-requests": "write"}

@@ -1,4 +1,4 @@
-"""The weight copier shared by `python -m tools.stage_weights` and the staging Job `pulumi up` creates:
+"""The weight copier shared by `python -m tools stage` and the staging Job `pulumi up` creates:
 Hugging Face Hub revision -> gs://bucket/prefix/, streamed, parallel, verified, resumable.
 
 Modules: `hub` (file list with the Hub's hashes, verified resumable byte streams), `bucket` (the

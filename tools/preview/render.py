@@ -1,4 +1,4 @@
-"""Render one stack under Pulumi's mock engine; the child process behind `tools.plan`.
+"""Render one stack under Pulumi's mock engine; the child process behind `tools.preview.plan`.
 
 Runs `__main__.py` (the same code path as `pulumi up`) with a stack file's config and prints one
 JSON document on stdout: {"resources": [...], "manifests": [...], "outputs": {...}, "summary": [...]}.
@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools import helm_render, scheduling
-from tools.stack_file import StackFileError, load_stack, load_yaml
+from tools.preview import helm_render, scheduling
+from tools.preview.stack_file import StackFileError, load_stack, load_yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "[secret]"
 SECRET_SENTINEL = "plan-only-secret-value"
 """What the program receives for a secret key during the plan: never the real value (a `secure:` value is
@@ -37,7 +37,7 @@ class PlanError(Exception):
 
 
 def project_file() -> dict[str, Any]:
-    """Pulumi.yaml, read with the CLI's YAML semantics (tools/stack_file.py)."""
+    """Pulumi.yaml, read with the CLI's YAML semantics (tools/preview/stack_file.py)."""
     try:
         return load_yaml(ROOT / "Pulumi.yaml")
     except StackFileError as err:
@@ -49,8 +49,8 @@ def _schema(project: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def stack_config(path: Path, project: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
-    """Config as `pulumi preview` hands it to a program (tools/stack_file.py: the CLI's YAML semantics, value texts,
-    Pulumi.yaml defaults and type checks); a file the CLI would refuse stops here with its one line.
+    """Config as `pulumi preview` hands it to a program (tools/preview/stack_file.py: the CLI's YAML semantics, value
+    texts, Pulumi.yaml defaults and type checks); a file the CLI would refuse stops here with its one line.
 
     `secure:` values are never decrypted; they, and every key the project declares `secret: true`, become
     SECRET_SENTINEL and are marked secret.
@@ -111,7 +111,7 @@ def _clean(value: Any, path: str) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if value == UNKNOWN:
-        raise PlanError(f"input {path} is unknown under the mocks; return it from tools/mocks.py")
+        raise PlanError(f"input {path} is unknown under the mocks; return it from tools/preview/mocks.py")
     return value
 
 
@@ -149,7 +149,7 @@ def render(stack_file: Path) -> dict[str, Any]:
     from pulumi.runtime import settings as runtime_settings
     from pulumi.runtime import stack as runtime_stack
 
-    from tools.mocks import PlanMocks, Recording, RecordingMonitor
+    from tools.preview.mocks import PlanMocks, Recording, RecordingMonitor
 
     # Registration order is the order the program constructs resources in; the RPCs themselves run
     # on worker threads and reach the monitor in varying order.
@@ -258,7 +258,7 @@ def mark_mocked(outputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def with_chart_objects(resources: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Each Helm chart followed by the objects it renders to (tools/helm_render.py), as Chart v4 registers them;
+    """Each Helm chart followed by the objects it renders to (tools/preview/helm_render.py), as Chart v4 registers them;
     a Secret's data is masked as Pulumi marks it secret."""
     expanded, charts = [], {}
     for entry in resources:
@@ -288,7 +288,7 @@ def chart_lines(charts: dict[str, Any]) -> list[str]:
 
 PRELOAD = (
     # Provider modules the program touches; importing them is most of a render's time, so a parent that
-    # renders several stacks imports them once and forks a child per stack (tools.plan).
+    # renders several stacks imports them once and forks a child per stack (tools.preview.plan).
     ("pulumi_gcp", ("compute", "container", "storage", "projects", "serviceaccount", "organizations")),
     ("pulumi_kubernetes", ("core.v1", "apps.v1", "batch.v1", "storage.v1", "resource.v1", "meta.v1", "helm.v4",
                            "apiextensions")),
@@ -304,7 +304,8 @@ def preload() -> None:
             loaded = importlib.import_module(f"{package}.{module}")
             dir(loaded)  # lazily loaded modules resolve on first attribute access
     # Not helm_python: its Go runtime does not survive a fork, so each child loads it.
-    for module in ("stacks.gpu", "stacks.tpu", "tools.mocks", "tools.helm_render", "tools.scheduling"):
+    for module in ("stacks.gpu", "stacks.tpu", "tools.preview.mocks", "tools.preview.helm_render",
+                   "tools.preview.scheduling"):
         importlib.import_module(module)
 
 
@@ -321,10 +322,10 @@ def run(stack_file: Path) -> int:
     return 0
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("stack_file", type=Path, help="a Pulumi.<stack>.yaml file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     code = run(args.stack_file)
     sys.stdout.flush()
     sys.stderr.flush()

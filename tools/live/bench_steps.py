@@ -1,5 +1,5 @@
-"""The steps of the benchmark driver (`tools.bench`): up, wait, smoke, benchmark, collect, and the cost
-report. A mixin of `tools.bench.Driver`, which owns the state they use."""
+"""The steps of the benchmark driver (`tools.live.bench`): up, wait, smoke, benchmark, collect, and the cost
+report. A mixin of `tools.live.bench.Driver`, which owns the state they use."""
 
 from __future__ import annotations
 
@@ -16,19 +16,19 @@ from typing import Any
 
 from components import contract
 from components.cost import cost_per_million_tokens
-from tools.cloud import SERVING_SELECTOR
-from tools.core import StepError, Watch, run_bounded
-from tools.pulumi_stack import BENCHMARK_KEY, ENGINE_PROFILE_KEY, PROJECT, RUN_ID_KEY
+from tools.live.cloud import SERVING_SELECTOR
+from tools.live.core import StepError, Watch, run_bounded
+from tools.live.pulumi_stack import BENCHMARK_KEY, ENGINE_PROFILE_KEY, PROJECT, RUN_ID_KEY
 
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 """Pod label of a LeaderWorkerSet group's index (kubernetes-sigs/lws v0.10.0 api/leaderworkerset/v1/
 leaderworkerset_types.go GroupIndexLabelKey); on TPU one group is one slice."""
 ROUTER_PORT = contract.ROUTER_SERVICE_PORT  # the routerService port the smoke check talks to
-ROUTER_METRICS_PORT = 9090  # EPP metrics (tools.smoke epilog)
+ROUTER_METRICS_PORT = 9090  # EPP metrics (tools.live.smoke epilog)
 
 
-SMOKE_MODULE = "tools.smoke"
-ROOT = Path(__file__).resolve().parent.parent
+SMOKE_MODULE = "tools.live.smoke"
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE_STOP_GRACE_SECONDS = 10.0
 """How long a smoke check asked to stop (SIGTERM to its process group) may take before it is killed."""
 
@@ -82,7 +82,7 @@ class Steps:
             slices = [] if user_slices else self._slice_forwards(forwards)
             argv = ["--endpoint", endpoint, "--track", self.track, *metrics, *slices, *self._engine_args(),
                     *self.opts.smoke_args]
-            self.out(f"python -m tools.smoke {' '.join(argv)}")
+            self.out(f"python -m tools smoke {' '.join(argv)}")
             code = self._run_smoke(argv)
         if code != 0:
             raise StepError(f"smoke check exited with {code} (see {self._path('smoke.log')})")
@@ -150,8 +150,8 @@ class Steps:
         self._write_report()
 
     def _write_report(self) -> None:
-        """report.md and PNG plots next to the raw results (tools.report); a report problem never fails the run."""
-        from tools import report
+        """report.md and PNG plots next to the raw results (tools.live.report); a report problem never fails the run."""
+        from tools.live import report
 
         assert self.run_dir is not None
         try:
@@ -164,7 +164,7 @@ class Steps:
             load = json.loads(load_file.read_text())
             with path.open("a") as report_md:
                 report_md.write("\n" + "\n".join(slice_load_table(load)) + "\n")
-        self.out(f"report: {path} (`python -m tools.report {self.run_dir} OTHER_RUN` compares two runs)")
+        self.out(f"report: {path} (`python -m tools report {self.run_dir} OTHER_RUN` compares two runs)")
 
     def _report_cost(self) -> None:
         """Cost per million output tokens from the stack's hourly estimate and the measured throughput."""
@@ -248,7 +248,7 @@ class Steps:
 
     def _run_smoke(self, argv: list[str]) -> int:
         """The smoke check under the same deadline and stop handling as every other step: a subprocess in a
-        session of its own (`python -m tools.smoke`), whose lines a worker thread copies to smoke.log and to the
+        session of its own (`python -m tools smoke`), whose lines a worker thread copies to smoke.log and to the
         console while the main thread waits with run_bounded (signals, --smoke-timeout). Leaving the step for
         any reason ends the process. `Deps.smoke`, when set, runs in-process instead (tests of the driver's
         own logic), under the same deadline."""
@@ -297,8 +297,8 @@ SGLang)."""
 def slice_counts(targets: list[tuple[str, str]], track: str) -> dict[str, float | None]:
     """Finished requests per slice, summed over its pods; None for a slice a pod of which could not be read
     (the per-slice table is a report, never a reason to fail the run)."""
-    from tools.smoke_http import scrape
-    from tools.smoke_metrics import Selector, sum_selector
+    from tools.live.smoke_http import scrape
+    from tools.live.smoke_metrics import Selector, sum_selector
 
     counts: dict[str, float | None] = {}
     for label, url in targets:

@@ -1,6 +1,6 @@
 """Smoke check of a deployed guide (issue 7): end-to-end generation, then the seed's health facts from metrics.
 
-    python -m tools.smoke --endpoint http://127.0.0.1:8080 --track gpu --model moonshotai/Kimi-K3.1-Pro \\
+    python -m tools smoke --endpoint http://127.0.0.1:8080 --track gpu --model moonshotai/Kimi-K3.1-Pro \\
         --metrics-url prefill=URL --metrics-url decode=URL --metrics-url router=URL
 
 Steps:
@@ -24,7 +24,7 @@ the exit code is 0 only when every check that ran passed and none was left out b
 Only the given endpoint and metrics URLs are contacted: no redirects are followed and proxy settings from
 the environment are ignored; bodies are read up to a bound. Every request has a total deadline, and the
 whole run one more (--total-seconds), so a slow or trickling server cannot hold a caller such as the
-benchmark driver's teardown (tools/smoke_http.py). The metric table and parser live in tools/smoke_metrics.py.
+benchmark driver's teardown (tools/live/smoke_http.py). The metric table and parser live in tools/live/smoke_metrics.py.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components import catalog, contract
-from tools.core import Deadline, bounded_number
-from tools.smoke_http import (
+from tools.live.core import Deadline, bounded_number
+from tools.live.smoke_http import (
     BACKOFF_CAP_SECONDS,
     BACKOFF_FACTOR,
     StepError,
@@ -51,7 +51,7 @@ from tools.smoke_http import (
     scrape,
     validate_response,
 )
-from tools.smoke_metrics import (
+from tools.live.smoke_metrics import (
     ENGINES,
     METRIC_CHECKS,
     ROLES,
@@ -338,7 +338,7 @@ def _finish(reporter: Reporter, out: Callable[[str], None]) -> int:
 # --------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools.smoke",
+        prog="python -m tools smoke",
         description="Smoke check of the deployed guide: generation, prefix-cache hits (HBM, host DRAM) and, on "
                     "GPU, prefill -> decode with KV transfer. Prints PASS/FAIL lines; exit 0 only if all pass.",
         epilog=f"Metrics URL roles: prefill (vLLM port {contract.MODEL_SERVER_PORT}), decode (vLLM port "

@@ -1,4 +1,4 @@
-"""Shared core of the commands that act on a live stack (`tools.bench`, `tools.leftovers`, `tools.kube`):
+"""Shared core of the commands that act on a live stack (`tools.live.bench`, `tools.live.leftovers`, `tools.kube`):
 output that survives a dead terminal, stop signals, deadlines and bounded subprocesses.
 
 Why a core: a benchmark stack bills by the hour, so these commands must reach their teardown whatever

@@ -11,7 +11,7 @@ SDK through ctypes), so the plan holds every object the charts will create.
 Charts come from a folder of charts laid out as released (`<folder>/<chart name>/Chart.yaml`); the first of
 these that holds the pinned chart is used:
   1. `$KIMI_CHARTS_DIR`;
-  2. `build/charts/` (filled by `python -m tools.helm_render --fetch` from the registries);
+  2. `build/charts/` (filled by `python -m tools charts --fetch` from the registries);
   3. `charts/` in the shared facts folder beside the checkout (`$KIMI_SHARED_DIR`), as the tests use.
 Whatever the source, its files must hash to the digest recorded in components/versions.py
 (`ChartRef.content_sha256`), so the plan renders exactly the chart that was reviewed. Without a source the
@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHART_TYPE = "kubernetes:helm.sh/v4:Chart"
 HOOK_ANNOTATION = "helm.sh/hook"
 FETCH_DIR = ROOT / "build" / "charts"
@@ -380,7 +380,8 @@ def install_archive(data: bytes, ref: Any, target: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m tools charts", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fetch", action="store_true", help="pull the pinned charts into build/charts/")
     parser.add_argument("--chart", action="append", help="with --fetch: only this chart (repeatable)")
     parser.add_argument("--into", type=Path, default=FETCH_DIR, help="with --fetch: folder to fill "

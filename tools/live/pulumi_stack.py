@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from components import catalog
-from tools.core import OnOutput
+from tools.live.core import OnOutput
 
 PROJECT = catalog.GUIDE_NAME  # the Pulumi project, so also the config namespace
 # The config keys the benchmark driver reads or sets.

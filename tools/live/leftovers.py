@@ -1,7 +1,7 @@
 """What a stack left behind: everything still labelled `pulumi-stack=<stack>`, plus the unlabelled NEGs
-and Cloud NAT routers of its VPC. Run by `tools.bench` after its destroy and by the teardown workflow.
+and Cloud NAT routers of its VPC. Run by `tools.live.bench` after its destroy and by the teardown workflow.
 
-    python -m tools.leftovers --stack gpu [--project P] [--network N]
+    python -m tools leftovers --stack gpu [--project P] [--network N]
 
 Exit 0 when nothing billable is left (the checkpoint bucket a destroy keeps by design does not count),
 1 when something is left or a listing failed. --project and --network default to the stack's config
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from components import catalog
 from components.naming import label_value
-from tools.core import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StepError, run_command, tail
+from tools.live.core import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StepError, run_command, tail
 
 PROJECT = catalog.GUIDE_NAME
 LISTING_TIMEOUT_SECONDS = 120.0
@@ -100,7 +100,7 @@ def _config(stack: str, key: str) -> str | None:
 
 def main(argv: Sequence[str] | None = None, billing: GcloudBilling | None = None,
          config: Callable[[str, str], str | None] = _config) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.leftovers", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools leftovers", description=__doc__.split("\n\n")[0])
     parser.add_argument("--stack", required=True)
     parser.add_argument("--project", help="default: the stack's gcp.project")
     parser.add_argument("--network", help="the stack's VPC (default: cluster.name or kimi-k3-1-<track>)")

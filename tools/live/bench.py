@@ -1,12 +1,12 @@
 """Benchmark driver: one stack up, checked, benchmarked and torn down again, in one command.
 
-    python -m tools.bench --stack gpu [--results ./bench-results] [--keep] [--skip-benchmark]
+    python -m tools bench --stack gpu [--results ./bench-results] [--keep] [--skip-benchmark]
         [--destroy-retries 3] [--up-timeout 5400] [--smoke-args --skip pd-kv-transfer ...]
 
 Steps, each announced by a `==> <step>` line:
 1. up: `pulumi up` with the policy pack (`policy/`, mandatory), streaming the engine's progress.
 2. wait: the serving pods and the router pods Ready (`kubectl wait`, with the stack's own kubeconfig).
-3. smoke: `python -m tools.smoke` in a subprocess of its own (deadline --smoke-timeout) through a port-forward of
+3. smoke: `python -m tools smoke` in a subprocess of its own (deadline --smoke-timeout) through a port-forward of
    the router Service (`routerService`, port 80); the metrics URLs are port-forwards of the router (9090) and of
    every serving leader pod. Its lines go to the console and smoke.log.
 4. benchmark: `kimi-k3-1:benchmark.enabled=true`, `up` again, wait for the inference-perf Job (`benchmarkJob`).
@@ -21,7 +21,7 @@ names the lock holder when the backend says, and exits 3. The claim is released 
 
 Teardown: once `up` has started, every end of the run (a failed step, an exception, a step's timeout,
 SIGINT, SIGTERM, SIGHUP, a closed stdout) leads to one `pulumi destroy --refresh` (unless --keep) and the
-leftover listing (`tools.leftovers`). A signal during `up` first asks the Pulumi CLI to stop gracefully
+leftover listing (`tools.live.leftovers`). A signal during `up` first asks the Pulumi CLI to stop gracefully
 (it finishes what is in flight and saves the state), then destroys. Transient destroy failures are retried
 with backoff, an unreachable cluster once with PULUMI_K8S_DELETE_UNREACHABLE=true. Output to a dead pipe
 goes on into driver.log. Only a second SIGINT/SIGTERM stops waiting; it prints how to resume.
@@ -30,8 +30,8 @@ stuck terminal nor a step's output can delay the teardown.
 Exit: 0 all passed, destroyed and nothing left; 1 otherwise; 2 usage or missing tool; 3 stack busy; 130
 interrupted (see EXIT_CODES).
 
-The driver reaches the world only through four small protocols (`Backend` in tools.pulumi_stack, `Cluster`
-and `Storage` in tools.cloud, `Billing`), so tests run it against fakes.
+The driver reaches the world only through four small protocols (`Backend` in tools.live.pulumi_stack, `Cluster`
+and `Storage` in tools.live.cloud, `Billing`), so tests run it against fakes.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from components.naming import label_value
-from tools.bench_steps import Steps, measured_output_tokens_per_second
-from tools.bench_teardown import Teardown
-from tools.cloud import Cluster, GcloudStorage, KubectlCluster
-from tools.core import (
+from tools.live.bench_steps import Steps, measured_output_tokens_per_second
+from tools.live.bench_teardown import Teardown
+from tools.live.cloud import Cluster, GcloudStorage, KubectlCluster
+from tools.live.core import (
     EXIT_BUSY,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -74,8 +74,8 @@ from tools.core import (
     run_bounded,
     tail,
 )
-from tools.leftovers import GcloudBilling
-from tools.pulumi_stack import (
+from tools.live.leftovers import GcloudBilling
+from tools.live.pulumi_stack import (
     BENCHMARK_KEY,
     BUCKET_EXISTS_KEY,
     CLAIM_TAG,
@@ -88,9 +88,9 @@ from tools.pulumi_stack import (
     Backend,
     StackLockedError,
 )
-from tools.smoke import TOTAL_SECONDS as SMOKE_TOTAL_SECONDS
+from tools.live.smoke import TOTAL_SECONDS as SMOKE_TOTAL_SECONDS
 
-# What tests and other commands use from here (tools.report reads run.json, not these).
+# What tests and other commands use from here (tools.live.report reads run.json, not these).
 __all__ = ["BENCHMARK_KEY", "BUCKET_EXISTS_KEY", "DELETE_CHECKPOINT_KEY", "ENGINE_PROFILE_KEY", "EXIT_BUSY",
            "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "GCP_PROJECT_KEY", "INTERRUPTS", "OnOutput",
            "RUN_ID_KEY", "StackLockedError", "StepError", "TRACK_KEY", "measured_output_tokens_per_second"]
@@ -113,7 +113,7 @@ class Storage(Protocol):
 
 class Billing(Protocol):
     def leftovers(self, stack_label: str, project: str | None = None, network: str | None = None) -> list[str]:
-        """One line per billable resource still labelled `pulumi-stack=<stack_label>` (tools.leftovers);
+        """One line per billable resource still labelled `pulumi-stack=<stack_label>` (tools.live.leftovers);
         raises LeftoverCheckError if a listing failed."""
 
 
@@ -141,7 +141,7 @@ class Deps:
     cluster: Cluster
     storage: Storage
     billing: Billing
-    smoke: Callable[[list[str]], int] | None = None  # default: `python -m tools.smoke` in a subprocess
+    smoke: Callable[[list[str]], int] | None = None  # default: `python -m tools smoke` in a subprocess
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     out: OnOutput = print_line
@@ -374,7 +374,7 @@ def run(opts: Options, deps: Deps) -> int:
 # --------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools.bench",
+        prog="python -m tools bench",
         description="up -> wait -> smoke -> benchmark -> collect -> destroy (always, unless --keep) for one stack, "
                     "then list anything still billable under its pulumi-stack label.",
         epilog="SIGINT, SIGTERM, SIGHUP or a closed stdout tear the stack down; a second SIGINT/SIGTERM stops waiting "
@@ -403,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds for the smoke check (a subprocess); then it is stopped and the step fails. "
                              "Raise it with a larger --total-seconds in --smoke-args (default %(default)s)")
     parser.add_argument("--smoke-args", nargs=argparse.REMAINDER, default=[],
-                        help="everything after it goes to `python -m tools.smoke` (must come last); a "
+                        help="everything after it goes to `python -m tools smoke` (must come last); a "
                              "--metrics-url there replaces the driver's own port-forwarded metrics URLs")
     return parser
 

@@ -1,5 +1,5 @@
-"""PNG plots of the benchmark report (tools.report), drawn with matplotlib's Agg backend (no display needed).
-Each function draws one figure for one or two runs; a run without the data a plot needs is left out of it."""
+"""PNG plots of the benchmark report (`python -m tools report`), drawn with matplotlib's Agg backend (no display
+needed). Each function draws one figure for one or two runs; a run without the data a plot needs is left out of it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen before pyplot loads)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from tools.report import QUANTILES, Request, Run, by_turn, percentile, windows  # noqa: E402
+from tools.live.report_runs import QUANTILES, Request, Run, by_turn, percentile, windows  # noqa: E402
 
 COLORS = ("tab:blue", "tab:orange")
 STYLES = {50: "-", 90: "--", 99: ":"}

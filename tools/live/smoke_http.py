@@ -1,4 +1,4 @@
-"""HTTP for the smoke check (`tools.smoke`): the OpenAI-compatible API and Prometheus scrapes, bounded.
+"""HTTP for the smoke check (`tools.live.smoke`): the OpenAI-compatible API and Prometheus scrapes, bounded.
 
 Each request has a total deadline, not only an idle timeout: a timer shuts the socket down when it runs
 out, so a server that trickles its headers or body a byte at a time cannot hold the caller (and the
@@ -19,8 +19,8 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tools.core import Deadline
-from tools.smoke_metrics import MetricsParseError, Sample, parse_prometheus, snippet
+from tools.live.core import Deadline
+from tools.live.smoke_metrics import MetricsParseError, Sample, parse_prometheus, snippet
 
 RETRY_STATUSES = frozenset({408, 425, 429})  # plus every 5xx
 BACKOFF_FACTOR = 2.0

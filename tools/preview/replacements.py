@@ -1,6 +1,6 @@
 """Inputs whose change makes `pulumi up` replace a resource (delete and create) instead of updating it.
 
-The one list `tools.plan_diff` consults to call out replacements. Each rule names the resource type, the
+The one list `tools.preview.plan_diff` consults to call out replacements. Each rule names the resource type, the
 input path (the plan's camelCase path; `[]` stands for any list element) and where upstream says so:
 
 - pulumi-gcp bridges the Terraform provider google-beta (provider/go.mod in

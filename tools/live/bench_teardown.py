@@ -1,12 +1,12 @@
-"""The end of every benchmark run (`tools.bench`): destroy with retries, the leftover listing, releasing the
-claim, and the run record (run.json) and summary. A mixin of `tools.bench.Driver`, which owns the state."""
+"""The end of every benchmark run (`tools.live.bench`): destroy with retries, the leftover listing, releasing the
+claim, and the run record (run.json) and summary. A mixin of `tools.live.bench.Driver`, which owns the state."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 
-from tools.core import (
+from tools.live.core import (
     EXIT_BUSY,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -17,8 +17,8 @@ from tools.core import (
     classify,
     tail,
 )
-from tools.leftovers import LeftoverCheckError, split_kept_bucket
-from tools.pulumi_stack import (
+from tools.live.leftovers import LeftoverCheckError, split_kept_bucket
+from tools.live.pulumi_stack import (
     BENCHMARK_KEY,
     BUCKET_EXISTS_KEY,
     CLAIM_TAG,

@@ -1,8 +1,8 @@
 """Offline plan: render stacks with the real program under Pulumi's mock engine, no cloud needed.
 
-    python -m tools.plan                 # every Pulumi.<stack>.yaml beside Pulumi.yaml
-    python -m tools.plan --stack gpu     # one stack
-    python -m tools.plan --stack-file path/to/Pulumi.x.yaml   # a stack file kept elsewhere
+    python -m tools plan                 # every Pulumi.<stack>.yaml beside Pulumi.yaml
+    python -m tools plan --stack gpu     # one stack
+    python -m tools plan --stack-file path/to/Pulumi.x.yaml   # a stack file kept elsewhere
 
 Writes build/plan/<stack>/{resources.json, manifests.yaml, crds.yaml, charts.json, outputs.json,
 summary.txt} (format: docs/plan-format.md) and prints a short summary. All stacks render first. A stack
@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "build" / "plan"
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
@@ -50,14 +50,14 @@ def render_all(stack_files: list[Path]) -> list[Result]:
     """Render each stack in its own process: the Pulumi runtime keeps one program per process.
 
     For several stacks, where the OS can fork, the provider modules are imported once here
-    (tools.render.preload) and each stack renders in a forked copy of this process, which saves most of
-    a render's time; the same holds for one stack when a caller has imported them already (tools.plan_diff
+    (tools.preview.render.preload) and each stack renders in a forked copy of this process, which saves most of
+    a render's time; the same holds for one stack when a caller has imported them already (tools.preview.plan_diff
     renders two commits this way). Otherwise each stack gets a fresh interpreter importing only what it uses."""
     preloaded = all(f"{package}.{modules[0]}" in sys.modules for package, modules in _preload_list())
     if (len(stack_files) == 1 and not preloaded) or not hasattr(os, "fork"):
         with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
             return list(pool.map(_subprocess_render, stack_files))
-    from tools import render
+    from tools.preview import render
 
     render.preload()
     results: dict[Path, Result] = {}
@@ -78,7 +78,7 @@ def render_all(stack_files: list[Path]) -> list[Result]:
 
 
 def _preload_list() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    from tools.render import PRELOAD
+    from tools.preview.render import PRELOAD
 
     return PRELOAD
 
@@ -110,7 +110,7 @@ def fork_call(func: Callable[[], int], out: int, err: int) -> int:
 
 
 def _subprocess_render(stack_file: Path) -> Result:
-    proc = subprocess.run([sys.executable, "-m", "tools.render", str(stack_file)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "tools.preview.render", str(stack_file)], cwd=ROOT,
                           capture_output=True, text=True)
     return _result(stack_file, proc.returncode, proc.stdout, proc.stderr)
 
@@ -173,7 +173,8 @@ def summarize(stack: str, document: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m tools plan", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stack", action="append", default=[], help="stack to render (repeatable; default: all)")
     parser.add_argument("--stack-file", action="append", default=[], type=Path, help="stack file to render")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: build/plan)")
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         missing = missing_charts(results)
         if missing:
             print(f"chart objects missing from the plan: no verified copy of {', '.join(missing)}, so their objects "
-                  "are not in it and not checked; run `make charts` (.venv/bin/python -m tools.helm_render --fetch) "
+                  "are not in it and not checked; run `make charts` (.venv/bin/python -m tools charts --fetch) "
                   "to pull the pinned charts, or set KIMI_CHARTS_DIR to a folder holding them")
     return 1 if failed else 0
 

@@ -3,7 +3,7 @@
 Runs inside the inference-perf virtualenv (`make inference-perf`), not .venv, so it imports nothing from this
 project:
 
-    .venv-inference-perf/bin/python tools/inference_perf_probe.py CONFIG --tokenizer-dir DIR
+    .venv-inference-perf/bin/python tools/live/inference_perf_probe.py CONFIG --tokenizer-dir DIR
 
 The Job reads Kimi's tokenizer from the weights volume; here a small word-level tokenizer written to DIR
 stands in for it (the only change to the config), and HF_HUB_OFFLINE forbids any download. Prints one JSON

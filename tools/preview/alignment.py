@@ -1,10 +1,10 @@
 """The side-by-side of docs/upstream-alignment.md, made repeatable: every setting of the generated model-server
 pods and router configs, flattened to `key -> value`, held against the tables there.
 
-    python -m tools.alignment                # after `make plan`: list rows that are missing, stale or unexplained
-    python -m tools.alignment --write        # rewrite each table's `ours` column from build/plan, keeping
+    python -m tools alignment                # after `make plan`: list rows that are missing, stale or unexplained
+    python -m tools alignment --write        # rewrite each table's `ours` column from build/plan, keeping
                                              # upstream values and verdicts; new settings get an UNEXPLAINED row
-    python -m tools.alignment --against 'GPU decode pod' rendered-overlay.yaml Deployment/NAME   # raw diff
+    python -m tools alignment --against 'GPU decode pod' rendered-overlay.yaml Deployment/NAME   # raw diff
 
 A row is `| setting | ours | upstream | verdict |`; the verdict starts with `same`, `adopted`, `differs`,
 `ours only` or `upstream only` and then says why and from which upstream file (ids in the doc's source table).
@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "upstream-alignment.md"
 ABSENT = "—"
 VERDICTS = ("same", "adopted", "differs", "ours only", "upstream only")
@@ -337,7 +337,7 @@ def compare(ours: Mapping[str, str], upstream: Mapping[str, str]) -> list[str]:
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.alignment", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools alignment", description=__doc__.splitlines()[0])
     parser.add_argument("--plan", type=Path, default=ROOT / "build" / "plan", help="rendered plan (make plan)")
     parser.add_argument("--write", action="store_true", help="refresh the ours column and add new settings")
     parser.add_argument("--against", nargs=3, metavar=("SUBJECT", "UPSTREAM_YAML", "TEMPLATE"),

@@ -1,8 +1,8 @@
 """Scan the rendered manifests with checkov, custom resources' pod templates included.
 
-    make checkov plan && python -m tools.scan               # every stack in build/plan/, pinned checkov
-    python -m tools.scan --with-benchmark                   # and each stack with the benchmark Jobs on
-    python -m tools.scan --write-doc                        # ... and rewrite docs/security.md's scan tables
+    make checkov plan && python -m tools scan               # every stack in build/plan/, pinned checkov
+    python -m tools scan --with-benchmark                   # and each stack with the benchmark Jobs on
+    python -m tools scan --write-doc                        # ... and rewrite docs/security.md's scan tables
 
 Kubernetes scanners only read kinds they know, so the pod templates inside custom resources (DisaggregatedSet
 roles, LeaderWorkerSet leader and worker templates) are written out as Pods beside the manifests
@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "build" / "plan"
 OUT = ROOT / "build" / "scan"
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
@@ -151,7 +151,7 @@ EXCEPTIONS: tuple[Allowed, ...] = (
             "all-wildcard role"),
 )
 """The failed checks the stacks have on purpose, each limited to the resources named (docs/security.md shows this
-table, `python -m tools.scan --write-doc` rewrites it there)."""
+table, `python -m tools scan --write-doc` rewrites it there)."""
 
 
 def expected(check: str, resource: str) -> bool:
@@ -226,8 +226,8 @@ def unused(results: dict[str, dict[str, Any]]) -> list[str]:
 
 # --------------------------------------------------------------------------- docs/security.md
 DOC = ROOT / "docs" / "security.md"
-COUNTS_BEGIN, COUNTS_END = "<!-- scan counts: python -m tools.scan --write-doc -->", "<!-- end scan counts -->"
-LIST_BEGIN, LIST_END = "<!-- scan exceptions: python -m tools.scan --write-doc -->", "<!-- end scan exceptions -->"
+COUNTS_BEGIN, COUNTS_END = "<!-- scan counts: python -m tools scan --write-doc -->", "<!-- end scan counts -->"
+LIST_BEGIN, LIST_END = "<!-- scan exceptions: python -m tools scan --write-doc -->", "<!-- end scan exceptions -->"
 BENCHMARK_SUFFIX = "-benchmark"
 
 
@@ -277,15 +277,16 @@ def benchmark_plans(stack_files: list[Path], out: Path) -> dict[str, Path]:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(yaml.safe_dump({**document, "config": config}, sort_keys=False))
         files += ["--stack-file", str(target)]
-    proc = subprocess.run([sys.executable, "-m", "tools.plan", "--quiet", "--out", str(out / "plans"), *files],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "tools.preview.plan", "--quiet", "--out", str(out / "plans"),
+                           *files], cwd=ROOT, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise ScanError(f"rendering the benchmark plans failed: {proc.stderr.strip()[-500:]}")
     return {p.name: p for p in sorted((out / "plans").iterdir()) if p.is_dir()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tools scan", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkov", default=str(CHECKOV),
                         help="checkov executable (default: .venv-checkov/bin/checkov, from `make checkov`)")
     parser.add_argument("--plan", type=Path, default=PLAN, help="plan folder (default: build/plan)")
@@ -294,7 +295,7 @@ def main() -> None:
                         help="also render and scan each Pulumi.<stack>.yaml with the benchmark Jobs on")
     parser.add_argument("--write-doc", action="store_true",
                         help="rewrite the counts and exception tables of docs/security.md (implies --with-benchmark)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     names = args.stack or sorted(p.name for p in args.plan.iterdir() if p.is_dir())
     stacks = {name: args.plan / name for name in names}
     try:
@@ -313,7 +314,7 @@ def main() -> None:
             print(f"  FAILED {check} {resource}")
     stale = unused(results) if args.with_benchmark or args.write_doc else []
     for entry in stale:
-        print(f"  UNUSED exception {entry}: no scanned failure needs it; remove it from tools/scan.py")
+        print(f"  UNUSED exception {entry}: no scanned failure needs it; remove it from tools/preview/scan.py")
     if args.write_doc:
         write_doc(counts_table(results, version))
         print(f"wrote the scan tables of {DOC.relative_to(ROOT)}")

@@ -132,7 +132,8 @@ class PlanMocks(mocks.Mocks):
                     "releaseChannelDefaultVersion": dict.fromkeys(CHANNELS, GKE_MASTER_VERSION),
                     "releaseChannelLatestVersion": dict.fromkeys(CHANNELS, GKE_MASTER_VERSION),
                     "releaseChannelUpgradeTargetVersion": dict.fromkeys(CHANNELS, GKE_MASTER_VERSION)}
-        raise NotImplementedError(f"offline plan has no mock for invoke {args.token}; add one in tools/mocks.py")
+        raise NotImplementedError(f"offline plan has no mock for invoke {args.token}; "
+                                  "add one in tools/preview/mocks.py")
 
     def new_resource(self, args: mocks.MockResourceArgs):
         state = dict(args.inputs)

@@ -1,15 +1,15 @@
 """What a change does to the cloud and the cluster: a Markdown diff of two offline plans.
 
-    python -m tools.plan_diff build/plan-old build/plan            # two plan folders (or two stack folders)
-    python -m tools.plan_diff main HEAD                            # two git refs, each rendered here
-    python -m tools.plan_diff HEAD^1 build/plan --stack gpu --out build/plan-diff.md
+    python -m tools diff build/plan-old build/plan            # two plan folders (or two stack folders)
+    python -m tools diff main HEAD                            # two git refs, each rendered here
+    python -m tools diff HEAD^1 build/plan --stack gpu --out build/plan-diff.md
 
 BASE and HEAD are each a plan folder (`build/plan`, holding one folder per stack, or one stack's folder)
 or, if no such folder exists, a git ref of --repo: its tree is extracted with `git archive` into a
-temporary folder and rendered there by its own `tools.plan` with this interpreter. Per stack the report
+temporary folder and rendered there by its own `tools.preview.plan` with this interpreter. Per stack the report
 lists Pulumi resources created, deleted, updated and replaced (by type and logical name, with the input
 paths that differ), Kubernetes objects likewise (by kind, namespace/name and field path), replacements
-with the upstream source that forces them (tools/replacements.py), the changed summary figures and
+with the upstream source that forces them (tools/preview/replacements.py), the changed summary figures and
 the stack outputs. Secrets stay "[secret]". Format and limits: docs/plan-diff.md.
 
 Exit status: 0 with the report (also "no changes"); 1 if --exit-code and anything differs; 2 on a usage
@@ -35,9 +35,9 @@ from typing import Any
 
 import yaml
 
-from tools.replacements import PRESENCE, REJECT, RULES, URN_CHANGE_SOURCE, Rule, kubernetes_type
+from tools.preview.replacements import PRESENCE, REJECT, RULES, URN_CHANGE_SOURCE, Rule, kubernetes_type
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RENDER_TIMEOUT_S = 600
 WIDTH = 60
 """Longest value shown in a table cell; longer ones are cut around where the two sides differ."""
@@ -178,17 +178,26 @@ def extract(repo: Path, sha: str, source: Path) -> Path:
         _, err = archive.communicate(timeout=60)
     if archive.returncode != 0:
         raise DiffError(f"git archive {sha[:12]}: {err.decode(errors='replace').strip()}")
-    if not (source / "tools" / "plan.py").is_file():
-        raise DiffError(f"commit {sha[:12]} has no tools/plan.py to render its plan with")
+    if not plan_module(source):
+        raise DiffError(f"commit {sha[:12]} has no tools/preview/plan.py (or tools/plan.py) to render its plan with")
     share_chart_sources(source)
     return source
 
 
+PLAN_MODULES = ("tools.preview.plan", "tools.plan")
+"""Where a tree keeps its plan entry point: since the tools/ split, and before it (older commits)."""
+
+
+def plan_module(source: Path) -> str:
+    """The tree's own plan module, so a commit from before the tools/ split still renders."""
+    return next((m for m in PLAN_MODULES if (source / (m.replace(".", "/") + ".py")).is_file()), "")
+
+
 def share_chart_sources(source: Path) -> None:
-    """Let the extracted tree find the charts this checkout renders with (tools/helm_render.py search order), so
+    """Let the extracted tree find the charts this checkout renders with (tools/preview/helm_render.py search order), so
     both sides of a diff render the same chart objects: this checkout's fetched charts become the tree's, and
     the shared facts folder beside this checkout is named in KIMI_SHARED_DIR (set for the renders only)."""
-    from tools import helm_render
+    from tools.preview import helm_render
 
     fetched = helm_render.FETCH_DIR
     if fetched.is_dir() and not (source / "build" / "charts").exists():
@@ -203,7 +212,7 @@ def _chart_env() -> dict[str, str]:
 
 
 def plan_args(source: Path, out: Path, stacks: list[str]) -> list[str] | None:
-    """`tools.plan` arguments for the requested stacks the tree has; None if it has none of them."""
+    """`tools.preview.plan` arguments for the requested stacks the tree has; None if it has none of them."""
     present = [s for s in stacks if (source / f"Pulumi.{s}.yaml").is_file()]
     if stacks and not present:
         return None
@@ -211,10 +220,10 @@ def plan_args(source: Path, out: Path, stacks: list[str]) -> list[str] | None:
 
 
 def render_trees(trees: list[tuple[Path, Path, list[str] | None]]) -> list[str]:
-    """Render each (source, out, tools.plan args) with the tree's own tools.plan; one error text each ("" = ok).
+    """Render each (source, out, plan args) with the tree's own plan module; one error text each ("" = ok).
 
     Where the OS can fork, the provider modules are imported once here and each tree renders in a forked
-    child that drops this checkout's modules and imports the tree's own (its tools.plan then forks per
+    child that drops this checkout's modules and imports the tree's own (its plan module then forks per
     stack, as `make plan` does); otherwise each tree renders in a fresh interpreter."""
     errors = [""] * len(trees)
     jobs = [(i, source, args) for i, (source, out, args) in enumerate(trees) if args is not None]
@@ -224,8 +233,9 @@ def render_trees(trees: list[tuple[Path, Path, list[str] | None]]) -> list[str]:
     if not hasattr(os, "fork"):
         for i, source, args in jobs:
             try:
-                proc = subprocess.run([sys.executable, "-m", "tools.plan", *args], cwd=source, capture_output=True,
-                                      text=True, timeout=RENDER_TIMEOUT_S, env={**os.environ, **_chart_env()})
+                proc = subprocess.run([sys.executable, "-m", plan_module(source), *args], cwd=source,
+                                      capture_output=True, text=True, timeout=RENDER_TIMEOUT_S,
+                                      env={**os.environ, **_chart_env()})
                 errors[i] = "" if proc.returncode == 0 else proc.stderr.strip() or f"exit {proc.returncode}"
             except subprocess.TimeoutExpired:
                 errors[i] = f"took longer than {RENDER_TIMEOUT_S} s"
@@ -256,7 +266,7 @@ def render_trees(trees: list[tuple[Path, Path, list[str] | None]]) -> list[str]:
 def _preload() -> None:
     import importlib
 
-    from tools.render import PRELOAD
+    from tools.preview.render import PRELOAD
 
     for package, modules in PRELOAD:
         for module in modules:
@@ -268,7 +278,7 @@ PROJECT_PACKAGES = ("tools", "stacks", "components", "policy", "tests")
 
 
 def _fork_plan(source: Path, args: list[str], log: Path) -> int:
-    from tools.plan import fork_call
+    from tools.preview.plan import fork_call
 
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -278,7 +288,7 @@ def _fork_plan(source: Path, args: list[str], log: Path) -> int:
 
 
 def _plan_of_tree(source: Path, args: list[str]) -> int:
-    """In the forked child: forget this checkout's modules, become `python -m tools.plan` of the tree."""
+    """In the forked child: forget this checkout's modules, become `python -m tools plan` of the tree."""
     import importlib
 
     os.environ.update(_chart_env())  # computed before this checkout's modules are forgotten
@@ -288,7 +298,7 @@ def _plan_of_tree(source: Path, args: list[str]) -> int:
             del sys.modules[name]
     os.chdir(source)
     sys.path[:] = [str(source)] + [p for p in sys.path if p not in ("", ".", str(ROOT))]
-    return importlib.import_module("tools.plan").main(args)
+    return importlib.import_module(plan_module(source)).main(args)
 
 
 @dataclass
@@ -500,7 +510,7 @@ class StackDiff:
 
 def _is_object_resource(resource: dict[str, Any]) -> bool:
     """Kubernetes objects the program creates itself: they show under Kubernetes objects (docs/plan-format.md)."""
-    from tools.render import COMPONENT_KUBERNETES_TYPES
+    from tools.preview.render import COMPONENT_KUBERNETES_TYPES
 
     token = resource["type"]
     return token.startswith("kubernetes:") and not token.startswith(COMPONENT_KUBERNETES_TYPES)
@@ -876,12 +886,12 @@ COMMENT_LIMIT = 65_000
 def truncate(text: str, limit: int) -> str:
     if limit <= 0 or len(text) <= limit:
         return text
-    note = "\n\n*… cut at {limit:,} characters; the job summary or `python -m tools.plan_diff` has all of it.*\n"
+    note = "\n\n*… cut at {limit:,} characters; the job summary or `python -m tools diff` has all of it.*\n"
     return text[:max(0, limit - len(note) - 10)].rsplit("\n", 1)[0] + note.format(limit=limit)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.plan_diff", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tools diff", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("base", help="plan folder or git ref of the state before the change")
     parser.add_argument("head", help="plan folder or git ref of the state after the change")

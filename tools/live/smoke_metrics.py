@@ -1,4 +1,4 @@
-"""What the smoke check (`tools.smoke`) reads from metrics: the one table of metric names per track, a
+"""What the smoke check (`tools.live.smoke`) reads from metrics: the one table of metric names per track, a
 Prometheus text parser, metrics URLs tagged by role, and the pure before/after comparison of a check."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Time `tools.plan` for each stack over several runs; prints median and max (not a timed test)."""
+"""Time `tools.preview.plan` for each stack over several runs; prints median and max (not a timed test)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ import sys
 import tempfile
 import time
 
-from tools.plan import ROOT, discover_stacks, stack_name
+from tools.preview.plan import ROOT, discover_stacks, stack_name
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tools bench-plan", description=__doc__)
     parser.add_argument("--runs", type=int, default=7)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as out:
         for stack_file in discover_stacks():
             times = []
             for _ in range(args.runs):
                 start = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "tools.plan", "--quiet", "--stack-file", str(stack_file),
+                subprocess.run([sys.executable, "-m", "tools.preview.plan", "--quiet", "--stack-file", str(stack_file),
                                 "--out", out], cwd=ROOT, check=True)
                 times.append(time.perf_counter() - start)
             print(f"{stack_name(stack_file)}: median {statistics.median(times):.2f} s, max {max(times):.2f} s "

@@ -1,8 +1,8 @@
 """Ask the served model one question and watch the answer stream, with time to first token and tokens/s.
 
-    python -m tools.ask --stack gpu "Why is the sky blue?"
-    python -m tools.ask --stack tpu --long-context 200000 "What is the code word?"
-    python -m tools.ask --endpoint http://127.0.0.1:8080 "Hello"      # any OpenAI-compatible server
+    python -m tools ask --stack gpu "Why is the sky blue?"
+    python -m tools ask --stack tpu --long-context 200000 "What is the code word?"
+    python -m tools ask --endpoint http://127.0.0.1:8080 "Hello"      # any OpenAI-compatible server
 
 With --stack it reads the stack's outputs (`pulumi stack output --json --show-secrets`, run beside
 Pulumi.yaml). Standalone router mode: it port-forwards the router Service (`routerService`, port 80) with
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from components import catalog, contract  # noqa: E402
@@ -48,7 +48,7 @@ class AskError(Exception):
 
 
 class Cluster(Protocol):
-    """What the endpoint lookup needs from kubectl (tools.bench.KubectlCluster provides it)."""
+    """What the endpoint lookup needs from kubectl (tools.live.bench.KubectlCluster provides it)."""
 
     def connect(self, kubeconfig: str) -> None: ...
     def port_forward(self, namespace: str, target: str, port: int) -> AbstractContextManager[str]: ...
@@ -196,7 +196,7 @@ def report(answer: Answer, err: TextIO, long_context: int | None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tools.ask", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tools ask", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("prompt", help="the question")
     where = parser.add_mutually_exclusive_group(required=True)
@@ -231,7 +231,7 @@ def main(argv: Sequence[str] | None = None, cluster_factory: Callable[[], Cluste
             endpoint_cm: AbstractContextManager[str] = nullcontext(args.endpoint)
         else:
             if cluster_factory is None:
-                from tools.bench import KubectlCluster
+                from tools.live.bench import KubectlCluster
 
                 cluster_factory = KubectlCluster
             endpoint_cm = router_endpoint(outputs, cluster_factory())

@@ -1,16 +1,17 @@
 """Write the figures block of docs/weights.md from the offline plan's summaries, so the document shows the
 numbers the program computes (tests/test_loading.py checks they agree).
 
-    make plan && python -m tools.weights_doc
+    make plan && python -m tools weights-doc
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "weights.md"
 PLAN = ROOT / "build" / "plan"
 STARTS = ("weight load:", "time to serving")
@@ -35,7 +36,10 @@ def block(stacks: list[str]) -> str:
     return "<!-- figures:begin -->\n```\n" + "\n".join(body) + "\n```\n<!-- figures:end -->"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools weights-doc", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args(argv)
     text = DOC.read_text()
     new = re.sub(r"<!-- figures:begin -->.*?<!-- figures:end -->", lambda _: block(["gpu", "tpu"]), text,
                  flags=re.S)

@@ -1,4 +1,4 @@
-"""The live stack's cluster (kubectl) and bucket (gcloud storage), for `tools.bench`: readiness, Job, port-forward
+"""The live stack's cluster (kubectl) and bucket (gcloud storage), for `tools.live.bench`: readiness, Job, port-forward
 and copy waits, each with an overall deadline (the driver must reach its teardown whatever the cluster does)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from components import contract
-from tools.core import Deadline, OnOutput, StepError, print_line, run_command, tail
+from tools.live.core import Deadline, OnOutput, StepError, print_line, run_command, tail
 
 SERVING_SELECTOR = ",".join(f"{k}={v}" for k, v in contract.SERVING_LABELS.items())
 ROUTER_SELECTOR = contract.ROUTER_MODE_LABEL  # "key exists"

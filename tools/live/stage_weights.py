@@ -1,6 +1,6 @@
 """Copy a Hugging Face model repository at one commit into a Cloud Storage folder, verified and resumable.
 
-    python -m tools.stage_weights --repo-id moonshotai/Kimi-K3.1-Pro --revision <40-hex commit> \\
+    python -m tools stage --repo-id moonshotai/Kimi-K3.1-Pro --revision <40-hex commit> \\
         --dest gs://<bucket>/<prefix>/<commit>/ [--workers 16]
 
 The staging Job `pulumi up` creates runs this same command. Environment: HF_TOKEN (token for gated
@@ -30,7 +30,7 @@ def commit(value: str) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tools.stage_weights", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tools stage", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo-id", required=True, help="model repository, e.g. moonshotai/Kimi-K3.1-Pro")
     parser.add_argument("--revision", required=True, type=commit, help="full 40-character commit hash to copy")

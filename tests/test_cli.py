@@ -1,0 +1,42 @@
+"""`python -m tools`: the CLI and every subcommand answer `--help` offline, with nothing but the project's
+virtualenv (no pulumi, kubectl or gcloud on PATH), and each names itself the way users type it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+from tools.__main__ import COMMANDS
+
+OFFLINE = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+
+
+def run(*argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tools", *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=OFFLINE)
+
+
+def test_help_lists_every_command():
+    proc = run("--help")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    for name in COMMANDS:
+        assert f"\n  {name} " in out, name
+    assert "Exit codes" in out
+
+
+def test_every_subcommand_answers_help_offline():
+    running = {name: run(name, "--help") for name in COMMANDS}  # all at once: each pays its own imports
+    for name, proc in running.items():
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, (name, err[-800:])
+        assert out.startswith(f"usage: python -m tools {name} "), (name, out[:200])
+
+
+def test_unknown_command_and_no_command_are_usage_errors():
+    for argv in (["no-such-command"], []):
+        proc = run(*argv)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2, argv
+        assert "usage" in err or "unknown command" in err, argv

@@ -1,0 +1,91 @@
+"""One command line for the project: `python -m tools <command> [options]` (docs/architecture.md).
+
+Each command is a module's `main(argv)`, imported only when it runs, so `--help` needs no cloud, network or
+credentials.
+
+Exit codes, the same for every command (documented here only):
+  0    done (for `diff --exit-code`: the plans are the same)
+  1    what was checked or run failed: a check, a stack, a step (the message says which and what to do);
+       `diff --exit-code`: the plans differ
+  2    usage or config error: nothing was started or changed
+  3    the stack is locked or claimed by another run (`bench`): nothing was touched
+  130  interrupted (Ctrl-C)"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import NamedTuple
+
+
+class Command(NamedTuple):
+    module: str
+    help: str
+    fast_exit: bool = False
+    """Skip interpreter teardown after the command (the plan loads the large provider modules: about 1 s)."""
+
+
+COMMANDS: dict[str, Command] = {
+    # offline: the preview engine (tools.preview)
+    "plan": Command("tools.preview.plan", "render stacks offline into build/plan/<stack>/", fast_exit=True),
+    "diff": Command("tools.preview.plan_diff", "compare two plans (folders or git refs): replacements, changes"),
+    "scan": Command("tools.preview.scan", "scan the rendered manifests with checkov"),
+    "schema": Command("tools.preview.schema", "check (or --write) Pulumi.yaml's config block and README's table"),
+    "alignment": Command("tools.preview.alignment", "hold the generated pods against docs/upstream-alignment.md"),
+    "bench-plan": Command("tools.preview.bench_plan", "time the offline plan of each stack (median and max)"),
+    "weights-doc": Command("tools.preview.weights_doc", "rewrite docs/weights.md's figures from the plan"),
+    "charts": Command("tools.preview.helm_render", "fetch the pinned Helm charts or print a chart's digest"),
+    "lock-sglang-jax": Command("tools.preview.lock_sglang_jax", "write the TPU pods' hash-pinned sglang-jax lock"),
+    # against a live stack (tools.live)
+    "stage": Command("tools.live.stage_weights", "copy a Hugging Face revision into Cloud Storage, verified"),
+    "ask": Command("tools.live.ask", "send one prompt through a stack's router and stream the answer"),
+    "smoke": Command("tools.live.smoke", "check a serving endpoint: answers, metrics, routing"),
+    "bench": Command("tools.live.bench", "deploy, benchmark, report and tear down a stack"),
+    "report": Command("tools.live.report", "turn inference-perf results into report.md and plots"),
+    "leftovers": Command("tools.live.leftovers", "list billable resources a destroyed stack left behind"),
+}
+
+PROG = "python -m tools"
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"usage: {PROG} <command> [options]   ({PROG} <command> --help for a command's options)", "",
+             "commands:"]
+    lines += [f"  {name:<{width}}  {command.help}" for name, command in COMMANDS.items()]
+    return "\n".join([*lines, "", (__doc__ or "").split("\n\n", 1)[1]])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    command = COMMANDS.get(name)
+    if command is None:
+        print(f"{PROG}: error: unknown command {name!r} (one of: {', '.join(COMMANDS)})", file=sys.stderr)
+        return 2
+    module = importlib.import_module(command.module)
+    try:
+        code = module.main(rest)
+    except KeyboardInterrupt:
+        print(f"{PROG} {name}: interrupted", file=sys.stderr)
+        code = 130
+    except SystemExit as stop:
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+            code = 1
+        else:
+            code = stop.code or 0
+    code = code or 0
+    if command.fast_exit:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
