@@ -265,7 +265,7 @@ def test_an_amd64_only_image_on_the_gpu_pods_fails_the_plan_with_one_line(tmp_pa
     swap = ("import dataclasses, sys\n"
             "from components import images\n"
             "images.IMAGES['vllm'] = dataclasses.replace(images.IMAGES['inference-perf'], config_key='vllmDigest')\n"
-            "from tools import render\n"
+            "from tools.preview import render\n"
             f"sys.exit(render.run(__import__('pathlib').Path({str(fixture_stack('gpu'))!r})))\n")
     proc = subprocess.run([sys.executable, "-c", swap], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3 and not proc.stdout
