@@ -3,10 +3,10 @@ bytes from the same fake Hub, and the copier's peak memory while it copies a fil
 
     .venv/bin/python -m tests.bench_staging [--size-mib 1024] [--sink null|emulator]
 
-The copier runs as `python -m tools stage` in a child process (its peak RSS from wait4); the plain
-download is a streamed GET of the same file that keeps nothing, in a child process too. Sinks: `null` is a
-minimal Cloud Storage JSON API on loopback that checks CRC32C and discards the bytes (what the copier costs
-itself); `emulator` is fake-gcs-server (its ingest, ~50 MB/s here, bounds the copy).
+The copier runs as `python -m tools.live.stage_weights` (as the Job runs it) in a child process (its peak
+RSS from wait4); the plain download is a streamed GET of the same file that keeps nothing, in a child process
+too. Sinks: `null` is a minimal Cloud Storage JSON API on loopback that checks CRC32C and discards the bytes
+(what the copier costs itself); `emulator` is fake-gcs-server (its ingest, ~50 MB/s here, bounds the copy).
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def test_the_job_runs_the_copier_of_this_repository(plans, stack):
     assert container["image"] == versions.STAGING_IMAGE, "no digest configured: the pinned tag"
     install = container["command"][2]
     assert "--require-hashes" in shlex.split(install) and "--no-deps" in shlex.split(install)
-    assert "-r /app/tools/staging/requirements.lock" in install and "python -m tools stage" in install
+    assert "-r /app/tools/staging/requirements.lock" in install and "python -m tools.live.stage_weights" in install
     args = dict(zip(container["args"][::2], container["args"][1::2], strict=True))
     assert args["--revision"] == plan.outputs["stagedRevision"] == UNRESOLVED_REVISION
     bucket = plan.one("gcp:storage/bucket:Bucket")["inputs"]["name"]

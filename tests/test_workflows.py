@@ -261,7 +261,7 @@ def test_teardown_destroys_only_the_stacks_it_is_told_to(tmp_path, event, env, e
 def test_teardown_lists_leftovers_after_the_destroy():
     steps = load("teardown.yml")["jobs"]["destroy"]["steps"]
     last_destroy = max(i for i, s in enumerate(steps) if s.get("with", {}).get("command") == "destroy")
-    listing = [i for i, s in enumerate(steps) if "tools.live.leftovers" in s.get("run", "")]
+    listing = [i for i, s in enumerate(steps) if "-m tools leftovers" in s.get("run", "")]
     assert listing and listing[0] > last_destroy
     assert steps[listing[0]]["if"].startswith("always()"), "also after a failed destroy"
     assert (ROOT / "tools" / "live" / "leftovers.py").is_file()
@@ -367,7 +367,7 @@ def test_offline_job_diffs_the_plan_against_the_base_branch():
     runs = [s.get("run", "") for s in offline["steps"]]
     diff = step(offline, "diff")
     assert runs.index("make plan") < offline["steps"].index(diff) < runs.index("make test")
-    assert "tools.preview.plan_diff HEAD^1 build/plan" in diff["run"] and "$GITHUB_STEP_SUMMARY" in diff["run"]
+    assert "-m tools diff HEAD^1 build/plan" in diff["run"] and "$GITHUB_STEP_SUMMARY" in diff["run"]
     assert diff.get("continue-on-error") is True
     assert offline["outputs"]["plan-diff"] == "${{ steps.diff.outputs.comment }}"
 
