@@ -383,14 +383,7 @@ def check_no_primitive_roles(resource_type: str, props: Mapping[str, Any]) -> li
     if not IAM_GRANT.match(resource_type):
         return []
     roles: list[tuple[str, Any]] = [("role", props.get("role"))]
-    document = props.get("policyData")
-    if isinstance(document, str) and not is_unknown(document):
-        try:
-            bindings = _get(json.loads(document), "bindings")
-        except ValueError:
-            bindings = None
-        roles += [(f"policyData.bindings[{i}].role", _get(b, "role"))
-                  for i, b in enumerate(bindings if _is_list(bindings) else [])]
+    roles += [(f"policyData.bindings[{i}].role", _get(b, "role")) for i, b in enumerate(_policy_bindings(props))]
     member = props.get("member") or props.get("members")
     to = f" to {_show(member)}" if member and not is_unknown(member) else ""
     return [f"{path} is {_show(role)}{to}: basic roles are project-wide; grant a predefined role"
@@ -775,17 +768,23 @@ def _grant_members(resource_type: str, props: Mapping[str, Any]) -> list[tuple[s
     listed = props.get("members")
     for i, member in enumerate(listed if _is_list(listed) else []):
         found.append((f"members[{i}]", role, member))
-    document = props.get("policyData")
-    if isinstance(document, str) and not is_unknown(document):
-        try:
-            bindings = _get(json.loads(document), "bindings")
-        except ValueError:
-            bindings = None
-        for i, binding in enumerate(bindings if _is_list(bindings) else []):
-            members = _get(binding, "members")
-            for j, member in enumerate(members if _is_list(members) else []):
-                found.append((f"policyData.bindings[{i}].members[{j}]", _get(binding, "role"), member))
+    for i, binding in enumerate(_policy_bindings(props)):
+        members = _get(binding, "members")
+        for j, member in enumerate(members if _is_list(members) else []):
+            found.append((f"policyData.bindings[{i}].members[{j}]", _get(binding, "role"), member))
     return found
+
+
+def _policy_bindings(props: Mapping[str, Any]) -> list[Any]:
+    """The bindings of an IAMPolicy resource's `policyData` document (none when unknown or not JSON)."""
+    document = props.get("policyData")
+    if not isinstance(document, str) or is_unknown(document):
+        return []
+    try:
+        bindings = _get(json.loads(document), "bindings")
+    except ValueError:
+        return []
+    return list(bindings) if _is_list(bindings) else []
 
 
 def check_no_escalation_grants(resource_type: str, props: Mapping[str, Any]) -> list[str]:
