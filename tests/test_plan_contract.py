@@ -179,7 +179,7 @@ def test_unknown_stack_is_a_clear_error(tmp_path):
 
 def test_outputs_that_carry_mock_values_are_marked(plans):
     """outputs.json `$mocked` names each output holding a stand-in of the mock engine (docs/plan-format.md)."""
-    from tools.mocks import UNRESOLVED_REVISION
+    from tools.preview.mocks import UNRESOLVED_REVISION
 
     for plan in plans.values():
         mocked = plan.outputs["$mocked"]
@@ -194,7 +194,7 @@ def test_committed_placeholders_are_warned_about():
     `pulumi up` warn once per placeholder."""
     from components.config import PROJECT, parse_config
     from tests.conftest import ROOT
-    from tools.render import project_file, stack_config
+    from tools.preview.render import project_file, stack_config
 
     for stack, reservation in (("gpu", "my-a4x-max-reservation"), ("tpu", "my-tpu7x-reservation")):
         config, _ = stack_config(ROOT / f"Pulumi.{stack}.yaml", project_file())

@@ -244,9 +244,9 @@ MOCKED_KEY = "$mocked"
 
 
 def mark_mocked(outputs: dict[str, Any]) -> dict[str, Any]:
-    """Stack outputs plus `$mocked`: each output whose value holds a mock stand-in (tools/mocks.py STAND_INS) ->
+    """Stack outputs plus `$mocked`: each output whose value holds a mock stand-in (tools/preview/mocks.py STAND_INS) ->
     what the stand-in replaces; `pulumi up` reports the real value there."""
-    from tools.mocks import STAND_INS
+    from tools.preview.mocks import STAND_INS
 
     mocked = {}
     for name, value in outputs.items():
