@@ -72,7 +72,7 @@ def registries(tmp_path) -> Iterator[Registries]:
 
 def fetch_cli(into: Path, env: dict[str, str], *charts: str) -> subprocess.CompletedProcess:
     """The user's command, in its own process (the default entry point), filling `into`."""
-    args = [sys.executable, "-m", "tools.preview.helm_render", "--fetch", "--into", str(into)]
+    args = [sys.executable, "-m", "tools", "charts", "--fetch", "--into", str(into)]
     args += [a for c in charts for a in ("--chart", c)]
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, **env})
