@@ -169,9 +169,12 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
         host_per_node = cfg.tpu.hicacheRatio * pool * devices_per_host
         limit = catalog.IRONWOOD.usable_host_memory_gib * 2**30 * TPU_HOST_RAM_SHARE
         if host_per_node > limit:
-            raise ConfigError("tpu.hicacheRatio", cfg.tpu.hicacheRatio,
-                              f"the host pool would take {host_per_node / 2**30:.0f} GiB per node, over "
-                              f"{limit / 2**30:.0f} GiB of the ~{catalog.IRONWOOD.usable_host_memory_gib} GiB usable")
+            field = cfg.tpu.blame("hicacheRatio", "topology", "memFractionPercent")
+            raise ConfigError(f"tpu.{field}", getattr(cfg.tpu, field),
+                              f"the host pool (tpu.hicacheRatio {cfg.tpu.hicacheRatio} x the HBM KV pool) would take "
+                              f"{host_per_node / 2**30:.0f} GiB per node, over "
+                              f"{limit / 2**30:.0f} GiB of the ~{catalog.IRONWOOD.usable_host_memory_gib} GiB usable; "
+                              f"lower tpu.hicacheRatio")
     return ServingCapacity(
         devices_per_replica=devices, hbm_bytes_per_device=hbm, weight_bytes_per_device=weights,
         kv_pool_bytes_per_device=pool, kv_groups=kv_groups, mla_bytes_per_token=mla,

@@ -262,16 +262,16 @@ KUBERNETES_NAMESPACES_SOURCE = \
 RESERVED_NAMESPACES: dict[str, str] = {
     # Namespaces a workload namespace must not be: the stack gives its namespace a default-deny NetworkPolicy,
     # a ResourceQuota and Pod Security labels, which would break what already runs there.
-    "default": "Kubernetes' initial namespace (KUBERNETES_NAMESPACES_SOURCE)",
-    "kube-system": "Kubernetes' system namespace (KUBERNETES_NAMESPACES_SOURCE)",
-    "kube-public": "Kubernetes' public namespace (KUBERNETES_NAMESPACES_SOURCE)",
-    "kube-node-lease": "Kubernetes' node lease namespace (KUBERNETES_NAMESPACES_SOURCE)",
+    "default": f"Kubernetes' initial namespace ({KUBERNETES_NAMESPACES_SOURCE})",
+    "kube-system": f"Kubernetes' system namespace ({KUBERNETES_NAMESPACES_SOURCE})",
+    "kube-public": f"Kubernetes' public namespace ({KUBERNETES_NAMESPACES_SOURCE})",
+    "kube-node-lease": f"Kubernetes' node lease namespace ({KUBERNETES_NAMESPACES_SOURCE})",
     "gmp-system": "GKE Managed Prometheus' collectors (components/netpol.py GMP_COLLECTORS)",
     "gmp-public": "GKE Managed Prometheus' public configuration",
 }
 RESERVED_NAMESPACE_PREFIXES: dict[str, str] = {
-    "kube-": "reserved for Kubernetes system namespaces (KUBERNETES_NAMESPACES_SOURCE)",
-    "gke-": "GKE's managed namespaces (gke-managed-*, gke-gmp-system)",
+    "kube-": f"the prefix Kubernetes reserves for its system namespaces ({KUBERNETES_NAMESPACES_SOURCE})",
+    "gke-": "the prefix of GKE's managed namespaces (gke-managed-*, gke-gmp-system)",
 }
 LWS_NAMESPACE = "lws-system"
 """Namespace of the LeaderWorkerSet controller chart (its release manifests' namespace)."""

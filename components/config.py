@@ -1021,7 +1021,8 @@ def check_namespaces(keys: typing.Iterable[str]) -> None:
     for full in sorted(keys):
         namespace, sep, rest = full.partition(":")
         if sep and namespace in EXPLICIT_PROVIDERS:
-            raise ConfigError(full, None, f"has no effect: stack settings of a provider configure only its "
+            value = keys.get(full) if isinstance(keys, dict) else None
+            raise ConfigError(full, value, f"has no effect: stack settings of a provider configure only its "
                                           f"default provider ({DEFAULT_PROVIDER_CONFIG}), and this program gives every "
                                           f"resource an explicit one ({EXPLICIT_PROVIDERS[namespace]}); remove it")
         if not sep or namespace in known:

@@ -90,8 +90,8 @@ def test_replicated_non_expert_weights_assumption():
      "engine's pool holds 4.9 GB (343,356 tokens); lower it or change tpu.topology or tpu.memFractionPercent"),
     # Ratio 4: 4 x 38.87e9 x 8 = 1,158 GiB per host.
     ("tpu", {"tpu__hicacheRatio": 4},
-     "kimi-k3-1:tpu.hicacheRatio = 4: the host pool would take 1158 GiB per node, over 720 GiB of the ~800 GiB "
-     "usable"),
+     "kimi-k3-1:tpu.hicacheRatio = 4: the host pool (tpu.hicacheRatio 4 x the HBM KV pool) would take 1158 GiB per "
+     "node, over 720 GiB of the ~800 GiB usable; lower tpu.hicacheRatio"),
 ])
 def test_configurations_that_cannot_fit(stack, changes, expected):
     with pytest.raises(ConfigError) as info:

@@ -22,7 +22,7 @@ PROJECT_NUMBER = "123456789012"
 """Stand-in project number; realistic shape so Workload Identity principals resolve."""
 GKE_MASTER_VERSION = "1.35.1-gke.1396000"
 """What the mocked `getEngineVersions` reports for every release channel on the pinned line."""
-CHANNELS = ("RAPID", "REGULAR", "STABLE")
+CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED")
 
 STAND_INS: dict[str, str] = {
     # Values only a real `pulumi up` knows, which the mocks invent: what each stands in for. The plan marks every
