@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The `kimi` console script (pyproject.toml [project.scripts]): the project installed editable into .venv.
+CLI    := $(VENV)/bin/kimi
 STACK  ?=
 # inference-perf needs Python >= 3.12 and pins its own transformers: a second virtualenv (requirements-inference-perf.txt).
 IP_PYTHON ?= $(shell bash tools/python.sh)
@@ -45,8 +47,11 @@ $(CK_STAMP): requirements-checkov.txt
 scan: $(STAMP) $(CK_STAMP) plan
 	$(PY) -m tools scan --with-benchmark
 
+$(CLI): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+
 ## plan: render every stack (or STACK=<name>) offline into build/plan/<stack>/
-plan: $(STAMP)
+plan: $(STAMP) $(CLI)
 	$(PY) -m tools plan $(if $(STACK),--stack $(STACK))
 
 ## charts: pull the pinned Helm charts into build/charts/ (digest-checked), so the plan renders their objects
@@ -70,7 +75,7 @@ schema: $(STAMP)
 	$(PY) -m tools schema
 
 ## bench-plan: time the plan of each stack over several runs (median and max)
-bench-plan: $(STAMP)
+bench-plan: $(STAMP) $(CLI)
 	$(PY) -m tools bench-plan
 
 clean:

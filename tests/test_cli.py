@@ -40,3 +40,17 @@ def test_unknown_command_and_no_command_are_usage_errors():
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 2, argv
         assert "usage" in err or "unknown command" in err, argv
+
+
+def test_the_console_script_is_the_cli_and_make_plan_installs_it():
+    """pyproject.toml's `kimi` script is this CLI's main, and `make plan` installs it (editable) into .venv."""
+    import importlib
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    module, _, function = project["project"]["scripts"]["kimi"].partition(":")
+    assert getattr(importlib.import_module(module), function) is importlib.import_module("tools.__main__").main
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^plan: .*\$\(CLI\)", makefile, re.M)
+    assert re.search(r"^\$\(CLI\): .*\n\t\$\(PY\) -m pip install .*-e \.$", makefile, re.M)
