@@ -170,6 +170,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
             _field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP"),
             # The API server waits this long for its engines: the same startup budget as the probe.
             _env("VLLM_ENGINE_READY_TIMEOUT_S", str(loading.startup_budget_s(cfg))),
+            *(_env(key, value) for key, value in loading.GPU_LOADER.env),
             # Keep-alive above the routing sidecar's 90 s idle timeout
             # (https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml).
             _env("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "120"),

@@ -62,7 +62,7 @@ EXPERTS = 896
 EXPERT_ID = re.compile(r"\.experts\.(\d+)\.")
 SKIPPED_SUFFIXES = {"gpu": (".weight", ".weight_packed"),
                     "tpu": (".weight", ".weight_packed", ".weight_scale", ".scale")}
-SHARES_PAGE_CACHE = {"gpu": False, "tpu": True}  # InstantTensor direct I/O vs TorchTPU's page-cache prefetch
+SHARES_PAGE_CACHE = {"gpu": True, "tpu": True}  # InstantTensor's buffered backend, TorchTPU's page-cache prefetch
 
 
 def rank_bytes(track: str, ep: int, rank: int = 0) -> tuple[int, int]:
@@ -110,6 +110,11 @@ def test_both_gpu_roles_run_the_filter_and_the_chosen_loader(gpu):
         assert "--enable-ep-weight-filter" in flags and "--enable-expert-parallel" in flags
         assert flags["--load-format"] == "instanttensor"
         assert "--safetensors-load-strategy" not in flags  # prefetch reads whole files in 0.33.0
+    for _, container in facts.containers(served):
+        if container["name"] == "vllm":
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            # Buffered reads: the engines of a pod share the page cache (instanttensor _impl.py BackendPolicy).
+            assert env["INSTANTTENSOR_BACKEND"] == "BUFFERED"
 
 
 def test_the_checkpoint_is_the_published_size():
@@ -164,7 +169,7 @@ def test_startup_probes_follow_the_modelled_load_time(plans, stack):
 def test_a_slower_disk_lengthens_the_load_and_every_wait(gpu, variants):
     slow = variants["slow-disk"]
     fast_min, slow_min = (summary_figure(p, r"load time ([\d.]+) min") for p in (gpu, slow))
-    assert slow_min == pytest.approx(2 * fast_min, abs=0.1)
+    assert slow_min == pytest.approx(2 * fast_min, abs=0.15)  # both printed to 0.1 min
 
     def waits(plan: Plan) -> tuple[int, int]:
         served = next(m for m in plan.manifests if m["kind"] == "DisaggregatedSet")
