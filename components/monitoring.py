@@ -13,26 +13,37 @@ from .base import Args, Component, StrInput
 SCRAPE_INTERVAL = "30s"
 
 
+SLICE_TARGET_LABEL = "slice"
+"""Prometheus label of a serving pod's slice (docs/scaling.md): copied from the pod label that numbers the slices,
+so dashboards and queries can split load per slice."""
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+"""Pod label of a LeaderWorkerSet group's index (kubernetes-sigs/lws v0.10.0 api/leaderworkerset/v1/
+leaderworkerset_types.go); on TPU one group is one slice."""
+
+
 class ScrapeTarget(Args):
     name: str
     match_labels: dict[str, str] = {}
     match_expressions: tuple[dict[str, object], ...] = ()
     port: int | str
+    from_pod: dict[str, str] = {}
+    """Pod label -> target label (PodMonitoring spec.targetLabels.fromPod)."""
 
 
 def serving_targets(track: str) -> list[ScrapeTarget]:
     """Where each serving pod exposes engine metrics: on GPU, decode pods run vLLM behind the routing
     sidecar, so prefill and decode are scraped on different ports
     (https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml)."""
+    gpu_slice = {contract.DISAGGREGATED_SLICE_LABEL: SLICE_TARGET_LABEL}
     if track == "gpu":
         return [
             ScrapeTarget(name="prefill", match_labels={**contract.SERVING_LABELS, contract.ROLE_LABEL: "prefill"},
-                         port=contract.MODEL_SERVER_PORT),
+                         port=contract.MODEL_SERVER_PORT, from_pod=gpu_slice),
             ScrapeTarget(name="decode", match_labels={**contract.SERVING_LABELS, contract.ROLE_LABEL: "decode"},
-                         port=contract.DECODE_ENGINE_PORT),
+                         port=contract.DECODE_ENGINE_PORT, from_pod=gpu_slice),
         ]
     return [ScrapeTarget(name="model-server", match_labels=dict(contract.SERVING_LABELS),
-                         port=contract.MODEL_SERVER_PORT)]
+                         port=contract.MODEL_SERVER_PORT, from_pod={LWS_GROUP_INDEX_LABEL: SLICE_TARGET_LABEL})]
 
 
 def router_target() -> ScrapeTarget:
@@ -64,6 +75,8 @@ class Monitoring(Component):
                 spec={
                     "selector": selector,
                     "endpoints": [{"port": target.port, "path": contract.METRICS_PATH, "interval": SCRAPE_INTERVAL}],
+                    **({"targetLabels": {"fromPod": [{"from": k, "to": v} for k, v in target.from_pod.items()]}}
+                       if target.from_pod else {}),
                 },
                 opts=self.child(),
             ))

@@ -111,6 +111,9 @@ def serving_group(s: Scope) -> Group:
     rps = [Query(requests, "router")]
     if s.track == "gpu":
         rps.append(Query(rate("vllm:request_success_total", "vllm", s.matchers(s.engines), by="job"), "${job}"))
+        # Per serving unit (docs/scaling.md): every request finishes on a decode pod of one slice.
+        rps.append(Query(rate("vllm:request_success_total", "vllm", s.matchers(s.job("decode")), by="slice"),
+                         "slice ${slice}"))
     return Group("Serving", "Is it serving?", (
         Panel("Requests per second", "1/s", tuple(rps)),
         Panel("Errors: share of router requests, and per second by code", "1", (

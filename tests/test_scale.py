@@ -258,3 +258,13 @@ def test_hyperdisk_throughput_grows_with_readers_within_the_volume_limit():
     assert sizes[0] < sizes[1] <= sizes[2] <= catalog.HYPERDISK_ML_MAX_MIBPS
     readers = [loading.reader_nodes(parse("gpu", gpu__slices=n)) for n in (1, 3)]
     assert readers == [16, 48]
+
+
+def test_scraped_series_carry_the_slice_and_the_dashboard_splits_by_it(plans, variants):
+    for plan, source in ((variants["gpu3"], contract.DISAGGREGATED_SLICE_LABEL),
+                         (variants["tpu4"], "leaderworkerset.sigs.k8s.io/group-index")):
+        engines = [m for m in plan.manifests if m["kind"] == "PodMonitoring" and "router" not in m["metadata"]["name"]]
+        assert engines and all(m["spec"]["targetLabels"]["fromPod"] == [{"from": source, "to": "slice"}]
+                               for m in engines)
+    dashboard = variants["gpu3"].one("gcp:monitoring/dashboard:Dashboard")["inputs"]["dashboardJson"]
+    assert "by (slice)" in dashboard and "slice ${slice}" in dashboard
