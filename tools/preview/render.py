@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.preview import helm_render, scheduling
+from tools.preview import helm_render, lazy_packages, scheduling
 from tools.preview.stack_file import StackFileError, load_stack, load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,6 +141,7 @@ def render(stack_file: Path) -> dict[str, Any]:
     stack = stack_name(stack_file)
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
+    lazy_packages.install()
     import pulumi
     import pulumi.resource as pulumi_resource
     from google.protobuf import json_format
@@ -299,6 +300,7 @@ def preload() -> None:
     import importlib
 
     sys.path.insert(0, str(ROOT))
+    lazy_packages.install()
     for package, modules in PRELOAD:
         for module in modules:
             loaded = importlib.import_module(f"{package}.{module}")
