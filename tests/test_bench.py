@@ -1045,3 +1045,18 @@ def test_slice_load_without_a_reading_says_not_measured():
     assert load["slices"]["1"] == {"requests": None, "share": None}
     assert bench_steps.slice_load_lines(load) == ["slice 0: 4 requests (100%)", "slice 1: not measured"]
     assert "| 1 | not measured |  |" in bench_steps.slice_load_table(load)
+
+
+def test_a_terminal_that_never_takes_output_cannot_hold_the_signal_or_the_teardown(tmp_path):
+    """The signal path does not go through the output path: with a sink that blocks forever (a paused terminal,
+    a pipe nobody reads), SIGTERM still leaves the step, the destroy runs once and driver.log has every line."""
+    stuck = threading.Event()
+    world = World(faults={"wait_ready": signal_self(signal.SIGTERM)})
+    start = time.monotonic()
+    code, _ = drive(world, tmp_path, out=lambda line: stuck.wait(60))
+    took = time.monotonic() - start
+    stuck.set()
+    assert code == bench.EXIT_INTERRUPTED and took < 15, took
+    assert_torn_down_after(world, "wait_ready")
+    log = (tmp_path / "results" / "gpu" / "20260102T030405Z" / "driver.log").read_text()
+    assert "==> destroy" in log and "==> summary:" in log
