@@ -296,11 +296,12 @@ def slice_lines(cfg: StackConfig) -> list[str]:
     key = "kimi-k3-1:cost.gpuNodeHourUsd" if cfg.track == "gpu" else "kimi-k3-1:cost.tpuChipHourUsd"
     shared_text = f"${shared:,.2f}/h" + ("" if complete else " (some items unpriced)")
     if each is None:
-        price = f"accelerators unpriced (set {key}); shared {shared_text}"
-        total_price = f"{c.slices} x unpriced accelerators + shared {shared_text}"
+        price = f"accelerators unpriced (set {key}); rest of the stack {shared_text}"
+        total_price = f"{c.slices} x unpriced accelerators + rest of the stack {shared_text}"
     else:
         price = f"${each:,.2f}/h accelerators"
-        total_price = f"${c.slices * each + shared:,.2f}/h ({c.slices} x ${each:,.2f} + shared {shared_text})"
+        total_price = (f"${c.slices * each + shared:,.2f}/h ({c.slices} x ${each:,.2f} + rest of the stack "
+                       f"{shared_text})")
     where = "decode groups" if cfg.track == "gpu" else "replica"
     prefix = (f"; prefill prefix cache {c.prefix_sessions_hbm:,} HBM + {c.prefix_sessions_host:,} host"
               if cfg.track == "gpu" else "")

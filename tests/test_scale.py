@@ -268,3 +268,12 @@ def test_scraped_series_carry_the_slice_and_the_dashboard_splits_by_it(plans, va
                                for m in engines)
     dashboard = variants["gpu3"].one("gcp:monitoring/dashboard:Dashboard")["inputs"]["dashboardJson"]
     assert "by (slice)" in dashboard and "slice ${slice}" in dashboard
+
+
+def test_priced_slices_add_up():
+    from stacks.base import slice_lines
+
+    per_slice, total = slice_lines(parse("gpu", gpu__slices=3, cost__gpuNodeHourUsd="42.50"))
+    assert per_slice.endswith("; $680.00/h accelerators")  # 16 nodes x $42.50
+    rest = float(total.split("rest of the stack $")[1].split("/h")[0].replace(",", ""))
+    assert total.split("; ")[-1].startswith(f"${3 * 680 + rest:,.2f}/h (3 x $680.00 + rest of the stack")
