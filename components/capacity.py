@@ -1,7 +1,8 @@
 """Sizing computed from the config and the catalog, used by components and the plan summary.
 
 Weight staging and loading (docs/weights.md has the formulas): the bytes each rank reads, the load time and
-the Hyperdisk ML throughput come from components.loading; this module adds the staging Job's expected time.
+the Hyperdisk ML throughput come from components.loading; the staging Job's expected time is
+components.staging.staging_model.
 """
 
 from __future__ import annotations
@@ -30,16 +31,10 @@ class WeightStaging:
     throughput_mibps: int
     volume_gib: int
     checkpoint_bytes: int
-    staging_workers: int
     load_s: float
     """Every replica loading at once (components.loading.LoadModel.load_s)."""
     hydration_s: float
     """Lower bound for writing one copy into the volume (components.loading.hydration_s)."""
-
-    @property
-    def staging_s(self) -> float:
-        """Expected time of the staging Job's copy from the Hub into the bucket (an assumed per-stream rate)."""
-        return self.checkpoint_bytes / (self.staging_workers * catalog.HUB_STREAM_ASSUMED_MBPS * 1e6)
 
 
 def weight_staging(cfg: StackConfig) -> WeightStaging:
@@ -49,7 +44,6 @@ def weight_staging(cfg: StackConfig) -> WeightStaging:
         throughput_mibps=model.throughput_mibps,
         volume_gib=cfg.storage.volumeSizeGi,
         checkpoint_bytes=catalog.KIMI.checkpoint_bytes,
-        staging_workers=cfg.storage.stagingWorkers,
         load_s=model.load_s,
         hydration_s=loading.hydration_s(cfg),
     )

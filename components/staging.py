@@ -1,16 +1,21 @@
-"""Checkpoint staging inside `pulumi up`: a Kubernetes Job on the CPU system pool copies the model repository
-at one commit from the Hugging Face Hub into gs://<bucket>/<checkpointPrefix><commit>/, with the same code as
-`python -m tools stage` (shipped in a ConfigMap, its libraries installed from a hash-pinned lock).
+"""Checkpoint staging inside `pulumi up`: an Indexed Kubernetes Job of several pods on the CPU transfer pool copies
+the model repository at one commit from the Hugging Face Hub into gs://<bucket>/<checkpointPrefix><commit>/,
+with the same code as `python -m tools stage` (shipped in a ConfigMap, its libraries installed from a
+hash-pinned lock). The pods share the files through the copier's leases; `staging_model` sizes them.
 
-Why a Job on the system pool (docs/weights.md): it needs only the cluster and its smallest pool, so on a first
-run it copies while the accelerator pools are still being created; it reuses Workload Identity and the
-`llm-d-hf-token` Secret; and pulumi-kubernetes waits for a Job to complete (Complete condition) and fails
-the update on a Failed one (https://www.pulumi.com/registry/packages/kubernetes/api-docs/batch/v1/job/), which
-is what lets hydration depend on a verified copy.
+Why a Job on a CPU pool (docs/weights.md): it needs only the cluster and a CPU pool created alongside the
+system pool, so on a first run it copies while the accelerator pools are still being created; it reuses
+Workload Identity and the `llm-d-hf-token` Secret; and pulumi-kubernetes waits for a Job to complete (Complete
+condition) and fails the update on a Failed one
+(https://www.pulumi.com/registry/packages/kubernetes/api-docs/batch/v1/job/), which is what lets hydration
+depend on a verified copy. The transfer pool (C3, 44 vCPU) is idle until hydration, which starts only after
+staging, so the copy borrows it instead of a pool of its own.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +25,7 @@ import pulumi_kubernetes as k8s
 
 from . import catalog, contract, hardening
 from .base import Args, Component, StrInput
+from .config import StackConfig
 from .identity import workload_principal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,12 +38,81 @@ APP_DIR = "/app"
 DEPS_DIR = "/deps"
 TIMEOUT_S = 8 * 3600
 """How long `pulumi up` waits for the copy (pulumi.com/timeoutSeconds). The expected time is in the plan
-summary (capacity.staging_seconds); this leaves room for a Hub slower than assumed."""
+summary (staging_model); this leaves room for a Hub far slower than assumed."""
+POD_CPU = 4
+"""CPU each staging pod requests: the copier's per-byte work (SHA-256, CRC32C, TLS, HTTP) runs on about two
+threads per file in flight; four cores keep COPIER_MBPS_PER_CPU x 4 above what 16 Hub streams bring."""
+POD_MEMORY = "3Gi"
+"""Per pod: about two 16 MiB upload chunks per worker (tools/staging/bucket.py CHUNK_BYTES) plus the
+interpreter; the benchmark's peak RSS is in docs/weights.md."""
+TARGET_SECONDS = 600
+"""Design target for a first-run copy of the checkpoint: 10 minutes, so staging is not longer than creating
+the accelerator pools (components/timeline.py)."""
+MAX_PODS = 8
+"""At most this many pods: eight of POD_CPU fit on one node of the default transfer pool (c3-standard-44)."""
+COPIER_MBPS_PER_CPU = 400
+"""Measured: MB/s the copier moves per CPU-second on loopback (tests/bench_staging.py, 2026-12-01, without
+TLS, so an upper bound; docs/weights.md has the run)."""
+HUB_PER_ADDRESS_MBPS = 2200
+"""Measured elsewhere: one large host downloads from the Hub with hf_xet at about 2.2 GB/s
+(https://github.com/unslothai/unsloth-zoo/issues/972). The Hub limits per client address, token or not
+(https://github.com/huggingface/huggingface_hub/issues/3312, https://github.com/NVIDIA/aicr/issues/1116), so
+this is what one egress address is assumed to carry."""
+NAT_ADDRESSES = 1
+"""Egress addresses the staging pods share: Cloud NAT with AUTO_ONLY allocation (components/network.py) gives
+the cluster's nodes one address until they need more ports than it has."""
+GCS_INGEST_MBPS = 25_000
+"""Cloud Storage's default bandwidth quota: 200 Gbps per project and region
+(https://cloud.google.com/storage/docs/bandwidth-usage)."""
+
+
+@dataclass(frozen=True)
+class StagingModel:
+    """The staging Job's expected first-run copy (bucket without the revision): each figure's source in
+    `sources`, the binding term in `limit`."""
+
+    pods: int
+    workers_per_pod: int
+    pod_mbps: float
+    aggregate_mbps: float
+    seconds: float
+    limit: str
+    sources: dict[str, str]
+
+
+def staging_model(cfg: StackConfig, checkpoint_bytes: int = catalog.KIMI.checkpoint_bytes) -> StagingModel:
+    """Pods enough to reach the target rate, or the rate the Hub's per-address limit and Cloud Storage's ingest
+    allow, whichever is lower (at most MAX_PODS); aggregate = min(pods x pod rate, addresses x per-address rate,
+    ingest)."""
+    workers = cfg.storage.stagingWorkers
+    streams = workers * catalog.HUB_STREAM_ASSUMED_MBPS
+    cpu = POD_CPU * COPIER_MBPS_PER_CPU
+    pod_mbps = min(streams, cpu)
+    target = checkpoint_bytes / TARGET_SECONDS / 1e6
+    caps = {"Hub per-address limit": NAT_ADDRESSES * HUB_PER_ADDRESS_MBPS, "Cloud Storage ingest": GCS_INGEST_MBPS}
+    pods = max(1, min(MAX_PODS, math.ceil(min(target, *caps.values()) / pod_mbps)))
+    terms = {**caps, "pods": pods * pod_mbps}
+    limit = min(terms, key=terms.get)
+    aggregate = min(terms.values())
+    return StagingModel(
+        pods=pods, workers_per_pod=workers, pod_mbps=pod_mbps, aggregate_mbps=aggregate,
+        seconds=checkpoint_bytes / (aggregate * 1e6), limit=limit,
+        sources={
+            "pod rate": f"min({workers} streams x {catalog.HUB_STREAM_ASSUMED_MBPS} MB/s assumed "
+                        f"(catalog.HUB_STREAM_ASSUMED_MBPS), {POD_CPU} CPU x {COPIER_MBPS_PER_CPU} MB/s measured "
+                        "(tests/bench_staging.py))",
+            "target": f"{checkpoint_bytes / 1e12:.2f} TB in {TARGET_SECONDS // 60} min (design target)",
+            "Hub per-address limit": f"{NAT_ADDRESSES} NAT address x {HUB_PER_ADDRESS_MBPS} MB/s (unsloth-zoo#972)",
+            "Cloud Storage ingest": "200 Gbps per project and region (cloud.google.com/storage/docs/bandwidth-usage)",
+        })
+
 LISTER_ROLE = "roles/storage.objectViewer"
 """List and read the bucket: listing is checked on the bucket, so it cannot be limited to a prefix."""
 WRITER_ROLE = "roles/storage.objectUser"
 """Create, overwrite and delete objects, granted only under the checkpoint prefix
 (https://cloud.google.com/storage/docs/access-control/iam-roles)."""
+TAINT_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule", "NO_EXECUTE": "NoExecute"}
+"""GKE node pool taint effects (NodePool API) as Kubernetes spells them in a toleration."""
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 """Label GKE puts on every node with its pool's name."""
 
@@ -68,10 +143,15 @@ class CheckpointStagingArgs(Args):
     revision: StrInput
     """40-hex commit, known now (model.revision) or from HubRevision."""
     workers: int
+    """Files each pod copies at once (storage.stagingWorkers)."""
+    pods: int
+    """Pods of the Indexed Job (staging_model(cfg).pods); they share the files through the copier's leases."""
     project_number: StrInput
     workload_pool: StrInput
     node_pool: StrInput
-    """Name of the CPU pool the Job runs on (the system pool)."""
+    """Name of the CPU pool the Job runs on (the transfer pool)."""
+    tolerations: tuple[tuple[str, str, str], ...] = ()
+    """(key, value, effect) of that pool's taints."""
     hf_token_secret: StrInput
     """Name of the Secret holding HF_TOKEN."""
     image: str
@@ -126,8 +206,10 @@ class CheckpointStaging(Component):
             image=args.image,
             working_dir=APP_DIR,
             command=["sh", "-c", install_and_run(), "stage-weights"],
+            # Each pod starts at its own share of the file list (JOB_COMPLETION_INDEX, set by Kubernetes in an
+            # Indexed Job); leases keep any file from being copied twice.
             args=["--repo-id", args.repo_id, "--revision", self.revision, "--dest", self.uri,
-                  "--workers", str(args.workers), "--progress-seconds", "30"],
+                  "--workers", str(args.workers), "--shards", str(args.pods), "--progress-seconds", "30"],
             env=[
                 k8s.core.v1.EnvVarArgs(name=contract.HF_TOKEN_KEY, value_from=k8s.core.v1.EnvVarSourceArgs(
                     secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=args.hf_token_secret,
@@ -138,7 +220,7 @@ class CheckpointStaging(Component):
                 k8s.core.v1.EnvVarArgs(name="HF_HUB_DISABLE_TELEMETRY", value="1"),
             ],
             resources=k8s.core.v1.ResourceRequirementsArgs(
-                requests={"cpu": "2", "memory": "2Gi"}, limits={"memory": "2Gi"}),
+                requests={"cpu": str(POD_CPU), "memory": POD_MEMORY}, limits={"memory": POD_MEMORY}),
             security_context=hardening.container_context(),
             volume_mounts=[k8s.core.v1.VolumeMountArgs(name="code", mount_path=APP_DIR, read_only=True),
                            deps_mount, home_mount],
@@ -153,13 +235,21 @@ class CheckpointStaging(Component):
                 annotations={"pulumi.com/timeoutSeconds": str(TIMEOUT_S)},
             ),
             spec=k8s.batch.v1.JobSpecArgs(
-                backoff_limit=3,  # a rerun resumes: retries cost only the files in flight
+                completion_mode="Indexed",
+                completions=args.pods,
+                parallelism=args.pods,
+                # Per pod: a restarted pod resumes (only files in flight are copied again), and the others take
+                # over a dead pod's files once its leases expire.
+                backoff_limit=3 * args.pods,
                 template=k8s.core.v1.PodTemplateSpecArgs(
                     metadata=k8s.meta.v1.ObjectMetaArgs(labels=contract.STAGING_LABELS),
                     spec=k8s.core.v1.PodSpecArgs(
                         restart_policy="Never",
                         service_account_name=self.account.metadata.name,
                         node_selector={NODE_POOL_LABEL: args.node_pool},
+                        tolerations=[k8s.core.v1.TolerationArgs(key=k, operator="Equal", value=v,
+                                                                effect=TAINT_EFFECTS[e])
+                                     for k, v, e in args.tolerations] or None,
                         security_context=hardening.pod_context(),
                         automount_service_account_token=False,  # Workload Identity needs no API token
                         containers=[container],

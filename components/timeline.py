@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import capacity, catalog, loading
+from . import loading, staging
 from .config import StackConfig
 
 SERVING_TYPES = ("kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet",
@@ -41,14 +41,15 @@ CHART = Step(120, "assumption: a Helm chart until its workloads are ready")
 
 
 def staging_plan(cfg: StackConfig) -> tuple[int, float, float]:
-    """(pods, aggregate bytes/s, seconds) of the Hub -> bucket copy on a first run: the copier's own model."""
-    staging = capacity.weight_staging(cfg)
-    return 1, staging.staging_workers * catalog.HUB_STREAM_ASSUMED_MBPS * 1e6, staging.staging_s
+    """(pods, aggregate bytes/s, seconds) of the Hub -> bucket copy on a first run: the copier's own model
+    (components.staging.staging_model, which names the source of each figure)."""
+    model = staging.staging_model(cfg)
+    return model.pods, model.aggregate_mbps * 1e6, model.seconds
 
 
 def staging_step(cfg: StackConfig) -> Step:
     pods, rate, seconds = staging_plan(cfg)
-    return Step(seconds, f"staging model: {pods} pod(s) at {rate / 1e9:.2f} GB/s, first run (bucket empty)")
+    return Step(seconds, f"staging.staging_model: {pods} pod(s) at {rate / 1e9:.2f} GB/s, first run (bucket empty)")
 
 
 def hydration_step(cfg: StackConfig) -> Step:

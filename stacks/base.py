@@ -23,7 +23,7 @@ from components.platform import Platform, PlatformArgs
 from components.revision import HubRevision, HubRevisionArgs
 from components.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
 from components.services import ProjectServices, ProjectServicesArgs
-from components.staging import CheckpointStaging, CheckpointStagingArgs
+from components.staging import CheckpointStaging, CheckpointStagingArgs, staging_model
 from components.storage import CheckpointBucket, CheckpointBucketArgs
 from components.weights import WeightStaging, WeightStagingArgs
 
@@ -108,14 +108,17 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     # The commit to stage: model.revision, else `main` resolved once by the first `up` and kept in state.
     revision = cfg.model.revision or HubRevision("model-revision", HubRevisionArgs(
         repo_id=cfg.model.repoId, token=hf_token)).revision
-    # Hugging Face -> bucket on the system pool: it waits for the cluster, that pool and the token Secret only,
-    # so it copies while the accelerator pools are still being created.
+    # Hugging Face -> bucket on the transfer pool (idle until hydration): it waits for the cluster, the CPU pools
+    # and the token Secret only, so it copies while the accelerator pools are still being created.
+    transfer = transfer_pool(cfg.transferPool.machineType, cfg.transferPool.nodeCount)
     staged = CheckpointStaging("weights-staging", CheckpointStagingArgs(
         namespace=platform.namespace.metadata.name, bucket=bucket.bucket.name, prefix=cfg.storage.checkpointPrefix,
         repo_id=cfg.model.repoId, revision=revision, workers=cfg.storage.stagingWorkers,
-        project_number=project_number, workload_pool=pool, node_pool=cpu_pools.pools["system"].name,
+        pods=staging_model(cfg).pods, project_number=project_number, workload_pool=pool,
+        node_pool=cpu_pools.pools[transfer.pool_name].name, tolerations=transfer.taints,
         hf_token_secret=platform.hf_token.metadata.name, image=images.ref(cfg.images, "staging")),
-        pulumi.ResourceOptions(providers=[provider, cluster.provider], depends_on=[cpu_pools.pools["system"]]))
+        pulumi.ResourceOptions(providers=[provider, cluster.provider],
+                               depends_on=[cpu_pools.pools["system"], cpu_pools.pools[transfer.pool_name]]))
     staging = capacity.weight_staging(cfg)
     weights = WeightStaging("weights-volume", WeightStagingArgs(
         namespace=platform.namespace.metadata.name, zone=cfg.gcp.zone, checkpoint_uri=staged.uri, revision=revision,
@@ -230,9 +233,7 @@ def summary(cfg: StackConfig) -> list[str]:
         f"checkpoint: {cfg.model.repoId}@{cfg.model.revision or '<main, resolved at the first up>'} staged into "
         f"gs://{cfg.bucket_name}/{cfg.storage.checkpointPrefix}<revision>/ "
         f"({'deleted' if cfg.storage.deleteCheckpointOnDestroy else 'kept'} on destroy)",
-        f"staging: {staging.checkpoint_bytes / 1e12:.2f} TB from the Hugging Face Hub in "
-        f"{staging.staging_s / 60:.1f} min ({staging.staging_workers} streams x {catalog.HUB_STREAM_ASSUMED_MBPS} "
-        "MB/s assumed); 0 when the bucket already holds the revision",
+        staging_line(cfg),
         f"weights: Hyperdisk ML {staging.volume_gib} GiB at {staging.throughput_mibps} MiB/s; hydration >= "
         f"{staging.hydration_s / 60:.1f} min; {replicas(cfg)} replicas on {staging.reader_nodes} nodes load their "
         f"copies in {staging.load_s / 60:.1f} min (target {catalog.WEIGHT_LOAD_TARGET_SECONDS // 60} min)",
@@ -244,6 +245,14 @@ def summary(cfg: StackConfig) -> list[str]:
         *monitoring_lines(cfg),
         *cost.summary_lines(cfg),
     ]
+
+
+def staging_line(cfg: StackConfig) -> str:
+    model = staging_model(cfg)
+    return (f"staging: {catalog.KIMI.checkpoint_bytes / 1e12:.2f} TB from the Hugging Face Hub in "
+            f"{model.seconds / 60:.1f} min: {model.pods} pods x {model.workers_per_pod} streams on the transfer pool, "
+            f"aggregate {model.aggregate_mbps / 1000:.2f} GB/s (limited by {model.limit}; pod rate "
+            f"{model.pod_mbps:.0f} MB/s = {model.sources['pod rate']}); 0 when the bucket already holds the revision")
 
 
 def replicas(cfg: StackConfig) -> int:

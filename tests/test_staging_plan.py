@@ -11,7 +11,7 @@ import pytest
 
 from components import contract, staging, versions
 from tests.conftest import ROOT, STACKS
-from tests.test_config import error
+from tests.test_config import error, parse
 from tools.preview.mocks import PROJECT_NUMBER, UNRESOLVED_REVISION
 
 PINNED = "5f1c0ffee0ddba11c0de5eed0123456789abcdef"
@@ -32,7 +32,7 @@ def test_staging_gates_hydration_and_does_not_wait_for_accelerator_pools(plans, 
     before = plan.closure(staged["name"])
     assert {"cluster-gke", "cpu-system", "platform-hf-token", "weights-staging-writer"} <= before
     assert accelerator_pools(plan) and not accelerator_pools(plan) & before, "copies while accelerator pools create"
-    assert "cpu-weights-transfer" not in before
+    assert "cpu-weights-transfer" in before, "its pods run on the transfer pool, idle until hydration"
     for kind in ("kubernetes:core/v1:PersistentVolumeClaim", "datalayer.gke.io/v1:GCPDataSource"):
         hydration = [r for r in plan.resources if r["type"] == kind or
                      f"{r['inputs'].get('apiVersion')}:{r['inputs'].get('kind')}" == kind]
@@ -75,7 +75,11 @@ def test_the_job_runs_the_copier_of_this_repository(plans, stack):
     source = next(m for m in plan.manifests if m["kind"] == "GCPDataSource")
     assert source["spec"]["cloudStorage"]["uri"] == args["--dest"], "hydration reads exactly the staged folder"
     assert args["--repo-id"] == "moonshotai/Kimi-K3.1-Pro" and args["--workers"] == "16"
-    assert spec["nodeSelector"] == {staging.NODE_POOL_LABEL: "system"}
+    assert spec["nodeSelector"] == {staging.NODE_POOL_LABEL: "weights-transfer"}
+    pool = next(p for p in plan.of_type("gcp:container/nodePool:NodePool") if p["inputs"]["name"] == "weights-transfer")
+    assert [{"key": t["key"], "value": t["value"], "effect": staging.TAINT_EFFECTS[t["effect"]]}
+            for t in pool["inputs"]["nodeConfig"]["taints"]] == [
+        {k: v for k, v in t.items() if k != "operator"} for t in spec["tolerations"]]
     assert job(plan)["inputs"]["spec"]["template"]["metadata"]["labels"] == contract.STAGING_LABELS
     assert int(job(plan)["inputs"]["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]) >= 3600
     assert "skipAwait" not in str(job(plan)["inputs"]["metadata"]), "pulumi up waits for the copy"
@@ -113,11 +117,11 @@ def test_a_pinned_revision_needs_no_hub_at_plan_or_up_time(variants):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_plan_summary_prints_the_staging_time_and_the_critical_path(plans, stack):
-    """Hand-worked: 1.56e12 B / (16 x 60e6 B/s) = 1625 s = 27.1 min, on the critical path between the system
-    pool and hydration (tests/test_loading.py checks the path's arithmetic)."""
+    """Hand-worked in the test above: 11.8 min, on the critical path between the CPU pools and hydration
+    (tests/test_loading.py checks the path's arithmetic)."""
     summary = plans[stack].summary
-    assert "staging: 1.56 TB from the Hugging Face Hub in 27.1 min (16 streams x 60 MB/s assumed)" in summary
-    assert re.search(r"critical path \(min\): .*cpu-system 4\.0 -> .*weights-staging-job 27\.1 -> "
+    assert "staging: 1.56 TB from the Hugging Face Hub in 11.8 min" in summary
+    assert re.search(r"critical path \(min\): .*cpu-system 4\.0 -> .*weights-staging-job 11\.8 -> "
                      r".*weights-volume-pvc \d+\.\d", summary), summary
 
 
@@ -148,3 +152,38 @@ def test_the_job_installs_the_libraries_the_tests_ran():
             assert version(name) == pinned, name
         except PackageNotFoundError:
             pytest.fail(f"{name} is in the lock but not installed here, so no test ran it")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_job_is_split_over_the_pods_the_staging_model_sizes(plans, stack):
+    """Hand-worked: a pod brings min(16 x 60, 4 x 400) = 960 MB/s; the target is 1.56e12 / 600 s = 2,600 MB/s,
+    one NAT address carries 2,200 MB/s, so 3 pods (2,880 MB/s) and 2,200 MB/s aggregate: 709 s = 11.8 min."""
+    plan = plans[stack]
+    spec = job(plan)["inputs"]["spec"]
+    model = staging.staging_model(parse(stack))
+    assert (model.pods, model.pod_mbps, model.aggregate_mbps, model.limit) == (3, 960, 2200, "Hub per-address limit")
+    assert set(model.sources) == {"pod rate", "target", "Hub per-address limit", "Cloud Storage ingest"}
+    assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == model.pods
+    [container] = spec["template"]["spec"]["containers"]
+    assert container["args"][container["args"].index("--shards") + 1] == str(model.pods)
+    assert container["resources"]["requests"]["cpu"] == str(staging.POD_CPU)
+    assert ("staging: 1.56 TB from the Hugging Face Hub in 11.8 min: 3 pods x 16 streams on the transfer pool, "
+            "aggregate 2.20 GB/s (limited by Hub per-address limit") in plan.summary
+    assert "weights-staging-job 11.8" in plan.summary, "the critical path reads the same model"
+
+
+def test_the_staging_model_scales_pods_to_the_reachable_rate():
+    cfg = parse("gpu")
+    model = staging.staging_model(parse("gpu", storage__stagingWorkers=4))
+    assert model.pod_mbps == 240 and model.pods == staging.MAX_PODS and model.limit == "pods"
+    assert model.seconds == pytest.approx(1.56e12 / (staging.MAX_PODS * 240e6), rel=0.01)
+    small = staging.staging_model(cfg, checkpoint_bytes=10**11)
+    assert small.pods == 1 and small.limit == "pods" and small.aggregate_mbps == 960
+
+
+def test_the_command_line_takes_its_shard_from_the_indexed_job(monkeypatch):
+    from tools.live.stage_weights import parse_args
+
+    monkeypatch.setenv("JOB_COMPLETION_INDEX", "2")
+    args = parse_args(["--repo-id", "a/b", "--revision", PINNED, "--dest", "gs://b/p/", "--shards", "3"])
+    assert (args.shard_index, args.shards) == (2, 3)

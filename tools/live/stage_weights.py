@@ -36,6 +36,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--revision", required=True, type=commit, help="full 40-character commit hash to copy")
     parser.add_argument("--dest", required=True, help="gs://BUCKET/FOLDER/ to copy into (trailing '/')")
     parser.add_argument("--workers", type=int, default=8, help="files copied at once (default 8)")
+    parser.add_argument("--shards", type=int, default=1,
+                        help="copiers started together on this folder, e.g. the pods of an Indexed Job (default 1); "
+                             "each starts at its own share of the file list, the leases share the rest")
+    parser.add_argument("--shard-index", type=int, default=int(os.environ.get("JOB_COMPLETION_INDEX", "0") or 0),
+                        help="this copier's index among --shards (default: JOB_COMPLETION_INDEX, else 0)")
     parser.add_argument("--progress-seconds", type=float, default=10.0,
                         help="seconds between progress lines (default 10)")
     return parser.parse_args(argv)
@@ -52,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stage_weights: {line}", flush=True)
 
     try:
+        if not 0 <= args.shard_index < max(args.shards, 1):
+            raise StagingError(f"--shard-index {args.shard_index}: between 0 and --shards - 1 ({args.shards - 1})")
         stage(args.repo_id, args.revision, args.dest, workers=args.workers, token=os.environ.get("HF_TOKEN") or None,
-              log=log, progress_s=args.progress_seconds)
+              log=log, progress_s=args.progress_seconds, shard=(args.shard_index, args.shards))
     except StagingError as err:
         print(f"stage_weights: error: {err}", file=sys.stderr, flush=True)
         return 1

@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "weights.md"
 PLAN = ROOT / "build" / "plan"
-STARTS = ("weight load:", "time to serving")
+STARTS = ("staging:", "weight load:", "time to serving")
 """Summary lines (with their indented continuation lines) that make up the block."""
 
 
