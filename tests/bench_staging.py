@@ -36,20 +36,34 @@ CPU: dict[str, float] = {}
 
 
 class NullGcs:
-    """Just the calls the copier makes: list, resumable and multipart uploads, delete, media download."""
+    """Just the calls the copier makes: list, get, resumable and multipart uploads (with ifGenerationMatch, which
+    the leases need), delete, media download. Object bodies are discarded; their CRC32C is kept."""
 
     def __init__(self):
         self.objects: dict[str, dict] = {}
         self.sessions: dict[str, dict] = {}
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.generation = 1000
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def resource(self, bucket: str, name: str, size: int, crc: bytes, metadata: dict) -> dict:
-        return {"kind": "storage#object", "bucket": bucket, "name": name, "size": str(size), "generation": "1",
-                "crc32c": base64.b64encode(crc).decode(), "metadata": metadata, "id": f"{bucket}/{name}/1"}
+        with self.lock:
+            self.generation += 1
+            generation = str(self.generation)
+        return {"kind": "storage#object", "bucket": bucket, "name": name, "size": str(size), "generation": generation,
+                "metageneration": "1", "crc32c": base64.b64encode(crc).decode(), "metadata": metadata,
+                "id": f"{bucket}/{name}/{generation}"}
+
+    def precondition_fails(self, name: str, query: dict) -> bool:
+        """ifGenerationMatch: 0 means "does not exist yet", else the current generation."""
+        wanted = query.get("ifGenerationMatch", [None])[0]
+        if wanted is None:
+            return False
+        current = self.objects.get(name)
+        return (current["resource"]["generation"] if current else "0") != wanted
 
     def _handler(self):
         sink = self
@@ -78,7 +92,10 @@ class NullGcs:
                 query = parse_qs(url.query)
                 listing = re.fullmatch(r"/storage/v1/b/([^/]+)/o", url.path)
                 media = re.fullmatch(r"/download/storage/v1/b/([^/]+)/o/(.+)", url.path)
-                if listing:
+                single = re.fullmatch(r"/storage/v1/b/([^/]+)/o/(.+)", url.path)
+                if single and unquote(single.group(2)) in sink.objects:
+                    self.reply(200, sink.objects[unquote(single.group(2))]["resource"])
+                elif listing:
                     prefix = query.get("prefix", [""])[0]
                     items = [o["resource"] for k, o in sink.objects.items() if k.startswith(prefix)]
                     self.reply(200, {"kind": "storage#objects", "items": items})
@@ -101,8 +118,12 @@ class NullGcs:
                 bucket = re.fullmatch(r"/upload/storage/v1/b/([^/]+)/o", url.path).group(1)
                 kind = parse_qs(url.query)["uploadType"][0]
                 body = self.body()
+                query = parse_qs(url.query)
                 if kind == "resumable":
                     meta = json.loads(body or b"{}")
+                    if sink.precondition_fails(meta["name"], query):
+                        self.reply(412, {"error": {"code": 412, "message": "Precondition Failed"}})
+                        return
                     session = uuid.uuid4().hex
                     sink.sessions[session] = {"bucket": bucket, "meta": meta, "crc": google_crc32c.Checksum(),
                                               "size": 0}
@@ -112,9 +133,16 @@ class NullGcs:
                 parts = [p for p in body.split(b"--" + boundary) if p.strip() not in (b"", b"--")]
                 meta = json.loads(parts[0].split(b"\r\n\r\n", 1)[1])
                 data = parts[1].split(b"\r\n\r\n", 1)[1].rsplit(b"\r\n", 1)[0]
-                resource = sink.resource(bucket, meta["name"], len(data), google_crc32c.Checksum(data).digest(),
-                                         meta.get("metadata", {}))
-                sink.objects[meta["name"]] = {"resource": resource, "data": data}
+                with sink.lock:
+                    if sink.precondition_fails(meta["name"], query):
+                        resource = None
+                    else:
+                        resource = sink.resource(bucket, meta["name"], len(data),
+                                                 google_crc32c.Checksum(data).digest(), meta.get("metadata", {}))
+                        sink.objects[meta["name"]] = {"resource": resource, "data": data}
+                if resource is None:
+                    self.reply(412, {"error": {"code": 412, "message": "Precondition Failed"}})
+                    return
                 self.reply(200, resource)
 
             def do_PUT(self):  # noqa: N802

@@ -233,7 +233,7 @@ class _RetryError(Exception):
 
 
 class HubStream(io.RawIOBase):
-    """A file's bytes, fetched once and hashed as they arrive; read() raises IntegrityError instead of
+    """A file's bytes, fetched once and hashed as they are handed out; read() raises IntegrityError instead of
     returning the last bytes when size or hash is wrong, so an upload built on it never completes.
 
     A reader thread fetches ahead while the caller uploads what it already has, so download and upload of one
@@ -293,7 +293,8 @@ class HubStream(io.RawIOBase):
             parts.append(piece)
             got += len(piece)
         if self.delivered >= self.file.size and not self._ended:
-            self._next_item()  # the end marker, or the reason there is none (a failed verification)
+            self._next_item()  # the end marker, or the reason there is none (a failed download)
+            self._verify()  # before the last bytes are handed out: a wrong file never completes an upload
             self._ended = True
         out = b"".join(parts)
         self.position = begin + len(out)
@@ -314,6 +315,12 @@ class HubStream(io.RawIOBase):
             self._leftover = self._next_item()
         piece, self._leftover = self._leftover[:limit], self._leftover[limit:]
         self.delivered += len(piece)
+        # Hashed here, in the caller's thread, so hashing overlaps the reader thread's download (hashlib and
+        # google-crc32c release the GIL); every byte is hashed once, in order, before it is handed out.
+        self.sha256.update(piece)
+        self.crc32c.update(piece)
+        if self.git_sha1 is not None:
+            self.git_sha1.update(piece)
         return piece
 
     def _next_item(self) -> bytes:
@@ -326,15 +333,10 @@ class HubStream(io.RawIOBase):
         return item
 
     def _fetch_all(self) -> None:
-        """Every byte in order, verified before the last piece is queued; an error is queued in its place."""
+        """Every byte in order, then the end marker; an error is queued in its place."""
         try:
             while self.fetched < self.file.size and not self._stop.is_set():
-                piece = self._take(READ_BYTES)
-                if self.fetched >= self.file.size:
-                    self._verify()
-                self._put(piece)
-            if self.file.size == 0:
-                self._verify()
+                self._put(self._take(READ_BYTES))
             self._put(b"")
         except BaseException as err:  # noqa: BLE001 - handed to the caller's thread, which raises it
             self._put(err)
@@ -359,10 +361,6 @@ class HubStream(io.RawIOBase):
                 if not self.pending:
                     self.pending = self._next_network_block()
                 piece, self.pending = self.pending[:limit], self.pending[limit:]
-                self.sha256.update(piece)
-                self.crc32c.update(piece)
-                if self.git_sha1 is not None:
-                    self.git_sha1.update(piece)
                 self.fetched += len(piece)
                 if self.fetched > self.file.size:
                     raise IntegrityError(f"{self.file.path}: the Hub sent more than the {self.file.size} bytes it "
@@ -428,8 +426,8 @@ class HubStream(io.RawIOBase):
 
     def _verify(self) -> None:
         file = self.file
-        if self.fetched != file.size:
-            raise IntegrityError(f"{file.path}: received {self.fetched} bytes, the Hub publishes {file.size}; "
+        if self.delivered != file.size:
+            raise IntegrityError(f"{file.path}: received {self.delivered} bytes, the Hub publishes {file.size}; "
                                  "nothing was written for this file")
         if file.lfs_sha256 and self.sha256.hexdigest() != file.lfs_sha256:
             raise IntegrityError(f"{file.path}: SHA-256 of the bytes received is {self.sha256.hexdigest()}, the Hub "
