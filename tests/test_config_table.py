@@ -1,10 +1,10 @@
-"""A table of stack-file mistakes and valid-but-unusual settings, through the path users run (`tools.plan` on a
+"""A table of stack-file mistakes and valid-but-unusual settings, through the path users run (the offline plan on a
 stack file, under the CLI's reading of it): each mistake exits 1 with one line naming the key the user changed,
 each valid setting renders.
 
 Each case starts from a fixture stack (tests/stacks) and adds raw YAML lines, so CLI-level spellings (unquoted
 `yes`, duplicate keys, timestamps) reach the plan exactly as written. All cases of a table render in one
-`tools.plan` run (one process per stack, as `make plan`)."""
+offline-plan run (`python -m tools.preview.plan`, one process per stack, as `make plan`)."""
 
 from __future__ import annotations
 
@@ -179,6 +179,28 @@ def test_every_mistake_stops_the_plan_with_one_line_naming_the_key(mistakes):
     assert len(mistakes.stderr.strip().splitlines()) == len(MISTAKES), mistakes.stderr
 
 
-def test_every_valid_but_unusual_setting_is_accepted(tmp_path):
-    proc = render(tmp_path, "v", VALID)
+@pytest.mark.parametrize("track,lines", VALID)
+def test_every_valid_but_unusual_setting_is_accepted(tmp_path, track, lines):
+    """What `__main__.py` runs before any resource exists: the CLI's reading, then config and capacity checks."""
+    from components.capacity import serving_capacity
+    from components.config import PROJECT, parse_config
+    from tools.preview.render import project_file, stack_config
+
+    path = tmp_path / "Pulumi.valid.yaml"
+    path.write_text(stack_lines(track, lines))
+    config, _ = stack_config(path, project_file())
+    cfg = parse_config({k[len(PROJECT) + 1:]: v for k, v in config.items() if k.startswith(f"{PROJECT}:")})
+    serving_capacity(cfg)
+
+
+def test_the_valid_settings_together_render_a_whole_plan(tmp_path):
+    """The same settings, all at once per track (two stacks, one plan run), through the whole program."""
+    combined = []
+    for track in ("gpu", "tpu"):
+        lines: dict[str, str] = {}
+        for case_track, case_lines in VALID:
+            if case_track == track:
+                lines.update((line.split(":", 1)[0], line) for line in case_lines)
+        combined.append((track, list(lines.values())))
+    proc = render(tmp_path, "v", combined)
     assert proc.returncode == 0, proc.stderr
