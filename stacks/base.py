@@ -271,6 +271,7 @@ def weight_load_lines(cfg: StackConfig) -> list[str]:
         name, rate = model.limit(r)
         lines.append(f"  {r.replicas} x {r.role} (EP {r.expert_parallel}, {r.ranks_per_node} ranks/node): "
                      f"{r.rank_bytes / gb:,.1f} GB per rank, {r.node_bytes / gb:,.1f} GB per node, "
+                     f"{r.node_bytes * r.nodes_per_replica / 1e12:.2f} TB per replica, "
                      f"{model.seconds(r) / 60:.1f} min at {rate / MIB:,.0f} MiB/s per node ({name})")
     budget = loading.startup_budget_s(cfg)
     half = dataclasses.replace(model, throughput_mibps=model.throughput_mibps // 2)

@@ -148,7 +148,7 @@ def test_load_time_meets_the_target_and_names_its_limit(plans, stack):
     load_min = summary_figure(plan, r"load time ([\d.]+) min \(target 10 min\), limited by the ")
     assert load_min <= 10
     node_gb = summary_figure(plan, r"GB per rank, ([\d,.]+) GB per node")
-    rate = summary_figure(plan, r"GB per node, [\d.]+ min at ([\d,]+) MiB/s per node")
+    rate = summary_figure(plan, r"GB per node, [\d.]+ TB per replica, [\d.]+ min at ([\d,]+) MiB/s per node")
     assert load_min == pytest.approx(node_gb * 1e9 / (rate * 2**20) / 60, abs=0.06)
 
 
