@@ -26,8 +26,17 @@ FIXTURE_STACKS = ROOT / "tests" / "stacks"
 
 
 def run_plan(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tools.preview.plan", "--quiet", "--out", str(out), *args],
-                          cwd=ROOT, capture_output=True, text=True)
+    """`python -m tools plan --quiet --out OUT ARGS`, run by the session's preloaded plan process
+    (tests/plan_server.py: the same code as the CLI's several-stack path, without importing the providers again)."""
+    from tests import plan_server
+
+    return plan_server.run(["--quiet", "--out", str(out), *args], dict(os.environ))
+
+
+def run_plan_cli(out: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m tools plan` in a fresh interpreter, exactly as users start it."""
+    return subprocess.run([sys.executable, "-m", "tools", "plan", "--quiet", "--out", str(out), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
 class Plan:
@@ -96,7 +105,7 @@ def rendered(plan: Plan) -> Plan:
 @pytest.fixture(scope="session")
 def plan_root(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("plan")
-    proc = run_plan(out, *fixture_stack_args())
+    proc = run_plan_cli(out, *fixture_stack_args())
     assert proc.returncode == 0, proc.stderr
     return out
 
