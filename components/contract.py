@@ -41,6 +41,10 @@ DISAGGREGATED_SLICE_LABEL = "disaggregatedset.x-k8s.io/slice"
 (https://github.com/kubernetes-sigs/lws/blob/v0.10.0/pkg/utils/disaggregatedset/utils.go); the router reads it as
 the pod's rack."""
 
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+"""Pod label of a LeaderWorkerSet group's index (kubernetes-sigs/lws v0.10.0 api/leaderworkerset/v1/
+leaderworkerset_types.go GroupIndexLabelKey); on TPU one group is one slice."""
+
 MODEL_SERVER_PORT = 8000
 """Port the router sends requests to on a serving pod (engine, or the routing sidecar on decode pods)."""
 DECODE_ENGINE_PORT = 8200

@@ -16,9 +16,6 @@ SCRAPE_INTERVAL = "30s"
 SLICE_TARGET_LABEL = "slice"
 """Prometheus label of a serving pod's slice (docs/scaling.md): copied from the pod label that numbers the slices,
 so dashboards and queries can split load per slice."""
-LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
-"""Pod label of a LeaderWorkerSet group's index (kubernetes-sigs/lws v0.10.0 api/leaderworkerset/v1/
-leaderworkerset_types.go); on TPU one group is one slice."""
 
 
 class ScrapeTarget(Args):
@@ -43,7 +40,8 @@ def serving_targets(track: str) -> list[ScrapeTarget]:
                          port=contract.DECODE_ENGINE_PORT, from_pod=gpu_slice),
         ]
     return [ScrapeTarget(name="model-server", match_labels=dict(contract.SERVING_LABELS),
-                         port=contract.MODEL_SERVER_PORT, from_pod={LWS_GROUP_INDEX_LABEL: SLICE_TARGET_LABEL})]
+                         port=contract.MODEL_SERVER_PORT,
+                         from_pod={contract.LWS_GROUP_INDEX_LABEL: SLICE_TARGET_LABEL})]
 
 
 def router_target() -> ScrapeTarget:

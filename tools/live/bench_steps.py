@@ -20,9 +20,6 @@ from tools.live.cloud import SERVING_SELECTOR
 from tools.live.core import StepError, Watch, run_bounded
 from tools.live.pulumi_stack import BENCHMARK_KEY, ENGINE_PROFILE_KEY, PROJECT, RUN_ID_KEY
 
-LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
-"""Pod label of a LeaderWorkerSet group's index (kubernetes-sigs/lws v0.10.0 api/leaderworkerset/v1/
-leaderworkerset_types.go GroupIndexLabelKey); on TPU one group is one slice."""
 ROUTER_PORT = contract.ROUTER_SERVICE_PORT  # the routerService port the smoke check talks to
 ROUTER_METRICS_PORT = 9090  # EPP metrics (tools.live.smoke epilog)
 
@@ -117,18 +114,10 @@ class Steps:
     def _slice_metrics(self, forwards: ExitStack) -> list[tuple[str, str]]:
         """(slice, metrics URL) of every serving pod that finishes requests: GPU the decode pods (every request
         ends there), TPU the leaders. Empty when the stack reports no servingSlices."""
-        slices = self.outputs.get("servingSlices")
-        if not isinstance(slices, int) or slices < 1:
-            return []
         cluster, ns = self.deps.cluster, self.namespace
+        port = contract.DECODE_ENGINE_PORT if self.track == "gpu" else contract.MODEL_SERVER_PORT
         targets = []
-        for index in range(slices):
-            if self.track == "gpu":
-                selector = (f"{SERVING_SELECTOR},{contract.ROLE_LABEL}=decode,"
-                            f"{contract.DISAGGREGATED_SLICE_LABEL}={index}")
-                port = contract.DECODE_ENGINE_PORT
-            else:
-                selector, port = f"{SERVING_SELECTOR},{LWS_GROUP_INDEX_LABEL}={index}", contract.MODEL_SERVER_PORT
+        for index, selector in self._slice_selectors():
             for pod in cluster.pods(ns, selector):
                 url = forwards.enter_context(cluster.port_forward(ns, pod, port))
                 targets.append((str(index), f"{url}{contract.METRICS_PATH}"))
@@ -224,24 +213,29 @@ class Steps:
                 args += ["--metrics-url", f"{role}={url}{contract.METRICS_PATH}"]
         return args
 
-    def _slice_forwards(self, forwards: ExitStack) -> list[str]:
-        """`--slice-endpoint SLICE=URL` for one serving pod of every slice the stack reports (output
-        servingSlices): GPU a decode pod of the slice (DisaggregatedSet slice label), TPU the slice's leader
+    def _slice_selectors(self) -> list[tuple[int, str]]:
+        """(slice, label selector of its serving pods) for each slice the stack reports (output servingSlices;
+        none without it): GPU the slice's decode pods (DisaggregatedSet slice label), TPU its leader
         (LeaderWorkerSet group index, one group per slice)."""
         slices = self.outputs.get("servingSlices")
         if not isinstance(slices, int) or slices < 1:
             return []
+        if self.track == "gpu":
+            return [(i, f"{SERVING_SELECTOR},{contract.ROLE_LABEL}=decode,{contract.DISAGGREGATED_SLICE_LABEL}={i}")
+                    for i in range(slices)]
+        return [(i, f"{SERVING_SELECTOR},{contract.LWS_GROUP_INDEX_LABEL}={i}") for i in range(slices)]
+
+    def _slice_forwards(self, forwards: ExitStack) -> list[str]:
+        """`--slice-endpoint SLICE=URL` for one serving pod of every slice the stack reports (output
+        servingSlices): GPU a decode pod of the slice (DisaggregatedSet slice label), TPU the slice's leader
+        (LeaderWorkerSet group index, one group per slice)."""
         cluster, ns = self.deps.cluster, self.namespace
+        slices = self._slice_selectors()
         args = []
-        for index in range(slices):
-            if self.track == "gpu":
-                selector = (f"{SERVING_SELECTOR},{contract.ROLE_LABEL}=decode,"
-                            f"{contract.DISAGGREGATED_SLICE_LABEL}={index}")
-            else:
-                selector = f"{SERVING_SELECTOR},{LWS_GROUP_INDEX_LABEL}={index}"
+        for index, selector in slices:
             pods = cluster.pods(ns, selector)
             if not pods:
-                raise StepError(f"slice {index} of {slices}: no running serving pod matches {selector}")
+                raise StepError(f"slice {index} of {len(slices)}: no running serving pod matches {selector}")
             url = forwards.enter_context(cluster.port_forward(ns, pods[0], contract.MODEL_SERVER_PORT))
             args += ["--slice-endpoint", f"{index}={url}"]
         return args
