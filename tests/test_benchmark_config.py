@@ -34,17 +34,52 @@ def probe_python() -> Path:
     return IP_PYTHON
 
 
-def probe(python: Path, config: dict[str, Any] | str, tmp_path: Path) -> dict[str, Any]:
-    path = tmp_path / benchmark.CONFIG_FILE
-    path.write_text(config if isinstance(config, str) else yaml.safe_dump(config, sort_keys=False))
-    proc = subprocess.run([str(python), str(ROOT / "tools" / "live" / "inference_perf_probe.py"), str(path),
-                           "--tokenizer-dir", str(tmp_path / "tokenizer")],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    lines = proc.stdout.strip().splitlines()
-    assert lines, proc.stderr[-2000:]
-    result = json.loads(lines[-1])
-    assert result["ok"] == (proc.returncode == 0), (result, proc.stderr[-2000:])
-    return result
+def probe_all(python: Path, configs: dict[str, dict[str, Any] | str], folder: Path) -> dict[str, dict[str, Any]]:
+    """Every config through one probe process (one import of inference-perf and transformers for all)."""
+    paths = []
+    for index, config in enumerate(configs.values()):
+        path = folder / f"{index}-{benchmark.CONFIG_FILE}"
+        path.write_text(config if isinstance(config, str) else yaml.safe_dump(config, sort_keys=False))
+        paths.append(str(path))
+    proc = subprocess.run([str(python), str(ROOT / "tools" / "live" / "inference_perf_probe.py"), *paths,
+                           "--tokenizer-dir", str(folder / "tokenizer")],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    results = [json.loads(line) for line in proc.stdout.strip().splitlines()]
+    assert len(results) == len(configs), proc.stderr[-2000:]
+    assert all(r["ok"] for r in results) == (proc.returncode == 0), (results, proc.stderr[-2000:])
+    return dict(zip(configs, results, strict=True))
+
+
+def small_config(stack: str) -> dict[str, Any]:
+    cfg = parse(stack, benchmark__enabled="true", benchmark__conversations="4", benchmark__concurrency="2",
+                benchmark__systemPromptTokens="256", benchmark__inputTokensPerTurn="64")
+    return benchmark.inference_perf_config(cfg, "http://kimi-k3-1-epp:80", "bucket", "p")
+
+
+def refused_configs() -> dict[str, dict[str, Any]]:
+    """Plain integers for per-turn sizes, the chat API and an unknown key (this program's config before it was
+    checked against the release had the first two), each keyed by the error the release must give."""
+    good = benchmark.inference_perf_config(parse("gpu", benchmark__enabled="true", benchmark__conversations="2",
+                                                 benchmark__concurrency="2"), "http://x:80", "bucket", "p")
+    cases = {
+        "turns_per_conversation": lambda c: c["data"]["conversation_replay"].update(turns_per_conversation=8),
+        "Unsupported API type": lambda c: c["api"].update(type="chat"),
+        "Extra inputs are not permitted": lambda c: c["data"]["conversation_replay"].update(turns=3),
+    }
+    bad = {}
+    for expected, change in cases.items():
+        bad[expected] = copy.deepcopy(good)
+        change(bad[expected])
+    return bad
+
+
+@pytest.fixture(scope="module")
+def probed(probe_python, variants, tmp_path_factory) -> dict[str, dict[str, Any]]:
+    """The results of every config the tests below check, from one probe run."""
+    job = manifest(variants["bench"], "ConfigMap", f"{benchmark.JOB_NAME}-config")["data"][benchmark.CONFIG_FILE]
+    configs = {"job": job, **{f"track-{s}": small_config(s) for s in STACKS},
+               **{f"refused-{e}": c for e, c in refused_configs().items()}}
+    return probe_all(probe_python, configs, tmp_path_factory.mktemp("inference-perf-probe"))
 
 
 def test_one_pin_and_it_is_the_job_image_tag():
@@ -59,10 +94,9 @@ def test_one_pin_and_it_is_the_job_image_tag():
             "one pin, in requirements-inference-perf.txt (it cannot share .venv)"
 
 
-def test_job_config_loads_and_builds_its_data_generator(probe_python, variants, tmp_path):
+def test_job_config_loads_and_builds_its_data_generator(probed):
     """The ConfigMap the bench plan's Job mounts, exactly as rendered."""
-    text = manifest(variants["bench"], "ConfigMap", f"{benchmark.JOB_NAME}-config")["data"][benchmark.CONFIG_FILE]
-    result = probe(probe_python, text, tmp_path)
+    result = probed["job"]
     assert result["ok"], result
     bench = parse("gpu", benchmark__enabled="true").benchmark
     slots = min(bench.conversations, bench.concurrency)
@@ -82,27 +116,14 @@ def test_job_config_loads_and_builds_its_data_generator(probe_python, variants, 
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_config_of_each_track_loads(probe_python, stack, tmp_path):
-    cfg = parse(stack, benchmark__enabled="true", benchmark__conversations="4", benchmark__concurrency="2",
-                benchmark__systemPromptTokens="256", benchmark__inputTokensPerTurn="64")
-    result = probe(probe_python, benchmark.inference_perf_config(cfg, "http://kimi-k3-1-epp:80", "bucket", "p"),
-                   tmp_path)
+def test_config_of_each_track_loads(probed, stack):
+    result = probed[f"track-{stack}"]
     assert result["ok"], result
     assert result["server"] == ("vllm" if stack == "gpu" else "sglang") and result["conversations"] == 2
 
 
-def test_the_release_refuses_what_the_old_config_sent(probe_python, tmp_path):
-    """Proof the check can fail: plain integers for per-turn sizes, the chat API and an unknown key (this
-    program's config before it was checked against the release had the first two)."""
-    good = benchmark.inference_perf_config(parse("gpu", benchmark__enabled="true", benchmark__conversations="2",
-                                                 benchmark__concurrency="2"), "http://x:80", "bucket", "p")
-    cases = {
-        "turns_per_conversation": lambda c: c["data"]["conversation_replay"].update(turns_per_conversation=8),
-        "Unsupported API type": lambda c: c["api"].update(type="chat"),
-        "Extra inputs are not permitted": lambda c: c["data"]["conversation_replay"].update(turns=3),
-    }
-    for expected, change in cases.items():
-        bad = copy.deepcopy(good)
-        change(bad)
-        result = probe(probe_python, bad, tmp_path)
+def test_the_release_refuses_what_the_old_config_sent(probed):
+    """Proof the check can fail: each config of refused_configs() is refused with its own error."""
+    for expected in refused_configs():
+        result = probed[f"refused-{expected}"]
         assert not result["ok"] and expected in result["error"], (expected, result)

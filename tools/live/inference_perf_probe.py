@@ -3,12 +3,13 @@
 Runs inside the inference-perf virtualenv (`make inference-perf`), not .venv, so it imports nothing from this
 project:
 
-    .venv-inference-perf/bin/python tools/live/inference_perf_probe.py CONFIG --tokenizer-dir DIR
+    .venv-inference-perf/bin/python tools/live/inference_perf_probe.py CONFIG [CONFIG ...] --tokenizer-dir DIR
 
 The Job reads Kimi's tokenizer from the weights volume; here a small word-level tokenizer written to DIR
 stands in for it (the only change to the config), and HF_HUB_OFFLINE forbids any download. Prints one JSON
-object: what inference-perf made of the config and the first request it would send; exit 1 with
-{"ok": false, "error": ...} when inference-perf refuses the config.
+object per config, in order: what inference-perf made of it and the first request it would send, or
+{"ok": false, "error": ...} when inference-perf refuses it (exit 1 if any was refused). Several configs in one
+run share the one import of inference-perf and transformers, which is most of a probe's time.
 """
 
 from __future__ import annotations
@@ -78,17 +79,19 @@ def probe(config_file: Path, tokenizer_dir: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="inference_perf_probe", description=__doc__.splitlines()[0])
-    parser.add_argument("config", type=Path)
+    parser.add_argument("config", type=Path, nargs="+")
     parser.add_argument("--tokenizer-dir", type=Path, required=True, help="where to write the stand-in tokenizer")
     args = parser.parse_args(argv)
     os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        result = probe(args.config, args.tokenizer_dir)
-    except Exception as exc:  # noqa: BLE001 - any refusal is the answer, reported as data
-        print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))
-        return 1
-    print(json.dumps(result))
-    return 0
+    refused = 0
+    for config in args.config:
+        try:
+            result = probe(config, args.tokenizer_dir)
+        except Exception as exc:  # noqa: BLE001 - any refusal is the answer, reported as data
+            result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            refused += 1
+        print(json.dumps(result), flush=True)
+    return 1 if refused else 0
 
 
 if __name__ == "__main__":
