@@ -351,7 +351,7 @@ OTHER_OPTIONS: dict[str, list[str]] = {
     "--smoke-timeout": ["60"],
     "--smoke-args": ["--strict", "--skip", "pd-kv-transfer"],
 }
-ALWAYS_GIVEN = {"--stack", "--work-dir", "--results", "-h", "--help"}
+ALWAYS_GIVEN = {"--stack", "--work-dir", "--out", "--results", "-h", "--help"}
 
 
 def test_option_table_covers_the_parser():

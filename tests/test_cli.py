@@ -34,6 +34,21 @@ def test_every_subcommand_answers_help_offline():
         assert out.startswith(f"usage: python -m tools {name} "), (name, out[:200])
 
 
+SHARED_OPTIONS = {
+    # option -> the commands that take it, spelled the same in each (docs/architecture.md)
+    "--stack": ("plan", "diff", "scan", "ask", "bench", "leftovers"),
+    "--out": ("plan", "diff", "report", "bench"),
+}
+
+
+def test_shared_options_are_spelled_the_same_everywhere():
+    running = {name: run(name, "--help") for name in {c for names in SHARED_OPTIONS.values() for c in names}}
+    helps = {name: proc.communicate(timeout=120)[0] for name, proc in running.items()}
+    for option, commands in SHARED_OPTIONS.items():
+        for name in commands:
+            assert f"{option} " in helps[name], (name, option)
+
+
 def test_unknown_command_and_no_command_are_usage_errors():
     for argv in (["no-such-command"], []):
         proc = run(*argv)

@@ -382,8 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
                "output nor a hung endpoint can hold the teardown. " + EXIT_CODES)
     parser.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml), e.g. gpu or tpu")
     parser.add_argument("--work-dir", type=Path, default=Path("."), help="the Pulumi project folder (default .)")
-    parser.add_argument("--results", type=Path, default=Path("bench-results"),
-                        help="results go to <results>/<stack>/<UTC timestamp>/ (default %(default)s)")
+    parser.add_argument("--out", "--results", dest="results", type=Path, default=Path("bench-results"),
+                        help="output folder, spelled --out as in every command (--results: the older spelling, "
+                             "kept for one release): results go to <out>/<stack>/<UTC timestamp>/ "
+                             "(default %(default)s)")
     parser.add_argument("--keep", action="store_true",
                         help="leave the stack up at the end (the only way to skip the destroy)")
     parser.add_argument("--skip-benchmark", action="store_true", help="stop after the smoke check")
