@@ -58,6 +58,8 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The CLI; with argv None (the process's own command line) a fast_exit command ends the process itself."""
+    own_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             code = stop.code or 0
     code = code or 0
-    if command.fast_exit:
+    if command.fast_exit and own_process:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
