@@ -50,9 +50,9 @@ TARGET_SECONDS = 600
 the accelerator pools (components/timeline.py)."""
 MAX_PODS = 8
 """At most this many pods: eight of POD_CPU fit on one node of the default transfer pool (c3-standard-44)."""
-COPIER_MBPS_PER_CPU = 400
-"""Measured: MB/s the copier moves per CPU-second on loopback (tests/bench_staging.py, 2026-12-01, without
-TLS, so an upper bound; docs/weights.md has the run)."""
+COPIER_MBPS_PER_CPU = 350
+"""Measured: MB/s the copier moves per CPU-second on loopback (tests/bench_staging.py, 2026-12-01: 2.81 CPU
+seconds per GB; without TLS, so an upper bound; docs/weights.md has the run)."""
 HUB_PER_ADDRESS_MBPS = 2200
 """Measured elsewhere: one large host downloads from the Hub with hf_xet at about 2.2 GB/s
 (https://github.com/unslothai/unsloth-zoo/issues/972). The Hub limits per client address, token or not

@@ -91,6 +91,9 @@ class Stats:
     """Hub clock time of every 429 answered inside a rate-limit window."""
     first_after_window: Optional[float] = None
     """Hub clock time of the first request answered after the window closed."""
+    first_file_at: Optional[float] = None
+    last_file_end_at: Optional[float] = None
+    """time.monotonic() of the first file request and of the end of the last file body sent."""
 
     @property
     def bytes(self) -> int:
@@ -203,6 +206,10 @@ class FakeHub:
         with self._lock:
             if request:
                 self.stats.requests.append((path, range_header))
+                if self.stats.first_file_at is None:
+                    self.stats.first_file_at = time.monotonic()
+            else:
+                self.stats.last_file_end_at = time.monotonic()
             self.stats.served[path] += sent
 
 
