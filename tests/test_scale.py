@@ -13,7 +13,7 @@ import yaml
 from components import catalog, contract
 from components.modelservers import RACK_TOPOLOGY_KEY
 from tests import schemas
-from tests.conftest import Plan, run_plan, stack_document, write_stack
+from tests.conftest import Plan, rendered, run_plan, stack_document, write_stack
 from tests.test_config import error, parse
 from tools.preview import plan_diff, scheduling
 
@@ -120,7 +120,7 @@ def test_one_compute_domain_for_every_rack(plans, variants):
 
 
 def test_one_inference_pool_and_prefill_kept_in_the_decode_slice(variants):
-    plan = variants["gpu3"]
+    plan = rendered(variants["gpu3"])  # the InferencePool and the DRA driver come from charts
     pools = [m for m in plan.manifests if m["kind"] == "InferencePool"]
     assert len(pools) == 1
     config = epp_config(plan)
@@ -137,7 +137,7 @@ def test_one_inference_pool_and_prefill_kept_in_the_decode_slice(variants):
 
 
 def test_every_slice_schedules_into_its_own_rack(variants):
-    plan = variants["gpu3"]
+    plan = rendered(variants["gpu3"])  # the InferencePool and the DRA driver come from charts
     report = scheduling.check(plan.resources, plan.manifests)
     assert not report.failures
     gpu_loads = [load for load in report.loads if load.pool.name.startswith("a4x-max-nvl72-")]
@@ -146,7 +146,7 @@ def test_every_slice_schedules_into_its_own_rack(variants):
 
 
 def test_scheduling_fails_a_slice_without_a_rack_and_an_idle_pool(variants):
-    plan = variants["gpu3"]
+    plan = rendered(variants["gpu3"])  # the InferencePool and the DRA driver come from charts
     manifests = copy.deepcopy(plan.manifests)
     manifest_ds = next(m for m in manifests if m["kind"] == "DisaggregatedSet")
     manifest_ds["spec"]["slices"] = 4
