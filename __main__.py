@@ -7,10 +7,12 @@ import pulumi
 
 from components.capacity import serving_capacity
 from components.config import ConfigError, load_config
+from components.engines import check_engine
 from stacks import compose
 
 try:
     config = load_config()
+    check_engine(config)  # the pinned engine registers the checkpoint's architecture and accepts the settings
     serving_capacity(config)  # rejects replicas whose weights or one full-length sequence do not fit
 except ConfigError as err:
     # RunError ends the program with this one line and no traceback; nothing has been registered.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import catalog, contract, loading
+from . import catalog, contract, kvblocks, loading
 from .config import ConfigError, StackConfig
 
 MIB = loading.MIB
@@ -50,58 +50,46 @@ def weight_staging(cfg: StackConfig) -> WeightStaging:
 
 
 # --------------------------------------------------------------------------- KV capacity
-FP32_BYTES = 4
-BF16_BYTES = 2
-KDA_CONV_KERNEL = 4
-"""Short-convolution kernel of KDA layers (Kimi Linear `short_conv_kernel_size`,
-https://huggingface.co/moonshotai/Kimi-Linear-48B-A3B-Instruct/blob/main/config.json)."""
-KV_DTYPE_BYTES = {"fp8": 1, "bf16": 2}
 TPU_HOST_RAM_SHARE = 0.9
-"""Share of the usable host RAM (seed: ~800 GiB per node) the HiCache host pool may take."""
+"""Share of the usable host RAM (seed: ~800 GiB per node) the host-DRAM KV tier may take."""
 
 
 @dataclass(frozen=True)
 class ServingCapacity:
-    """KV capacity of one serving replica (a GPU prefill group, or a TPU slice) and what the router needs."""
+    """KV capacity of one serving replica (a GPU prefill group, or a TPU slice) and what the router needs.
+
+    The unit is the engine-effective block (components/kvblocks.py): every cached block keeps one page per MLA
+    layer and, with prefix caching in `align` mode, one KDA state page per KDA layer padded to the same size."""
 
     devices_per_replica: int
     hbm_bytes_per_device: int
     weight_bytes_per_device: float
     kv_pool_bytes_per_device: float
     kv_groups: int
-    """Independent KV pools per replica: data-parallel engines (GPU) or attention-DP groups (TPU); MLA's
-    latent cache is replicated across the TP ranks of one group."""
-    mla_bytes_per_token: int
-    kda_state_bytes_per_sequence: int
+    """Independent KV pools per replica: data-parallel engines (GPU) or one engine per slice (TPU); MLA's
+    latent cache is replicated across the TP ranks of one engine."""
+    rule: kvblocks.BlockRule
     context_length: int
     hbm_tokens: int
     host_tokens: int
     host_bytes_per_node: float
     endpoints_per_replica: int
-    block_tokens: int = contract.KV_BLOCK_TOKENS
+
+    @property
+    def block_tokens(self) -> int:
+        return self.rule.block_tokens
 
     @property
     def bytes_per_token(self) -> float:
-        """MLA cache per token plus the fixed KDA state of a full-length sequence spread over its tokens."""
-        return self.mla_bytes_per_token + self.kda_state_bytes_per_sequence / self.context_length
+        """One rank's bytes per cached token: its paged layers, plus any per-sequence state spread over a
+        full-length sequence."""
+        return self.rule.bytes_per_token + self.rule.state_bytes_per_sequence / self.context_length
 
     @property
     def lru_capacity_per_server(self) -> int:
-        """`approx-prefix-cache-producer` capacity: KV blocks per endpoint across HBM and host DRAM
+        """`approx-prefix-cache-producer` capacity: engine blocks per endpoint across HBM and host DRAM
         (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/plugin.go)."""
         return (self.hbm_tokens + self.host_tokens) // self.endpoints_per_replica // self.block_tokens
-
-
-def mla_bytes_per_token(cfg: StackConfig) -> int:
-    return catalog.KIMI.mla_layers * cfg.model.mlaLatentDim * KV_DTYPE_BYTES[cfg.model.kvCacheDtype]
-
-
-def kda_state_bytes_per_sequence(cfg: StackConfig) -> int:
-    """Recurrent state (fp32 heads x dk x dv) plus the short-conv cache of q, k, v (bf16), over all KDA layers."""
-    heads, dim = cfg.model.kdaHeads, cfg.model.kdaHeadDim
-    recurrent = heads * dim * dim * FP32_BYTES
-    conv = 3 * heads * dim * (KDA_CONV_KERNEL - 1) * BF16_BYTES
-    return catalog.KIMI.kda_layers * (recurrent + conv)
 
 
 def serving_capacity(cfg: StackConfig) -> ServingCapacity:
@@ -131,24 +119,24 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
         devices = tpu.chips_per_slice * catalog.IRONWOOD.tensorcores_per_chip
         hbm = catalog.IRONWOOD.hbm_gib_per_chip * 2**30 // catalog.IRONWOOD.tensorcores_per_chip
         usable = hbm * tpu.memFractionPercent / 100
-        kv_groups = 1  # attention TP spans the whole slice (no attention DP in the seed's TP=32 x EP=8)
-        endpoints = 1  # the router targets only the rank-0 leader of each replica
+        kv_groups = 1  # one engine per slice: attention TP spans every TensorCore
+        endpoints = 1  # the router targets only the leader of each replica
         size_keys = "tpu.topology or tpu.memFractionPercent"
     # Experts shard over every device (EP = all GPUs of a group / the slice's EP x TP); non-expert weights are
     # whole in every GPU data-parallel engine (split only over its TP ranks), and TP-sharded on TPU.
     replicated = cfg.model.replicatedWeightsGB * 1e9 if cfg.track == "gpu" else 0.0
     weights = (checkpoint - replicated) / devices + replicated / (cfg.gpu.tensorParallel if cfg.track == "gpu" else 1)
     pool = usable - weights
-    mla, kda = mla_bytes_per_token(cfg), kda_state_bytes_per_sequence(cfg)
+    rule = kvblocks.block_rule(cfg)
     context = cfg.context_length
     if pool <= 0:
         key = size_keys.split(" ")[0]
         raise ConfigError(key, getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1]),
                           f"weights need {weights / 1e9:.0f} GB per device of {usable / 1e9:.0f} GB usable HBM; "
                           f"more devices per replica are needed ({size_keys})")
-    per_token = mla + kda / context
+    per_token = rule.bytes_per_token + rule.state_bytes_per_sequence / context
     hbm_tokens = int(kv_groups * pool / per_token)
-    engine_tokens = int(pool / per_token)  # a sequence lives in one engine's pool (MLA is replicated across TP)
+    engine_tokens = int(pool / per_token)  # a sequence lives in one engine's pool (per rank: MLA replicated over TP)
     if engine_tokens < context:
         key, value = _blame(cfg, size_keys)
         raise ConfigError(key, value,
@@ -171,8 +159,7 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
                               f"lower tpu.hicacheRatio")
     return ServingCapacity(
         devices_per_replica=devices, hbm_bytes_per_device=hbm, weight_bytes_per_device=weights,
-        kv_pool_bytes_per_device=pool, kv_groups=kv_groups, mla_bytes_per_token=mla,
-        kda_state_bytes_per_sequence=kda, context_length=context, hbm_tokens=hbm_tokens,
+        kv_pool_bytes_per_device=pool, kv_groups=kv_groups, rule=rule, context_length=context, hbm_tokens=hbm_tokens,
         host_tokens=host_tokens, host_bytes_per_node=host_per_node, endpoints_per_replica=endpoints,
     )
 
@@ -230,3 +217,11 @@ def slice_capacity(cfg: StackConfig) -> SliceCapacity:
                              g.prefillGroups * prefill_host)
     hbm, host = _sessions(prefill)
     return SliceCapacity(cfg.tpu.slices, 1, hbm, host, 0, 0)
+
+
+def tpu_offload_bytes_per_engine(cfg: StackConfig) -> int:
+    """TPURaidenOffloadingConnector `cpu_bytes_to_use` of one slice's engine: tpu.hicacheRatio x its HBM KV pool over
+    every rank (vLLM's offloading spec divides the bytes by every worker's share of a block,
+    https://github.com/vllm-project/vllm/blob/v0.29.0/vllm/v1/kv_offload/cpu/spec.py)."""
+    c = serving_capacity(cfg)
+    return int(cfg.tpu.hicacheRatio * c.kv_pool_bytes_per_device * c.devices_per_replica)

@@ -405,7 +405,7 @@ class TpuConfig(Section):
     track: ClassVar[Optional[str]] = "tpu"
     topology: str = Field(
         "2x2x4", description="Ironwood slice topology per node pool (seed: 2x2x4 = 16 chips on 4 hosts).")
-    slices: int = Field(2, ge=1, le=8, description="Slices = node pools = SGLang replicas (seed: 2).")
+    slices: int = Field(2, ge=1, le=8, description="Slices = node pools = engine replicas (seed: 2).")
     reservation: Optional[str] = Field(None, description="Specific reservation name for the slices.")
     reservationHosts: Optional[int] = Field(
         None, ge=1, description="Optional: tpu7x VMs your reservation holds; when set, tpu.slices x hosts per "
@@ -414,16 +414,22 @@ class TpuConfig(Section):
         None, description="Project owning a shared reservation (default: gcp.project).")
     spot: bool = Field(False, description="Use Spot capacity instead of a reservation.")
     tensorParallel: int = Field(
-        32, ge=1, description="SGLang TP size per replica (seed: 32 = TensorCores per 2x2x4 slice).")
+        32, ge=1, description="Tensor-parallel ranks per replica: every TensorCore of the slice (seed: 32 on 2x2x4).")
     expertParallel: int = Field(
-        8, ge=1, description="SGLang EP size per replica (seed: 8); must divide tensorParallel.")
-    memFractionPercent: int = Field(85, ge=50, le=95, description="SGLang --mem-fraction-static, in percent.")
+        8, ge=1, description="SGLang-TorchTPU --ep-size (seed: 8); must divide tpu.tensorParallel. vLLM-TorchTPU has "
+                             "no separate size: --enable-expert-parallel spreads the experts over all TP ranks.")
+    memFractionPercent: int = Field(
+        85, ge=50, le=95, description="Share of each TensorCore's HBM the engine may use, in percent (vLLM "
+                                      "--gpu-memory-utilization; SGLang --mem-fraction-static).")
     hicacheRatio: int = Field(
-        2, ge=1, le=8, description="HiCache host pool size as a multiple of the HBM KV pool (seed: 2).")
-    engineProfile: Literal["release", "day0"] = Field(
-        "release", description="release: pinned sglang-jax flags only; day0: the seed's day-0 SGLang-on-TPU flags.")
-    day0Image: Optional[str] = Field(
-        None, description="Image of the day-0 SGLang TPU build (required for engineProfile=day0).")
+        2, ge=1, le=8, description="Host-DRAM KV tier as a multiple of the HBM KV pool (seed: HiCache ratio 2); "
+                                   "vLLM-TorchTPU gets it in bytes as TPURaidenOffloadingConnector cpu_bytes_to_use.")
+    engine: Literal["vllm-torchtpu", "sglang-torchtpu"] = Field(
+        "vllm-torchtpu", description="vllm-torchtpu: the pinned vLLM-TorchTPU release (registers Kimi K3 for TPU); "
+                                     "sglang-torchtpu: an UNRELEASED SGLang-on-TorchTPU build from tpu.sglangImage.")
+    sglangImage: Optional[str] = Field(
+        None, description="Image of an SGLang-TorchTPU build you supply (required for tpu.engine=sglang-torchtpu; "
+                          "no public release exists).")
 
     def check_active(self) -> None:
         """Rules that apply only when the TPU track is deployed (the CLI hands every stack all defaults)."""
@@ -448,8 +454,9 @@ class TpuConfig(Section):
             field = self.blame("expertParallel", "tensorParallel")
             _fail(self.key(field), getattr(self, field),
                   f"tpu.expertParallel ({self.expertParallel}) must divide tpu.tensorParallel ({self.tensorParallel})")
-        if self.engineProfile == "day0" and not self.day0Image:
-            _fail(self.key("day0Image"), None, "engineProfile=day0 needs the image that carries the day-0 flags")
+        if self.engine == "sglang-torchtpu" and not self.sglangImage:
+            _fail(self.key("sglangImage"), None, "tpu.engine=sglang-torchtpu needs the image of your SGLang-TorchTPU "
+                                                 "build (no public release exists)")
         if self.spot and self.reservation:
             _fail(self.key("spot"), self.spot, "choose either tpu.reservation or tpu.spot, not both")
         if not self.spot and not self.reservation:
@@ -478,8 +485,8 @@ class TpuConfig(Section):
     def _check(self) -> TpuConfig:
         if not re.fullmatch(r"[0-9]+x[0-9]+x[0-9]+", self.topology):
             _fail(self.key("topology"), self.topology, "an Ironwood topology is <x>x<y>x<z> chips, e.g. '2x2x4'")
-        if self.day0Image is not None and (problem := imageref.reference_problem(self.day0Image)):
-            _fail(self.key("day0Image"), self.day0Image, problem)
+        if self.sglangImage is not None and (problem := imageref.reference_problem(self.sglangImage)):
+            _fail(self.key("sglangImage"), self.sglangImage, problem)
         _check_reservation(self)
         return self
 
@@ -663,10 +670,25 @@ class ModelConfig(Section):
         "off", description="Speculative decoding: the model's MTP head, a NEXTN or DFlash drafter, or off.")
     speculativeTokens: int = Field(3, ge=1, le=8, description="Draft tokens per step.")
     draftModelPath: Optional[str] = Field(None, description="Drafter checkpoint under /models (nextn, dflash).")
+    architecture: str = Field(
+        "KimiK3ForConditionalGeneration",
+        description="config.json `architectures[0]` of the checkpoint; the pinned engine must register it "
+                    "(Kimi K3 family: https://huggingface.co/moonshotai/Kimi-K3/blob/main/config.json).")
     mlaLatentDim: int = Field(
-        576, ge=1, description="Assumption: MLA cache elements per token per layer (Kimi K2: 512 latent + 64 rope).")
-    kdaHeads: int = Field(32, ge=1, description="Assumption: KDA heads (Kimi Linear 48B-A3B analog).")
-    kdaHeadDim: int = Field(128, ge=1, description="Assumption: KDA head dimension (Kimi Linear 48B-A3B analog).")
+        576, ge=1, description="MLA cache elements per token per layer: text_config kv_lora_rank + qk_rope_head_dim "
+                               "(Kimi K3: 512 + 64).")
+    kdaHeads: int = Field(96, ge=1, description="KDA heads: text_config.linear_attn_config.num_heads (Kimi K3: 96).")
+    kdaHeadDim: int = Field(
+        128, ge=1, description="KDA head dimension: text_config.linear_attn_config.head_dim (Kimi K3: 128).")
+    kdaConvKernel: int = Field(
+        4, ge=2, description="KDA short convolution: text_config.linear_attn_config.short_conv_kernel_size (Kimi K3: 4).")
+    kdaLayers: int = Field(
+        69, ge=1, description="KDA layers: len(text_config.linear_attn_config.kda_layers) (Kimi K3: 69).")
+    mlaLayers: int = Field(
+        24, ge=1, description="MLA layers: len(text_config.linear_attn_config.full_attn_layers) (Kimi K3: 24).")
+    kdaStateDtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="KDA recurrent state element type (vLLM --mamba-ssm-cache-dtype; float32 is its "
+                               "default and the only one vLLM-TorchTPU 0.29.0 uses).")
     replicatedWeightsGB: int = Field(
         0, ge=0, description="Assumption: non-expert weights (GB) every GPU data-parallel engine holds whole; "
                              "unpublished for K3.1, 0 = all weights shard evenly.",
@@ -742,7 +764,8 @@ class ImagesConfig(Section):
     routingSidecarDigest: Optional[str] = _digest_field("P/D routing sidecar", "gpu")
     eppDigest: Optional[str] = _digest_field("router EPP")
     envoyDigest: Optional[str] = _digest_field("standalone router's Envoy proxy")
-    jaxTpuDigest: Optional[str] = _digest_field("JAX TPU (sglang-jax base)", "tpu")
+    tpuEngineDigest: Optional[str] = _digest_field("TPU engine's Python 3.12 base (vLLM-TorchTPU is installed into it)",
+                                                   "tpu")
     asapdLiteDigest: Optional[str] = _digest_field("asapd-lite NIC initializer", "gpu")
     calibrationDigest: Optional[str] = _digest_field("calibration Job's Python")
     stagingDigest: Optional[str] = _digest_field("checkpoint staging Job's Python")
@@ -772,7 +795,7 @@ class StackConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     track: Literal["gpu", "tpu"] = Field(
-        description="Accelerator track: gpu (A4X Max + vLLM) or tpu (Ironwood + SGLang).")
+        description="Accelerator track: gpu (A4X Max + vLLM) or tpu (Ironwood + vLLM-TorchTPU).")
     gcp: GcpConfig
     network: NetworkConfig = NetworkConfig()
     cluster: ClusterConfig = ClusterConfig()
@@ -942,7 +965,7 @@ PLACEHOLDERS = {
 
 INERT_WHEN: dict[str, Callable[[StackConfig], Optional[str]]] = {
     # Keys that only act under another key's value: key -> why it is inert now, or None when it acts.
-    "tpu.day0Image": lambda c: "tpu.engineProfile is 'release'" if c.tpu.engineProfile != "day0" else None,
+    "tpu.sglangImage": lambda c: f"tpu.engine is {c.tpu.engine!r}" if c.tpu.engine != "sglang-torchtpu" else None,
     "router.gatewayClass": lambda c: "router.mode is 'standalone'" if c.router.mode != "gateway" else None,
     "model.draftModelPath": lambda c: (f"model.speculative is {c.model.speculative!r}"
                                        if c.model.speculative not in ("nextn", "dflash") else None),

@@ -58,10 +58,9 @@ ROUTER_METRICS_PORT = "metrics"
 """Named EPP container port 9090 (router chart `_deployment.yaml`)."""
 
 KV_BLOCK_TOKENS = 128
-"""KV block (vLLM --block-size) / page (SGLang --page-size) in tokens. The router's prefix model hashes
-blocks of the same size, so both sides import this one value (seed: blockSizeTokens 128; sglang-jax
-needs page size 128 for MLA,
-https://github.com/sgl-project/sglang-jax/blob/cddbf6f/docs/cookbook/autoregressive/DeepSeek/DeepSeek-V3.md)."""
+"""The KV block asked for (seed: blockSizeTokens 128). It is only a floor: both engines raise the block of this
+hybrid model until a page holds a KDA state, so the engine-effective block that the engines are started with and
+the router counts in comes from components/kvblocks.py, computed from this floor."""
 
 KV_EVENTS_PORT = 5557
 """ZMQ port engines publish KV-cache events on (vLLM/SGLang default `tcp://*:5557`; the router's pod
@@ -71,10 +70,15 @@ KV_EVENTS_TOPIC_PREFIX = "kv@"
 (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/kvevents/engineadapter/common.go)."""
 
 NIXL_SIDE_CHANNEL_PORT = 5600
-"""vLLM NIXL side channel base port; the effective port is base + local DP index
-(https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/envs.py)."""
+"""First NIXL side-channel port of a GPU pod: vLLM binds VLLM_NIXL_SIDE_CHANNEL_PORT + the global DP rank
+(https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py),
+so each pod's script lowers the base by its START_RANK and its engines listen on this + local rank."""
 DATA_PARALLEL_RPC_PORT = 5555
 SGLANG_DIST_INIT_PORT = 20000
+TPU_MASTER_PORT = 29501
+"""vLLM-TorchTPU `--master-port` of a slice's leader (vLLM's default, vllm/config/parallel.py `master_port`); the
+plugin's TCPStore rendezvous takes the next port
+(https://github.com/vllm-project/vllm-torchtpu/blob/v0.29.0/vllm_torchtpu/distributed/tpu_mp_multihost.py)."""
 
 LOAD_CLIENT_LABELS = {"app.kubernetes.io/part-of": catalog.GUIDE_NAME, "app.kubernetes.io/component": "load-client"}
 """Labels of the in-cluster load Jobs (benchmark, calibration): the router's NetworkPolicy admits them."""

@@ -3,7 +3,9 @@ real parser (tests/test_modelservers.py) and every JSON key against the engine's
 
 GPU: vLLM (pinned VLLM_VERSION), one `vllm serve` per LWS pod in llm-d's data-parallel hybrid-LB form:
 each pod runs GPUs/TP engines, the group forms one DP x EP domain (EP = TP x DP is derived by vLLM).
-TPU: sglang-jax (SGLang's TPU engine) at the pinned commit, or the seed's day-0 SGLang-on-TPU build.
+TPU: vLLM-TorchTPU (the pinned release), one engine per slice spread over its hosts with `--nnodes`; or, only
+as an explicit choice, a user-supplied SGLang-TorchTPU build (unreleased).
+The block size every command passes is the engine-effective one (components/kvblocks.py).
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
-from . import catalog, contract, loading
-from .capacity import cpu_offload_bytes_per_engine
-from .config import StackConfig
-from .versions import SGLANG_JAX, VLLM
+from . import catalog, contract, kvblocks, loading
+from .capacity import cpu_offload_bytes_per_engine, tpu_offload_bytes_per_engine
+from .config import ConfigError, StackConfig
+from .versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHTPU
 
 Role = Literal["prefill", "decode"]
 
@@ -28,8 +30,8 @@ POD_IP = "${POD_IP}"
 START_RANK = "${START_RANK}"
 KV_EVENTS_BASE = "${KV_EVENTS_BASE}"
 
-DAY0_FLAG_VALUES = {
-    # Seed-post values the day-0 SGLang TPU build carries and no listed SGLang release accepts
+UNRELEASED_FLAG_VALUES = {
+    # Seed-post values an SGLang-TorchTPU build would carry and no released SGLang accepts
     # (https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/server_args.py
     # choices): sparse-MLA attention on TPU and the raiden host-memory I/O backend.
     ("--attention-backend", "pallas_tpu_mla_sparse"),
@@ -111,6 +113,9 @@ def vllm_speculative(cfg: StackConfig) -> dict | None:
     return None
 
 
+GPU_ALL2ALL_BACKEND = "deepep_v2"
+
+
 def vllm_command(cfg: StackConfig, role: Role) -> Command:
     gpu = cfg.gpu
     dp_local = gpu.data_parallel_local
@@ -130,11 +135,19 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "--enable-expert-parallel",
         # Each rank reads only its own experts, with a loader that honours that filter (components/loading.py).
         *loading.GPU_LOADER.argv,
-        # llm-d: high-throughput kernels for prefill, low-latency for decode
-        # (https://github.com/llm-d/llm-d/blob/3318b75/guides/wide-ep-lws/manifests/modelserver/base/decode.yaml).
-        "--all2all-backend", "deepep_high_throughput" if role == "prefill" else "deepep_low_latency",
+        # DeepEP v2 on both roles: the high-throughput kernels crash on the R580+ drivers GB300 needs
+        # (https://github.com/llm-d/llm-d/blob/aa259bf/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/gke/README.md),
+        # and llm-d's DisaggregatedSet runs deepep_v2 for prefill and decode
+        # (https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml).
+        "--all2all-backend", GPU_ALL2ALL_BACKEND,
         "--kv-cache-dtype", {"fp8": "fp8", "bf16": "bfloat16"}[cfg.model.kvCacheDtype],
-        "--block-size", str(contract.KV_BLOCK_TOKENS),
+        "--mamba-ssm-cache-dtype", cfg.model.kdaStateDtype,
+        # The engine-effective block: vLLM would raise a smaller one to this itself (components/kvblocks.py).
+        "--block-size", str(kvblocks.gpu_rule(cfg).block_tokens),
+        # Prefix caching on the hybrid caches KDA states at block boundaries (vllm/config/cache.py
+        # mamba_cache_mode). --prefix-match-unit stays unset: docs/capacity.md says why.
+        "--enable-prefix-caching",
+        "--mamba-cache-mode", "align",
         "--max-model-len", str(cfg.context_length),
         *(["--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS)] if role == "prefill" else []),
         "--gpu-memory-utilization", f"{gpu.gpuMemoryPercent / 100:.2f}",
@@ -144,7 +157,7 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "--kv-transfer-config", _json(vllm_kv_transfer(cfg, role)),
         "--kv-events-config", _json(vllm_kv_events(cfg)),
         "--reasoning-parser", "kimi_k3",
-        "--tool-call-parser", "kimi_k2",
+        "--tool-call-parser", "kimi_k3",
         "--enable-auto-tool-choice",
         "--disable-access-log-for-endpoints", "/health,/metrics",
     ]
@@ -155,35 +168,86 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "find /dev/shm -mindepth 1 -delete 2>/dev/null || true",  # stale shm from a restart (llm-d issue #352)
         f"START_RANK=$(( LWS_WORKER_INDEX * {dp_local} ))",
         f"KV_EVENTS_BASE=$(( {contract.KV_EVENTS_PORT} - START_RANK ))",
+        # vLLM binds the NIXL side channel on this base + the global DP rank (nixl/base_scheduler.py,
+        # data_parallel_index = data_parallel_rank in vllm/config/parallel.py): the same offset as KV events keeps
+        # every pod's engines on NIXL_SIDE_CHANNEL_PORT + local rank, the ports the pod declares.
+        f"export VLLM_NIXL_SIDE_CHANNEL_PORT=$(( {contract.NIXL_SIDE_CHANNEL_PORT} - START_RANK ))",
     )
     return Command(tuple(argv), preamble)
 
 
-# --------------------------------------------------------------------------- SGLang (TPU)
-def sglang_speculative(cfg: StackConfig) -> list[str]:
-    spec = cfg.model
-    if spec.speculative == "off":
-        return []
-    # The model's own MTP head is SGLang's NEXTN without a draft path; drafters come from the weights volume.
-    algorithm = {"mtp": "NEXTN", "nextn": "NEXTN", "dflash": "DFLASH"}[spec.speculative]
-    argv = ["--speculative-algorithm", algorithm,
-            "--speculative-num-steps", str(spec.speculativeTokens),
-            "--speculative-eagle-topk", "1",
-            "--speculative-num-draft-tokens", str(spec.speculativeTokens + 1)]
-    if spec.speculative in ("nextn", "dflash"):
-        argv += ["--speculative-draft-model-path", spec.draftModelPath]
-    return argv
+# --------------------------------------------------------------------------- TPU
+TpuRank = Literal["leader", "worker"]
+
+
+def tpu_engine_type(cfg: StackConfig) -> str:
+    """`llm-d.ai/engine-type` of the TPU pods: the engine family (vLLM semantics for the router and metrics)."""
+    return "vllm" if cfg.tpu.engine == "vllm-torchtpu" else "sglang"
+
+
+def tpu_kv_transfer(cfg: StackConfig) -> dict:
+    """Host-DRAM KV tier for the hybrid's MLA pages and KDA states, sized in bytes from the capacity model
+    (https://github.com/vllm-project/vllm-torchtpu/blob/v0.29.0/vllm_torchtpu/offload/raiden_connector.py
+    module docstring; `cpu_bytes_to_use` is required, vllm_torchtpu/offload/raiden_store.py)."""
+    return {
+        "kv_connector": "TPURaidenOffloadingConnector",
+        "kv_connector_module_path": "vllm_torchtpu.offload.raiden_connector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"cpu_bytes_to_use": tpu_offload_bytes_per_engine(cfg)},
+    }
+
+
+def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
+    """One `vllm serve` per host of a slice, joined by `--nnodes` (the mp executor): vLLM-TorchTPU's multi-host path
+    without a Ray cluster (vllm_torchtpu/distributed/tpu_mp_multihost.py); workers run `--headless`, only the leader
+    serves HTTP and publishes KV events. TP spans the slice's TensorCores and expert parallelism all of them, as
+    the project's Kimi K3 nightly runs it (TP=32 + EP on a 4-host tpu7x-32 slice)."""
+    tpu = cfg.tpu
+    rule = kvblocks.tpu_rule(cfg)
+    kv_events = {"enable_kv_cache_events": True, "publisher": "zmq",
+                 "endpoint": f"tcp://*:{contract.KV_EVENTS_PORT}", "topic": kv_events_topic(catalog.KIMI.hf_id)}
+    argv = [
+        "vllm", "serve", cfg.model.path,
+        "--served-model-name", catalog.KIMI.hf_id,
+        "--trust-remote-code",
+        "--port", str(contract.MODEL_SERVER_PORT),
+        "--nnodes", str(tpu.hosts_per_slice),
+        "--node-rank", WORKER_INDEX,
+        "--master-addr", LEADER,
+        "--master-port", str(contract.TPU_MASTER_PORT),
+        *(["--headless"] if rank == "worker" else []),
+        "--tensor-parallel-size", str(tpu.tensorParallel),
+        "--enable-expert-parallel",
+        # Text only: the checkpoint's vision tower is not loaded (the post serves text).
+        "--language-model-only",
+        "--kv-cache-dtype", {"fp8": "fp8", "bf16": "bfloat16"}[cfg.model.kvCacheDtype],
+        "--block-size", str(rule.block_tokens),
+        "--max-model-len", str(cfg.context_length),
+        "--max-num-seqs", str(kvblocks.TPU_MAX_NUM_SEQS),
+        "--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS),
+        "--gpu-memory-utilization", f"{tpu.memFractionPercent / 100:.2f}",
+        # Prefix caching on the hybrid needs mamba_cache_mode=align and the unified block pool
+        # (vllm_torchtpu/platforms/tpu_platform.py check_and_update_config).
+        "--enable-prefix-caching",
+        "--mamba-cache-mode", "align",
+        "--kv-transfer-config", _json(tpu_kv_transfer(cfg)),
+        "--kv-events-config", _json(kv_events),
+        "--reasoning-parser", "kimi_k3",
+        "--tool-call-parser", "kimi_k3",
+        "--enable-auto-tool-choice",
+        "--disable-access-log-for-endpoints", "/health,/metrics",
+    ]
+    return Command(tuple(argv), VLLM_TORCHTPU.install_commands)
 
 
 def sglang_command(cfg: StackConfig) -> Command:
-    """One launch_server per pod; rank 0 serves HTTP, other ranks a health endpoint
-    (https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/entrypoints/engine.py)."""
+    """An unreleased SGLang-TorchTPU build (tpu.engine=sglang-torchtpu): the seed's flags, one launch_server per pod;
+    rank 0 serves HTTP (https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/entrypoints/engine.py)."""
     tpu = cfg.tpu
-    day0 = tpu.engineProfile == "day0"
     kv_events = {"publisher": "zmq", "endpoint": f"tcp://*:{contract.KV_EVENTS_PORT}",
                  "topic": kv_events_topic(catalog.KIMI.hf_id)}
     argv = [
-        "python3", "-m", "sglang.launch_server" if day0 else "sgl_jax.launch_server",
+        "python3", "-m", "sglang.launch_server",
         "--model-path", cfg.model.path,
         "--served-model-name", catalog.KIMI.hf_id,
         "--trust-remote-code",
@@ -192,37 +256,62 @@ def sglang_command(cfg: StackConfig) -> Command:
         "--nnodes", str(tpu.hosts_per_slice),
         "--node-rank", WORKER_INDEX,
         "--dist-init-addr", f"{LEADER}:{contract.SGLANG_DIST_INIT_PORT}",
-        # tp = every JAX device of the slice (2 TensorCores per chip); ep splits the 896 experts
-        # (https://github.com/sgl-project/sglang-jax/blob/cddbf6f/python/sgl_jax/srt/server_args.py).
         "--tp-size", str(tpu.tensorParallel),
         "--ep-size", str(tpu.expertParallel),
         "--kv-cache-dtype", {"fp8": "fp8_e4m3", "bf16": "bf16"}[cfg.model.kvCacheDtype],
         "--context-length", str(cfg.context_length),
-        "--page-size", str(contract.KV_BLOCK_TOKENS),
+        "--page-size", str(kvblocks.block_rule(cfg).block_tokens),
         "--chunked-prefill-size", str(contract.PREFILL_CHUNK_TOKENS),
         "--mem-fraction-static", f"{tpu.memFractionPercent / 100:.2f}",
+        "--enable-hierarchical-cache",
+        "--hicache-ratio", str(tpu.hicacheRatio),
+        "--hicache-io-backend", "raiden",
+        "--attention-backend", "pallas_tpu_mla_sparse",
+        "--reasoning-parser", "kimi_k3",
+        "--tool-call-parser", "kimi_k3",
+        "--enable-metrics", "--kv-events-config", _json(kv_events),
     ]
-    if day0:
-        argv += [
-            "--enable-hierarchical-cache",
-            "--hicache-ratio", str(tpu.hicacheRatio),
-            "--hicache-io-backend", "raiden",
-            "--attention-backend", "pallas_tpu_mla_sparse",
-            "--reasoning-parser", "kimi_k3",
-            "--tool-call-parser", "kimi_k3",
-        ]
-    else:
-        argv += [
-            # sglang-jax has no --enable-hierarchical-cache: `--hicache-storage none` turns on the host tier
-            # without a storage backend
-            # (https://github.com/sgl-project/sglang-jax/blob/cddbf6f/python/sgl_jax/srt/server_args.py).
-            "--hicache-storage", "none",
-            "--hicache-ratio", str(tpu.hicacheRatio),
-            "--hicache-write-policy", "write_through",
-            # sglang-jax has no kimi_k3 parser; `kimi` is the Kimi reasoning parser it does ship
-            # (https://github.com/sgl-project/sglang-jax/blob/cddbf6f/python/sgl_jax/srt/reasoning_parser.py).
-            "--reasoning-parser", "kimi",
-        ]
-    argv += ["--enable-metrics", "--kv-events-config", _json(kv_events), *sglang_speculative(cfg)]
-    preamble = () if day0 else SGLANG_JAX.install_commands
-    return Command(tuple(argv), preamble)
+    return Command(tuple(argv))
+
+
+def tpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
+    return vllm_torchtpu_command(cfg, rank) if cfg.tpu.engine == "vllm-torchtpu" else sglang_command(cfg)
+
+
+# --------------------------------------------------------------------------- what the engines accept
+def registered_architectures(cfg: StackConfig) -> tuple[str, frozenset[str]]:
+    """(engine, architectures it can load on this track) for the engine the stack pins."""
+    if cfg.track == "gpu":
+        return f"vLLM {VLLM.version}", VLLM.architectures
+    if cfg.tpu.engine == "vllm-torchtpu":
+        return f"vLLM-TorchTPU {VLLM_TORCHTPU.version}", VLLM_TORCHTPU.architectures
+    return "SGLang-TorchTPU (unreleased)", SGLANG_TORCHTPU_ARCHITECTURES
+
+
+def check_architecture(architecture: str, engine: str, registered: frozenset[str]) -> None:
+    """Refuse a checkpoint the engine's registry does not map to an implementation for this accelerator."""
+    if architecture not in registered:
+        raise ConfigError("model.architecture", architecture,
+                          f"{engine} registers no such model for this track (it has {', '.join(sorted(registered))}); "
+                          "serve a checkpoint it registers or pin another engine")
+
+
+def check_engine(cfg: StackConfig) -> None:
+    """What the pinned engine would refuse at start, refused before any resource exists (one ConfigError line)."""
+    check_architecture(cfg.model.architecture, *registered_architectures(cfg))
+    kvblocks.block_rule(cfg)  # KDA heads must split over the TP ranks
+    if cfg.track != "tpu" or cfg.tpu.engine != "vllm-torchtpu":
+        return
+    if cfg.model.speculative != "off":
+        raise ConfigError("model.speculative", cfg.model.speculative,
+                          f"vLLM-TorchTPU {VLLM_TORCHTPU.version} re-registers no Kimi K3 MTP drafter for TPU "
+                          "(KimiK3MTPModel resolves to vllm.models.kimi_k3, which exports nothing on TPU); use off")
+    if cfg.model.kdaStateDtype != "float32":
+        raise ConfigError("model.kdaStateDtype", cfg.model.kdaStateDtype,
+                          f"vLLM-TorchTPU {VLLM_TORCHTPU.version} keeps the KDA recurrent state in float32 whatever "
+                          "--mamba-ssm-cache-dtype says (vllm_torchtpu/models/vllm/kimi_k3/attention.py "
+                          "kda_state_dtype); use float32")
+    if catalog.KIMI.routed_experts % cfg.tpu.tensorParallel:
+        raise ConfigError("tpu.tensorParallel", cfg.tpu.tensorParallel,
+                          f"--enable-expert-parallel splits the {catalog.KIMI.routed_experts} routed experts over every "
+                          "TP rank; they must divide evenly")

@@ -162,8 +162,10 @@ paths. Any other container in a pod that shares a host namespace must run restri
 
 ROOT_IMAGES: dict[str, str] = {
     "vllm": "the vllm/vllm-openai image runs as root and the container is privileged anyway (see EXCEPTIONS)",
-    "sglang": "the JAX TPU image runs as root and the release profile pip-installs sglang-jax into its "
-              "site-packages at start, so the root filesystem stays writable (docs/security.md, supply chain)",
+    "vllm-tpu": "the Python 3.12 image runs as root and pip-installs the hash-pinned vLLM-TorchTPU lock into its "
+                "site-packages at start, so the root filesystem stays writable (docs/security.md, supply chain)",
+    "sglang": "a user-supplied SGLang-TorchTPU image (tpu.engine=sglang-torchtpu): its user and filesystem are "
+              "whatever that build needs",
 }
 """Containers that keep the image's root user or a writable root filesystem, and why (not privileged)."""
 

@@ -92,10 +92,10 @@ IMAGES: dict[str, Image] = {
                    "Docker Hub lists linux/amd64 and linux/arm64 for the distroless releases it shows "
                    "(https://hub.docker.com/r/envoyproxy/envoy/tags?page=1&name=v1.35.12); this tag's listing is "
                    "not quoted, so only amd64 is recorded (the router pod runs on the system pool)"),
-    "jax-tpu": Image(versions.SGLANG_JAX.image, "jaxTpuDigest", (AMD64,),
-                     "Cloud TPU VM hosts are x86 (components/machines.py); sglang-jax's GKE guide runs this tag on "
-                     "TPU nodes (https://github.com/sgl-project/sglang-jax/blob/cddbf6f/docs/deployment/"
-                     "gke-indexed-job.md)"),
+    "tpu-engine": Image(versions.VLLM_TORCHTPU.image, "tpuEngineDigest", (AMD64,),
+                        "Cloud TPU VM hosts are x86 (components/machines.py); the Docker official python image "
+                        "publishes amd64 among its architectures (https://github.com/docker-library/official-images/"
+                        "blob/master/library/python); vLLM-TorchTPU's wheels are manylinux x86_64"),
     "asapd-lite": Image(versions.ASAPD_LITE_IMAGE, "asapdLiteDigest", (ARM64,),
                         "Cluster Toolkit runs this tag only on a4x-maxgpu-4g-metal nodes (Grace, arm64) "
                         "(https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/20315cfa56440c2c74099a8a1bfee39"
@@ -140,7 +140,7 @@ def _normalized(reference: str) -> str:
 
 def by_reference(reference: str) -> tuple[Optional[str], Optional[str]]:
     """(short name, digest) of a container's `image` value; name None for an image not pinned here (a user's
-    own, like `tpu.day0Image`)."""
+    own, like `tpu.sglangImage`)."""
     base, digest_part = split_reference(reference)
     wanted = _normalized(base)
     name = next((n for n, i in IMAGES.items() if _normalized(i.reference) == wanted), None)

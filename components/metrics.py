@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .versions import ROUTER_VERSION, SGLANG_DAY0_FLAGS_VERSION, SGLANG_JAX, VLLM
+from .versions import ROUTER_VERSION, SGLANG_TORCHTPU_FLAGS_VERSION, VLLM, VLLM_TORCHTPU
 
-Exporter = Literal["vllm", "sglang", "sglang-jax", "epp", "gmp", "dcgm", "gke"]
+Exporter = Literal["vllm", "vllm-torchtpu", "sglang", "epp", "gmp", "dcgm", "gke"]
 """Engines and the router (scraped by this stack's PodMonitorings), and what GKE collects by itself: the Managed
 Prometheus collectors' own `up`, DCGM on GPU nodes, accelerator system metrics on TPU nodes."""
 Kind = Literal["counter", "gauge", "histogram"]
@@ -35,8 +35,9 @@ class Release:
 
 
 VLLM_SRC = f"https://github.com/vllm-project/vllm/blob/v{VLLM.version}"
-SGLANG_SRC = f"https://github.com/sgl-project/sglang/blob/v{SGLANG_DAY0_FLAGS_VERSION}"
-SGLANG_JAX_SRC = f"https://github.com/sgl-project/sglang-jax/blob/{SGLANG_JAX.commit}"
+TPU_VLLM_SRC = f"https://github.com/vllm-project/vllm/blob/v{VLLM_TORCHTPU.version}"
+"""vLLM-TorchTPU's combined wheel carries vLLM 0.29.0's code (engine-flags/README.md compares the RECORDs)."""
+SGLANG_SRC = f"https://github.com/sgl-project/sglang/blob/v{SGLANG_TORCHTPU_FLAGS_VERSION}"
 ROUTER_SRC = f"https://github.com/llm-d/llm-d-router/blob/{ROUTER_VERSION}"
 GMP_COMMIT = "2ffde4ec7b7e4ca1da4e32f36b692945b78a60e4"
 GMP_SRC = f"https://github.com/GoogleCloudPlatform/prometheus-engine/blob/{GMP_COMMIT}"
@@ -49,12 +50,13 @@ as kubernetes_io:node_accelerator_duty_cycle, with the k8s_node resource labels 
 RELEASES: dict[Exporter, Release] = {
     "vllm": Release("vllm", VLLM.version, f"the vllm=={VLLM.version} wheel on PyPI (commit 4ba787ec9), the release "
                                           "the GPU image tag carries"),
-    "sglang": Release("sglang", SGLANG_DAY0_FLAGS_VERSION,
-                      f"the sglang=={SGLANG_DAY0_FLAGS_VERSION} wheel on PyPI. ASSUMPTION: the day-0 SGLang TPU "
-                      "build (tpu.engineProfile=day0) exports the names of the release its flags are checked "
-                      "against"),
-    "sglang-jax": Release("sglang-jax", SGLANG_JAX.commit,
-                          f"github.com/sgl-project/sglang-jax at {SGLANG_JAX.commit} (tpu.engineProfile=release)"),
+    "vllm-torchtpu": Release("vllm-torchtpu", VLLM_TORCHTPU.version,
+                             f"the vllm-torchtpu=={VLLM_TORCHTPU.version} wheel on PyPI (vLLM {VLLM_TORCHTPU.version}'s "
+                             "metrics code), the TPU track's default engine"),
+    "sglang": Release("sglang", SGLANG_TORCHTPU_FLAGS_VERSION,
+                      f"the sglang=={SGLANG_TORCHTPU_FLAGS_VERSION} wheel on PyPI. ASSUMPTION: an SGLang-TorchTPU "
+                      "build (tpu.engine=sglang-torchtpu, unreleased) exports the names of the release its flags are "
+                      "checked against"),
     "epp": Release("epp", ROUTER_VERSION, f"github.com/llm-d/llm-d-router at tag {ROUTER_VERSION} "
                                           "(commit 71f4f09), the EPP image tag"),
     "gmp": Release("gmp", GMP_COMMIT[:7], "github.com/GoogleCloudPlatform/prometheus-engine at main "
@@ -84,6 +86,8 @@ class Metric:
 
 _VLLM_LOGGERS = f"{VLLM_SRC}/vllm/v1/metrics/loggers.py"
 _VLLM_OFFLOAD = f"{VLLM_SRC}/vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py"
+_TPU_LOGGERS = f"{TPU_VLLM_SRC}/vllm/v1/metrics/loggers.py"
+_TPU_OFFLOAD = f"{TPU_VLLM_SRC}/vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py"
 _SGLANG_COLLECTOR = f"{SGLANG_SRC}/python/sglang/srt/observability/metrics_collector.py"
 _EPP_DISAGG = f"{ROUTER_SRC}/pkg/epp/framework/plugins/scheduling/profilehandler/disagg/metrics.go"
 _VLLM_NIXL = f"{VLLM_SRC}/vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py"
@@ -101,7 +105,24 @@ METRICS: tuple[Metric, ...] = (
            "tokens a KV connector supplied: NIXL from prefill on decode pods, the CPU tier on prefill pods"),
     Metric("vllm:kv_offload_load_bytes_total", "vllm", "counter", _VLLM_OFFLOAD, (),
            "bytes the OffloadingConnector loaded from host DRAM back to the GPU (through MultiConnector)"),
-    # SGLang (day-0 TPU build)
+    # vLLM-TorchTPU (TPU leaders, port 8000): vLLM 0.29.0's names; TPURaidenOffloadingConnector subclasses the
+    # OffloadingConnector and keeps its Prometheus metrics (vllm_torchtpu/offload/raiden_connector.py).
+    *(Metric(name, "vllm-torchtpu", kind, source, (), what) for name, kind, source, what in (
+        ("vllm:request_success_total", "counter", _TPU_LOGGERS, "requests the engine finished"),
+        ("vllm:prefix_cache_hits_total", "counter", _TPU_LOGGERS, "tokens served from the HBM prefix cache"),
+        ("vllm:prefix_cache_queries_total", "counter", _TPU_LOGGERS, "prompt tokens looked up in the HBM cache"),
+        ("vllm:external_prefix_cache_hits_total", "counter", _TPU_LOGGERS,
+         "tokens the KV connector (the host-DRAM tier) supplied"),
+        ("vllm:kv_offload_load_bytes_total", "counter", _TPU_OFFLOAD, "bytes loaded from host DRAM back to HBM"),
+        ("vllm:kv_offload_store_bytes_total", "counter", _TPU_OFFLOAD, "bytes stored from HBM to host DRAM"),
+        ("vllm:kv_cache_usage_perc", "gauge", _TPU_LOGGERS, "HBM KV-cache usage, 1 = full"),
+        ("vllm:num_requests_running", "gauge", _TPU_LOGGERS, "requests in execution batches"),
+        ("vllm:num_requests_waiting", "gauge", _TPU_LOGGERS, "requests queued in the engine"),
+        ("vllm:time_to_first_token_seconds", "histogram", _TPU_LOGGERS, "engine-side TTFT"),
+        ("vllm:inter_token_latency_seconds", "histogram", _TPU_LOGGERS, "engine-side ITL"),
+        ("vllm:e2e_request_latency_seconds", "histogram", _TPU_LOGGERS, "engine-side end-to-end request latency"),
+    )),
+    # SGLang (an unreleased SGLang-TorchTPU build)
     Metric("sglang:num_requests_total", "sglang", "counter", _SGLANG_COLLECTOR, (), "requests finished"),
     Metric("sglang:cached_tokens_total", "sglang", "counter", _SGLANG_COLLECTOR, ("cache_source",),
            "prefix-cache hit tokens by cache_source=device|host|storage, or cache_source=total when the "
@@ -176,23 +197,15 @@ class Gap:
     reason: str
 
 
-_SGLANG_JAX_EXPORTS = (f"sglang-jax@{SGLANG_JAX.commit} registers only the P/D transfer metrics (pd_* in "
-                       f"{SGLANG_JAX_SRC}/python/sgl_jax/srt/disaggregation/common/metrics.py) behind "
-                       "--enable-metrics; its scheduler (python/sgl_jax/srt/managers/scheduler_metrics_mixin.py) "
-                       "only logs")
-GAPS: tuple[Gap, ...] = (
-    Gap("engine-requests", "sglang-jax", f"no request counter: {_SGLANG_JAX_EXPORTS}"),
-    Gap("hbm-prefix-hits", "sglang-jax", f"no prefix-cache hit counter: {_SGLANG_JAX_EXPORTS}"),
-    Gap("host-dram-prefix-hits", "sglang-jax", f"no host-tier hit or load-back counter: {_SGLANG_JAX_EXPORTS}"),
-)
+GAPS: tuple[Gap, ...] = ()
 
-_BY_NAME = {metric.name: metric for metric in METRICS}
+_BY_NAME = {(metric.name, metric.exporter): metric for metric in METRICS}
 
 
 def require(name: str, exporter: Exporter) -> str:
     """`name` if the checked list has it for `exporter`; anything else is a programming error."""
-    metric = _BY_NAME.get(name)
-    if metric is None or metric.exporter != exporter:
+    metric = _BY_NAME.get((name, exporter))
+    if metric is None:
         raise KeyError(f"metric {name!r} of {exporter} is not in components/metrics.py METRICS: verify it in the "
                        f"pinned {exporter} release and add it with its source")
     return name

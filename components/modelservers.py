@@ -1,5 +1,5 @@
-"""Model servers: vLLM prefill/decode LeaderWorkerSet groups in a DisaggregatedSet (GPU), SGLang
-LeaderWorkerSet replicas (TPU). Pod labels come from the contract the router selects on; flags come
+"""Model servers: vLLM prefill/decode LeaderWorkerSet groups in a DisaggregatedSet (GPU), vLLM-TorchTPU
+LeaderWorkerSet replicas, one multi-host engine per slice (TPU). Pod labels come from the contract the router selects on; flags come
 from components.engines; sizes from components.capacity."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from . import catalog, contract, engines, hardening, images, loading
 from .base import Args, Component, StrInput
 from .config import StackConfig
 from .dra import NVIDIA_DRIVER_ROOT
-from .versions import SGLANG_JAX_LOCK_DIR
+from .versions import TPU_ENGINE_LOCK_DIR
 
 PROBE_TIMEOUT_S = 5
 """The kubelet's default is 1 s; a busy engine answers /health slower (llm-d's GB200 pods use 5)."""
@@ -341,15 +341,42 @@ def tpu_memory_gib(host_pool_bytes: float) -> int:
     return int(-(-host_pool_bytes // GIB)) + PROCESS_MEMORY_GIB // 2
 
 
-SGLANG_JAX_LOCK = Path(__file__).resolve().parent / "locks" / "sglang-jax.txt"
-"""Hash-pinned dependencies of the pinned sglang-jax commit (tools/preview/lock_sglang_jax.py)."""
-SGLANG_JAX_LOCK_MAP = f"{catalog.GUIDE_NAME}-sglang-jax-lock"
+TPU_ENGINE_LOCK = Path(__file__).resolve().parent / "locks" / "vllm-torchtpu.txt"
+"""Hash-pinned wheels of vLLM-TorchTPU and every dependency (components/locks/vllm-torchtpu.in)."""
+TPU_ENGINE_LOCK_MAP = f"{catalog.GUIDE_NAME}-vllm-torchtpu-lock"
 
 
-def sglang_lock_volume() -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:
-    volume = k8s.core.v1.VolumeArgs(name="sglang-jax-lock", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
-        name=SGLANG_JAX_LOCK_MAP, items=[k8s.core.v1.KeyToPathArgs(key="requirements.txt", path="requirements.txt")]))
-    return volume, k8s.core.v1.VolumeMountArgs(name="sglang-jax-lock", mount_path=SGLANG_JAX_LOCK_DIR, read_only=True)
+def tpu_lock_volume() -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:
+    volume = k8s.core.v1.VolumeArgs(name="engine-lock", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+        name=TPU_ENGINE_LOCK_MAP, items=[k8s.core.v1.KeyToPathArgs(key="requirements.txt", path="requirements.txt")]))
+    return volume, k8s.core.v1.VolumeMountArgs(name="engine-lock", mount_path=TPU_ENGINE_LOCK_DIR, read_only=True)
+
+
+TORCH_TPU_SLICEBUILDER_PORT = 8070
+"""TorchTPU's per-chip slice-builder ports start here, one per local chip
+(vllm_torchtpu/envs.py TORCH_TPU_BASE_PORT, used by distributed/tpu_mp_multihost.py)."""
+RAIDEN_CONTROLLER_PORT = 51515
+"""The Raiden offload store's controller port on the leader (vllm_torchtpu/offload/raiden_store.py
+_DEFAULT_CONTROLLER_PORT, + local DP rank 0)."""
+
+
+def tpu_ports(cfg: StackConfig, rank: engines.TpuRank) -> list[k8s.core.v1.ContainerPortArgs]:
+    """What a TPU pod listens on: the leader serves HTTP and KV events and hosts the rendezvous; every host runs
+    its chips' slice builders."""
+    chips = catalog.IRONWOOD.chips_per_host
+    ports = [k8s.core.v1.ContainerPortArgs(name=f"slice-{i}", container_port=TORCH_TPU_SLICEBUILDER_PORT + i)
+             for i in range(chips)] if cfg.tpu.engine == "vllm-torchtpu" else []
+    if rank == "worker":
+        return ports
+    ports = [k8s.core.v1.ContainerPortArgs(name="http", container_port=contract.MODEL_SERVER_PORT),
+             k8s.core.v1.ContainerPortArgs(name="kv-events", container_port=contract.KV_EVENTS_PORT), *ports]
+    if cfg.tpu.engine == "vllm-torchtpu":
+        ports += [k8s.core.v1.ContainerPortArgs(name="master", container_port=contract.TPU_MASTER_PORT),
+                  k8s.core.v1.ContainerPortArgs(name="rendezvous", container_port=contract.TPU_MASTER_PORT + 1),
+                  k8s.core.v1.ContainerPortArgs(name="raiden", container_port=RAIDEN_CONTROLLER_PORT)]
+    else:
+        ports.append(k8s.core.v1.ContainerPortArgs(name="dist-init", container_port=contract.SGLANG_DIST_INIT_PORT))
+    return ports
 
 
 TPU_MAX_MAP_COUNT = 33554432
@@ -377,7 +404,8 @@ def tpu_node_setup(image: str) -> k8s.core.v1.ContainerArgs:
 
 
 def tpu_engine_image(cfg: StackConfig) -> str:
-    return cfg.tpu.day0Image if cfg.tpu.engineProfile == "day0" else images.ref(cfg.images, "jax-tpu")
+    """The TPU engine's image: the pinned Python 3.12 base vLLM-TorchTPU is installed into, or the user's SGLang build."""
+    return images.ref(cfg.images, "tpu-engine") if cfg.tpu.engine == "vllm-torchtpu" else cfg.tpu.sglangImage
 
 
 def tpu_placement(cfg: StackConfig) -> tuple[dict[str, str], list[k8s.core.v1.TolerationArgs]]:
@@ -388,29 +416,38 @@ def tpu_placement(cfg: StackConfig) -> tuple[dict[str, str], list[k8s.core.v1.To
             [k8s.core.v1.TolerationArgs(key=tpu_key, operator="Exists", effect="NoSchedule")])
 
 
-def sglang_pod(cfg: StackConfig, image: str, memory_gib: int, claim: StrInput) -> k8s.core.v1.PodSpecArgs:
-    command = engines.sglang_command(cfg)
+def tpu_pod(cfg: StackConfig, rank: engines.TpuRank, memory_gib: int, claim: StrInput) -> k8s.core.v1.PodSpecArgs:
+    image = tpu_engine_image(cfg)
+    command = engines.tpu_command(cfg, rank)
     models, models_mount = weights_volume(claim)
     shm, shm_mount = shm_volume(64)
     volumes, mounts = [models, shm], [models_mount, shm_mount]
-    if cfg.tpu.engineProfile == "release":  # the start-time install reads the lock
-        lock, lock_mount = sglang_lock_volume()
+    env = [*common_env()]
+    if cfg.tpu.engine == "vllm-torchtpu":  # the start-time install reads the lock
+        lock, lock_mount = tpu_lock_volume()
         volumes.append(lock)
         mounts.append(lock_mount)
+        # Offloading hybrid (MLA + KDA) pages needs the unified block pool, K3's default; set it so a changed
+        # default fails loudly (vllm_torchtpu/platforms/tpu_platform.py, gdn_pool_layout.py).
+        env += [_env("TPU_VLLM_ENABLE_UNIFIED_BLOCK_POOL", "1"),
+                _env("VLLM_ENGINE_READY_TIMEOUT_S", str(loading.startup_budget_s(cfg))),
+                _env("USER", "llm-d")]
+    else:
+        env.append(_field_env("SGLANG_HOST_IP", "status.podIP"))
+    # Headless vLLM workers serve no HTTP; the leader's probes speak for the group (LWS recreates it on failure).
+    pod_probes = probes(cfg, contract.MODEL_SERVER_PORT, ready_path="/v1/models" if cfg.tpu.engine == "vllm-torchtpu"
+                        else "/health") if rank == "leader" or cfg.tpu.engine != "vllm-torchtpu" else {}
     node_selector, tolerations = tpu_placement(cfg)
     chips = str(catalog.IRONWOOD.chips_per_host)
     return k8s.core.v1.PodSpecArgs(
         init_containers=[tpu_node_setup(images.ref(cfg.images, "staging"))],
         containers=[k8s.core.v1.ContainerArgs(
-            name="sglang",
+            name=TPU_CONTAINER[cfg.tpu.engine],
             image=image,
             command=["/bin/bash", "-c"],
             args=[command.script()],
-            env=[*common_env(), _field_env("SGLANG_HOST_IP", "status.podIP"),
-                 _env("JAX_COMPILATION_CACHE_DIR", "/tmp/jax-cache")],
-            ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=contract.MODEL_SERVER_PORT),
-                   k8s.core.v1.ContainerPortArgs(name="dist-init", container_port=contract.SGLANG_DIST_INIT_PORT),
-                   k8s.core.v1.ContainerPortArgs(name="kv-events", container_port=contract.KV_EVENTS_PORT)],
+            env=env,
+            ports=tpu_ports(cfg, rank),
             resources=k8s.core.v1.ResourceRequirementsArgs(
                 requests={"cpu": str(catalog.IRONWOOD.vcpus // 2), "memory": f"{memory_gib}Gi",
                           "google.com/tpu": chips},
@@ -419,7 +456,7 @@ def sglang_pod(cfg: StackConfig, image: str, memory_gib: int, claim: StrInput) -
             volume_mounts=mounts,
             # Root and a writable root filesystem stay (components/hardening.py ROOT_IMAGES); the rest is hardened.
             security_context=hardening.root_engine_context(),
-            **probes(cfg, contract.MODEL_SERVER_PORT),
+            **pod_probes,
         )],
         node_selector=node_selector,
         tolerations=tolerations,
@@ -430,30 +467,40 @@ def sglang_pod(cfg: StackConfig, image: str, memory_gib: int, claim: StrInput) -
     )
 
 
-class SglangLeaderWorkerSetArgs(Args):
+TPU_CONTAINER = {"vllm-torchtpu": "vllm-tpu", "sglang-torchtpu": "sglang"}
+
+
+def tpu_set_name(cfg: StackConfig) -> str:
+    return f"{cfg.kubernetes.namespace}-{TPU_CONTAINER[cfg.tpu.engine]}"
+
+
+class TpuLeaderWorkerSetArgs(Args):
     namespace: StrInput
     name: str
     config: StackConfig
     models_claim: StrInput
     """The hydrated weights claim (WeightStaging.claim)."""
     host_pool_bytes_per_node: float
-    """HiCache host pool of one host (capacity model); the pod's memory request must hold it."""
+    """Host-DRAM KV tier of one host (capacity model); the pod's memory request must hold it."""
 
 
-class SglangLeaderWorkerSet(Component):
-    """One LeaderWorkerSet, a replica per slice: each group of `hosts_per_slice` pods owns one slice node pool."""
+class TpuLeaderWorkerSet(Component):
+    """One LeaderWorkerSet, a replica per slice: each group of `hosts_per_slice` pods owns one slice node pool and
+    runs one engine across it."""
 
-    def __init__(self, name: str, args: SglangLeaderWorkerSetArgs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("modelserver", "SglangLeaderWorkerSet", name, opts)
+    def __init__(self, name: str, args: TpuLeaderWorkerSetArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("modelserver", "TpuLeaderWorkerSet", name, opts)
         cfg = args.config
-        image = tpu_engine_image(cfg)
-        pod = sglang_pod(cfg, image, tpu_memory_gib(args.host_pool_bytes_per_node), args.models_claim)
+        memory = tpu_memory_gib(args.host_pool_bytes_per_node)
+        leader = tpu_pod(cfg, "leader", memory, args.models_claim)
+        worker = tpu_pod(cfg, "worker", memory, args.models_claim)
+        engine = engines.tpu_engine_type(cfg)
         self.lock = None
-        if cfg.tpu.engineProfile == "release":
+        if cfg.tpu.engine == "vllm-torchtpu":
             self.lock = k8s.core.v1.ConfigMap(
                 f"{name}-lock",
-                metadata=k8s.meta.v1.ObjectMetaArgs(name=SGLANG_JAX_LOCK_MAP, namespace=args.namespace),
-                data={"requirements.txt": SGLANG_JAX_LOCK.read_text()},
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=TPU_ENGINE_LOCK_MAP, namespace=args.namespace),
+                data={"requirements.txt": TPU_ENGINE_LOCK.read_text()},
                 opts=self.child(),
             )
         self.set = k8s.apiextensions.CustomResource(
@@ -475,9 +522,9 @@ class SglangLeaderWorkerSet(Component):
                 "leaderWorkerTemplate": {
                     "size": cfg.tpu.hosts_per_slice,
                     "restartPolicy": "RecreateGroupOnPodRestart",
-                    # Only rank 0 serves the API, so only leaders carry the router's selector labels.
-                    "leaderTemplate": pod_template(serving_labels("tpu", "sglang"), pod),
-                    "workerTemplate": pod_template(serving_labels("tpu", "sglang", serving=False), pod),
+                    # Only the leader serves the API, so only leaders carry the router's selector labels.
+                    "leaderTemplate": pod_template(serving_labels("tpu", engine), leader),
+                    "workerTemplate": pod_template(serving_labels("tpu", engine, serving=False), worker),
                 },
                 "rolloutStrategy": rollout(),
             },

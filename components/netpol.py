@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import catalog, contract
+from . import catalog, contract, engines
 from .base import Args, Component, StrInput
 from .config import StackConfig
 from .monitoring import router_target, serving_targets
@@ -101,9 +101,9 @@ TPU release profile's start-time install, GitHub's and PyPI's. A NetworkPolicy c
 HEALTH_CHECKS = Peer("lb-health-checks", cidrs=HEALTH_CHECK_RANGES)
 
 
-def model_servers(track: str) -> Peer:
+def model_servers(cfg: StackConfig) -> Peer:
     """Every model-server pod of the track (leaders and workers, prefill and decode)."""
-    engine = "vllm" if track == "gpu" else "sglang"
+    engine = "vllm" if cfg.track == "gpu" else engines.tpu_engine_type(cfg)
     return Peer(f"{engine}-pods", labels=(("llm-d.ai/guide", catalog.GUIDE_NAME), ("llm-d.ai/engine-type", engine)),
                 owned=True)
 
@@ -125,14 +125,15 @@ def client_port(cfg: StackConfig) -> int:
 
 def flows(cfg: StackConfig, api_server: Sequence[StrInput]) -> list[Flow]:
     """Every allowed flow of the namespace's pods, in and out. `api_server`: the control plane's addresses."""
-    servers = model_servers(cfg.track)
+    servers = model_servers(cfg)
     metrics_ports = [t.port for t in serving_targets(cfg.track)]
     found: list[Flow] = [
         Flow(ROUTER, SERVING, (*_ports([contract.MODEL_SERVER_PORT, *metrics_ports]), kv_event_ports(cfg)),
              "the router's proxy sends requests, the EPP scrapes engine metrics and subscribes to KV-cache events"),
         Flow(servers, servers, (),
-             "peers of one serving set: workers to their leader (DP RPC, dist-init), prefill and decode to each other "
-             "(NIXL side channels); the collective bootstraps pick free ports at start, so no port list"),
+             "peers of one serving set: workers to their leader (DP RPC; on TPU the --nnodes master, rendezvous, "
+             "slice builders and Raiden controller), prefill and decode to each other (NIXL side channels); the "
+             "collective bootstraps pick free ports at start, so no port list"),
         Flow(LOAD_CLIENTS, ROUTER, _ports([contract.ROUTER_PROXY_PORT]),
              "benchmark and calibration Jobs load the router's proxy"),
     ]
@@ -161,9 +162,9 @@ def flows(cfg: StackConfig, api_server: Sequence[StrInput]) -> list[Flow]:
         Flow(BENCHMARK, GKE_METADATA, _ports([GKE_METADATA_SERVER_PORT]), "Workload Identity tokens (older nodes)"),
         Flow(BENCHMARK, PUBLIC_HTTPS, _ports([443]), "report upload to Cloud Storage"),
     ]
-    if cfg.track == "tpu" and cfg.tpu.engineProfile == "release":
+    if cfg.track == "tpu" and cfg.tpu.engine == "vllm-torchtpu":
         found.append(Flow(servers, PUBLIC_HTTPS, _ports([443]),
-                          "the pinned sglang-jax install at start (GitHub, PyPI); see docs/security.md"))
+                          "the hash-pinned vLLM-TorchTPU install at start (PyPI); see docs/security.md"))
     return found
 
 

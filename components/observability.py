@@ -40,11 +40,20 @@ class Scope:
     engine_jobs: dict[str, str]
     """Role (prefill, decode, model-server) -> PodMonitoring name of the engines serving it."""
     router_job: str
+    tpu_engine: str = "vllm-torchtpu"
+    """tpu.engine: vLLM-TorchTPU exports vLLM's metrics; an unreleased SGLang build is read through the router only."""
 
     @classmethod
-    def of(cls, track: str, cluster: str, namespace: str) -> Scope:
+    def of(cls, track: str, cluster: str, namespace: str, tpu_engine: str = "vllm-torchtpu") -> Scope:
         jobs = {t.name: f"{catalog.GUIDE_NAME}-{t.name}" for t in serving_targets(track)}
-        return cls(track, cluster, namespace, jobs, f"{catalog.GUIDE_NAME}-{router_target().name}")
+        return cls(track, cluster, namespace, jobs, f"{catalog.GUIDE_NAME}-{router_target().name}", tpu_engine)
+
+    @property
+    def exporter(self) -> Optional[metrics.Exporter]:
+        """The engines' metric family on this track, None where no engine source is checked."""
+        if self.track == "gpu":
+            return "vllm"
+        return "vllm-torchtpu" if self.tpu_engine == "vllm-torchtpu" else None
 
     def matchers(self, *extra: str) -> str:
         return ",".join((f'cluster="{self.cluster}"', f'namespace="{self.namespace}"', *extra))
@@ -109,8 +118,9 @@ def serving_group(s: Scope) -> Group:
     requests = rate("llm_d_epp_request_total", "epp", router)
     errors = rate("llm_d_epp_request_error_total", "epp", router)
     rps = [Query(requests, "router")]
+    if s.exporter:
+        rps.append(Query(rate("vllm:request_success_total", s.exporter, s.matchers(s.engines), by="job"), "${job}"))
     if s.track == "gpu":
-        rps.append(Query(rate("vllm:request_success_total", "vllm", s.matchers(s.engines), by="job"), "${job}"))
         # Per serving unit (docs/scaling.md): every request finishes on a decode pod of one slice.
         rps.append(Query(rate("vllm:request_success_total", "vllm", s.matchers(s.job("decode")), by="slice"),
                          "slice ${slice}"))
@@ -137,6 +147,11 @@ def speed_group(s: Scope) -> Group:
         ttft += _quantiles("vllm:time_to_first_token_seconds", "vllm", decode, "decode engine")
         itl += _quantiles("vllm:inter_token_latency_seconds", "vllm", decode, "decode engine")
         e2e += _quantiles("vllm:e2e_request_latency_seconds", "vllm", decode, "decode engine")
+    elif s.exporter:
+        engine = s.matchers(s.engines)
+        ttft += _quantiles("vllm:time_to_first_token_seconds", s.exporter, engine, "engine")
+        itl += _quantiles("vllm:inter_token_latency_seconds", s.exporter, engine, "engine")
+        e2e += _quantiles("vllm:e2e_request_latency_seconds", s.exporter, engine, "engine")
     return Group("Speed", "How fast is it?", (
         Panel("Time to first token", "s", tuple(ttft)),
         Panel("Inter-token latency", "s", tuple(itl)),
@@ -152,6 +167,25 @@ def kv_cache_group(s: Scope) -> Group:
     router = s.matchers(f'job="{s.router_job}"')
     client_hits = (f"{rate('llm_d_epp_request_cached_tokens', 'epp', router, suffix='_sum')} / "
                    f"{rate('llm_d_epp_request_input_tokens', 'epp', router, suffix='_sum')}")
+    if s.track != "gpu" and s.exporter:
+        engine, x = s.matchers(s.engines), s.exporter
+        queries = rate("vllm:prefix_cache_queries_total", x, engine)
+        return Group("KV cache", "Is the KV cache working?", (
+            Panel("HBM KV-cache usage per slice", "1", (
+                Query(gauge("vllm:kv_cache_usage_perc", x, engine), "max over slices"),
+                Query(gauge("vllm:kv_cache_usage_perc", x, engine, agg="avg"), "mean over slices"),
+            )),
+            Panel("Prefix-cache hit rate by tier", "1", (
+                Query(f"{rate('vllm:prefix_cache_hits_total', x, engine)} / {queries}", "HBM"),
+                Query(f"{rate('vllm:external_prefix_cache_hits_total', x, engine)} / {queries}",
+                      "host DRAM (Raiden connector)"),
+                Query(client_hits, "all tiers, from response usage"),
+            )),
+            Panel("KV offload traffic, HBM <-> host DRAM", "By/s", (
+                Query(rate("vllm:kv_offload_store_bytes_total", x, engine), "stored to DRAM"),
+                Query(rate("vllm:kv_offload_load_bytes_total", x, engine), "loaded from DRAM"),
+            )),
+        ))
     if s.track != "gpu":
         return Group("KV cache", "Is the KV cache working?", (
             Panel("KV-cache usage (router's view of the engines)", "1", (
@@ -160,9 +194,8 @@ def kv_cache_group(s: Scope) -> Group:
             Panel("Prefix-cache hit rate (all tiers, from response usage)", "1", (
                 Query(client_hits, "cached share of prompt tokens"),
             )),
-        ), note=("The pinned sglang-jax build exports only its P/D transfer metrics, so HBM usage and hits per "
-                 "tier (HBM vs host DRAM) have no engine source on this track: the hit rate here is what the "
-                 "engines report per request through the router. See components/metrics.py."))
+        ), note=("An unreleased SGLang-TorchTPU build (tpu.engine=sglang-torchtpu) has no checked metric list, so "
+                 "this group reads the router only. See components/metrics.py."))
     prefill = s.matchers(s.job("prefill"))
     queries = rate("vllm:prefix_cache_queries_total", "vllm", prefill)
     by_tier = rate("vllm:prompt_tokens_cached_by_source_total", "vllm",
@@ -316,13 +349,12 @@ def alert_rules(s: Scope, error_ratio: float, kv_full: float) -> list[AlertRule]
     router = s.matchers(f'job="{s.router_job}"')
     requests = rate("llm_d_epp_request_total", "epp", router)
     errors = rate("llm_d_epp_request_error_total", "epp", router)
-    if s.track == "gpu":
-        kv = gauge("vllm:kv_cache_usage_perc", "vllm", s.matchers(s.engines), by="job")
+    if s.exporter:
+        kv = gauge("vllm:kv_cache_usage_perc", s.exporter, s.matchers(s.engines), by="job")
         kv_what = "an engine role's HBM KV cache (vllm:kv_cache_usage_perc, max over engines)"
     else:
         kv = gauge("llm_d_epp_average_kv_cache_utilization", "epp", router)
-        kv_what = ("the pool's average KV-cache utilization as the router reads it (the pinned sglang-jax "
-                   "exports no KV usage, so this stays silent until it does)")
+        kv_what = "the pool's average KV-cache utilization as the router reads it"
     return [
         AlertRule("no-ready-endpoints", "No ready model-server endpoint",
                   f"{gauge('llm_d_epp_ready_endpoints', 'epp', router)} == 0", "120s", "CRITICAL",
@@ -350,6 +382,7 @@ class ObservabilityArgs(Args):
     cluster: str
     namespace: str
     display_name: str
+    tpu_engine: str = "vllm-torchtpu"
     notification_channels: tuple[str, ...] = ()
     error_ratio: float
     kv_full: float
@@ -361,7 +394,7 @@ class Observability(Component):
 
     def __init__(self, name: str, args: ObservabilityArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("observability", "Observability", name, opts)
-        scope = Scope.of(args.track, args.cluster, args.namespace)
+        scope = Scope.of(args.track, args.cluster, args.namespace, args.tpu_engine)
         self.dashboard = gcp.monitoring.Dashboard(
             f"{name}-dashboard", project=args.project,
             dashboard_json=json.dumps(dashboard(scope, args.display_name, args.labels), sort_keys=True),

@@ -15,7 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from . import catalog, contract, hardening, images
+from . import catalog, contract, engines, hardening, images
 from .base import Args, Component, StrInput
 from .capacity import ServingCapacity
 from .config import StackConfig
@@ -59,15 +59,17 @@ def chart_ref(cfg: StackConfig) -> ChartRef:
 
 # --------------------------------------------------------------------------- scheduling
 def prefix_producer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
-    """Approximate prefix model sized across HBM and host DRAM: autoTune would count HBM blocks only
-    (https://github.com/llm-d/llm-d-router/issues/1650,
+    """Approximate prefix model in the engine-effective block (components/kvblocks.py), sized across HBM and host
+    DRAM. autoTune stays off: it would read the right block size from the engine's `vllm:cache_config_info`, but
+    count HBM blocks only (https://github.com/llm-d/llm-d-router/issues/1650,
     https://github.com/llm-d/llm-d/blob/5e758d8/guides/models/qwen3-coder-480b/router/qwen3-coder-480b.values.yaml)."""
+    block = capacity.block_tokens
     return {"type": "approx-prefix-cache-producer", "parameters": {
         "autoTune": False,
-        "blockSizeTokens": contract.KV_BLOCK_TOKENS,
+        "blockSizeTokens": block,
         "lruCapacityPerServer": capacity.lru_capacity_per_server,
         "maxPrefixTokensToMatch": cfg.context_length,
-        "maxPrefixBlocksToMatch": -(-cfg.context_length // contract.KV_BLOCK_TOKENS),
+        "maxPrefixBlocksToMatch": -(-cfg.context_length // block),
     }}
 
 
@@ -164,7 +166,8 @@ def monitoring_layer() -> dict[str, Any]:
 def track_layer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
     router: dict[str, Any] = {
         "modelServers": {
-            "type": "vllm" if cfg.track == "gpu" else "sglang",
+            # vLLM semantics on both tracks by default (its metrics and leader-only endpoints on TPU).
+            "type": "vllm" if cfg.track == "gpu" else engines.tpu_engine_type(cfg),
             "matchLabels": dict(contract.SERVING_LABELS),
             "targetPorts": [{"number": contract.MODEL_SERVER_PORT}],
         },

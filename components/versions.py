@@ -52,6 +52,9 @@ ASAPD_LITE_IMAGE = "us-docker.pkg.dev/gce-ai-infra/asapd-lite/asapd-lite:v0.0.8"
 class VllmRelease:
     version: str
     image: str
+    architectures: frozenset[str]
+    """The Kimi-family architectures its registry maps to CUDA implementations
+    (vllm/model_executor/models/registry.py -> vllm/models/kimi_k3/nvidia/)."""
     hybrid_kv_flag: str
     """Spelling of "keep the hybrid KV-cache manager on": `--no-disable-hybrid-kv-cache-manager` up to 0.23,
     `--enable-hybrid-kv-cache-manager` in 0.33
@@ -62,6 +65,8 @@ class VllmRelease:
 VLLM = VllmRelease(
     version="0.33.0",
     image="docker.io/vllm/vllm-openai:v0.33.0",
+    architectures=frozenset({"KimiK3ForConditionalGeneration", "KimiLinearForCausalLM", "KimiK3MTPModel",
+                             "K3DSparkModel"}),
     hybrid_kv_flag="--enable-hybrid-kv-cache-manager",
     why="newest release with a parser dump (engine-flags/vllm-0.33.0.tsv); first with the kimi_k3 reasoning parser "
         "and kimi_k3_mtp (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/reasoning/__init__.py, "
@@ -70,42 +75,52 @@ VLLM = VllmRelease(
 )
 
 
-SGLANG_JAX_LOCK_DIR = "/etc/sglang-jax"
-"""Where TPU pods mount components/locks/sglang-jax.txt (a ConfigMap)."""
+TPU_ENGINE_LOCK_DIR = "/etc/vllm-torchtpu"
+"""Where TPU pods mount components/locks/vllm-torchtpu.txt (a ConfigMap)."""
 
 
 @dataclass(frozen=True)
-class SglangJaxBuild:
-    commit: str
-    """Short form, as upstream URLs and the flag dump's file name carry it."""
-    full_commit: str
-    """The 40-hex commit the pods install: git checks the fetched tree against it."""
+class TorchTpuRelease:
+    """vLLM-TorchTPU: vLLM plus the TorchTPU platform plugin, the one public release that registers Kimi K3 for TPU."""
+
+    version: str
+    core_version: str
     image: str
+    """Python 3.12 base the pinned wheels are installed into at start (no release image exists)."""
+    architectures: frozenset[str]
+    """What the plugin registers with TPU implementations: `ModelRegistry.register_model` in
+    vllm_torchtpu/models/vllm/__init__.py `register_models()` (vllm-torchtpu-core wheel)."""
     why: str
 
     @property
     def install_commands(self) -> tuple[str, ...]:
-        """sglang-jax has no release carrying these flags on the package index, so the pinned commit is installed
-        into the JAX TPU image at start (the sglang-jax GKE guide installs it the same way). Supply chain
-        (docs/security.md): every dependency comes from the hash-pinned lock (components/locks/sglang-jax.txt,
-        `--require-hashes --no-deps`), the package itself from the full commit with nothing resolved or built in
-        isolation, and the Hugging Face token is not in the installer's environment."""
-        pip = "env -u HF_TOKEN pip install --no-cache-dir --no-input --index-url https://pypi.org/simple"
-        return (f"{pip} --require-hashes --no-deps --no-build-isolation -r {SGLANG_JAX_LOCK_DIR}/requirements.txt",
-                f"{pip} --no-deps --no-build-isolation 'sglang-jax @ git+https://github.com/sgl-project/sglang-jax.git"
-                f"@{self.full_commit}#subdirectory=python'")
+        """Every package, the two vLLM-TorchTPU wheels included, comes from the hash-pinned lock
+        (components/locks/vllm-torchtpu.txt, `--require-hashes --no-deps`): nothing is resolved or built at start,
+        and the Hugging Face token is not in the installer's environment (docs/security.md)."""
+        pip = "env -u HF_TOKEN python3 -m pip install --no-cache-dir --no-input --index-url https://pypi.org/simple"
+        return (f"{pip} --require-hashes --no-deps -r {TPU_ENGINE_LOCK_DIR}/requirements.txt",)
 
 
-SGLANG_JAX = SglangJaxBuild(
-    commit="cddbf6f",
-    full_commit="cddbf6f1cc33cbdd453bd8f36ff7051cf46ca176",
-    image="us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:jax0.8.1-rev1",
-    why="SGLang's TPU engine; the flag list in engine-flags/sglang-jax-main-cddbf6f.txt is from this commit, and "
-        "the image is the one its GKE guide uses (https://github.com/sgl-project/sglang-jax/blob/cddbf6f/docs/deployment/gke-indexed-job.md)",
+VLLM_TORCHTPU = TorchTpuRelease(
+    version="0.29.0",
+    core_version="0.29.0",
+    image="docker.io/library/python:3.12-slim",
+    architectures=frozenset({"KimiK3ForConditionalGeneration", "KimiLinearForCausalLM", "K3DSparkModel",
+                             "DeepseekV4ForCausalLM", "DSparkDraftModel"}),
+    why="the only public release registering KimiK3ForConditionalGeneration for TPU (vllm-torchtpu-core 0.29.0 "
+        "vllm_torchtpu/models/vllm/__init__.py register_models; https://pypi.org/project/vllm-torchtpu/0.29.0/); "
+        "its wheels need CPython 3.12 (`Requires-Python: <3.13,>=3.12`) and no release image is published, so a "
+        "plain Python 3.12 image installs the hash-pinned lock at start (engine-flags/vllm-torchtpu-0.29.0.tsv is "
+        "this release's parser)",
 )
 
-SGLANG_DAY0_FLAGS_VERSION = "0.5.23"
-"""The day-0 SGLang TPU build's flags other than DAY0_FLAG_VALUES are checked against this release's parser."""
+SGLANG_TORCHTPU_FLAGS_VERSION = "0.5.23"
+"""SGLang-TorchTPU is announced, not released: a user-supplied build's flags other than
+engines.UNRELEASED_FLAG_VALUES are checked against this SGLang release's parser."""
+SGLANG_TORCHTPU_ARCHITECTURES = frozenset({"KimiK3ForConditionalGeneration"})
+"""ASSUMPTION for an unreleased build: the Kimi K3 class of SGLang 0.5.23 (sglang/srt/models/kimi_k3.py), which
+has no TPU device in that release."""
+
 
 ROUTER_VERSION = "v0.10.0"
 """llm-d-router release (tag 2026-08-17): chart, EPP image and disaggregation sidecar move together

@@ -83,9 +83,9 @@ POD_FIELDS = ("hostNetwork", "hostPID", "hostIPC")
 MODEL_SERVER_LABEL_KEYS = frozenset({"llm-d.ai/engine-type", "llm-d.ai/inference-serving"})
 """Pod labels that make a pod a model server: the engine type (components/modelservers.py), or the serving label
 the router selects (contract.SERVING_LABELS)."""
-ENGINE_REPOSITORIES = frozenset(hardening.repository(image) for image in (versions.VLLM.image,
-                                                                          versions.SGLANG_JAX.image))
-"""Image repositories of the engines (components/versions.py): a pod running one is a model server too."""
+ENGINE_REPOSITORIES = frozenset({hardening.repository(versions.VLLM.image)})
+"""Image repositories of the engines (components/versions.py): a pod running one is a model server too. The TPU
+engine runs in a plain Python image the Jobs share, so its pods are known by their labels alone."""
 CREDENTIAL_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
 CREDENTIAL_PAIRS = frozenset({"API_KEY", "ACCESS_KEY", "PRIVATE_KEY", "SECRET_KEY", "AUTH_KEY"})
 """Words (between `_`, `-` or `.`) of an env var name that holds a credential (`CHUNK_TOKENS` is not one)."""

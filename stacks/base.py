@@ -20,6 +20,7 @@ from components.network import Network, NetworkArgs
 from components.nodepools import CpuPoolArgs, CpuPools, PoolCommon, transfer_pool
 from components.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
 from components.platform import Platform, PlatformArgs
+from components.geometry import CheckpointGeometry, CheckpointGeometryArgs
 from components.revision import HubRevision, HubRevisionArgs
 from components.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
 from components.services import ProjectServices, ProjectServicesArgs
@@ -46,6 +47,13 @@ class Foundation:
     """Options for every Kubernetes object: the cluster's provider."""
     on_system_nodes: pulumi.ResourceOptions
     """The provider, and a dependency on the system pool, for controllers that must become Ready."""
+    geometry: CheckpointGeometry
+    """The staged revision's config.json matched the plan's model geometry; accelerator pools wait for it."""
+
+    @property
+    def accelerator_opts(self) -> pulumi.ResourceOptions:
+        """Accelerator node pools: created only once the checkpoint is known to be one the engine can serve."""
+        return pulumi.ResourceOptions(provider=self.gcp_provider, depends_on=[self.geometry])
 
 
 def build_foundation(cfg: StackConfig) -> Foundation:
@@ -108,6 +116,10 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     # The commit to stage: model.revision, else `main` resolved once by the first `up` and kept in state.
     revision = cfg.model.revision or HubRevision("model-revision", HubRevisionArgs(
         repo_id=cfg.model.repoId, token=hf_token)).revision
+    # Before any accelerator: the revision's config.json must match the geometry the plan was computed with and
+    # name an architecture the pinned engine registers (components/geometry.py).
+    geometry = CheckpointGeometry("model-geometry", CheckpointGeometryArgs(
+        repo_id=cfg.model.repoId, revision=revision, token=hf_token, config=cfg))
     # Hugging Face -> bucket on the transfer pool (idle until hydration): it waits for the cluster, the CPU pools
     # and the token Secret only, so it copies while the accelerator pools are still being created.
     transfer = transfer_pool(cfg.transferPool.machineType, cfg.transferPool.nodeCount)
@@ -140,7 +152,8 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     if cfg.monitoring.enabled:
         observability = Observability("observability", ObservabilityArgs(
             project=cfg.gcp.project, track=cfg.track, cluster=cfg.cluster_name, namespace=cfg.kubernetes.namespace,
-            display_name=dashboard_name(cfg), notification_channels=tuple(cfg.monitoring.notificationChannels),
+            display_name=dashboard_name(cfg), tpu_engine=cfg.tpu.engine,
+            notification_channels=tuple(cfg.monitoring.notificationChannels),
             error_ratio=cfg.monitoring.alertErrorPercent / 100, kv_full=cfg.monitoring.alertKvCachePercent / 100,
             labels=labels), after_apis)
         pulumi.export("monitoringDashboardUrl", observability.url)
@@ -171,7 +184,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("hourlyCost", cost.headline(costs))
     pulumi.export("benchmarkResultsUri", pulumi.Output.concat(bucket.uri, "/", results_path(cfg)))
     return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket, platform, staged, weights, router,
-                      serving, in_cluster, on_system_nodes)
+                      serving, in_cluster, on_system_nodes, geometry)
 
 
 def api_server_cidrs(cluster: GkeCluster) -> tuple[pulumi.Output, ...]:
@@ -222,8 +235,10 @@ def summary(cfg: StackConfig) -> list[str]:
     else:
         t = cfg.tpu
         hw = (f"{t.slices} x {t.topology} {catalog.IRONWOOD.generation} slices = {t.slices * t.hosts_per_slice} x "
-              f"{catalog.IRONWOOD.machine_type} ({t.slices * t.chips_per_slice} chips), TP={t.tensorParallel} "
-              f"EP={t.expertParallel} per replica")
+              f"{catalog.IRONWOOD.machine_type} ({t.slices * t.chips_per_slice} chips), one {t.engine} engine per "
+              f"slice on {t.hosts_per_slice} hosts, TP={t.tensorParallel} "
+              + (f"with expert parallelism over all {t.tensorParallel} ranks" if t.engine == "vllm-torchtpu"
+                 else f"EP={t.expertParallel}") + " per replica")
     staging = capacity.weight_staging(cfg)
     capacity_cost, throughput_cost = prices.hyperdisk_ml_monthly(staging.volume_gib, staging.throughput_mibps)
     return [
@@ -329,7 +344,7 @@ def slice_lines(cfg: StackConfig) -> list[str]:
 def monitoring_lines(cfg: StackConfig) -> list[str]:
     if not cfg.monitoring.enabled:
         return ["monitoring: off (no PodMonitorings, dashboard or alert policies)"]
-    scope = Scope.of(cfg.track, cfg.cluster_name, cfg.kubernetes.namespace)
+    scope = Scope.of(cfg.track, cfg.cluster_name, cfg.kubernetes.namespace, cfg.tpu.engine)
     channels = len(cfg.monitoring.notificationChannels)
     return [f"dashboard: Cloud Monitoring > Dashboards > \"{dashboard_name(cfg)}\" "
             f"({', '.join(g.title for g in groups(scope))}; link in output monitoringDashboardUrl)",
@@ -344,7 +359,9 @@ def dashboard_name(cfg: StackConfig) -> str:
 
 def capacity_lines(c: capacity.ServingCapacity) -> list[str]:
     gb = 1e9
+    r = c.rule
     return [
+        f"engine-effective KV block: {r.block_tokens} tokens ({r.engine}, asked {r.requested_tokens}): {r.steps[-1]}",
         f"per device: weights {c.weight_bytes_per_device / gb:.1f} GB, HBM left for KV "
         f"{c.kv_pool_bytes_per_device / gb:.1f} GB of {c.hbm_bytes_per_device / gb:.1f} GB",
         f"KV per replica ({c.bytes_per_token:,.0f} B/token at {c.context_length:,} context): "

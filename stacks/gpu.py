@@ -25,7 +25,7 @@ def build(cfg: StackConfig) -> None:
         reservation=cfg.gpu.reservation,
         reservation_block=cfg.gpu.reservationBlock,
         reservation_sub_blocks=tuple(cfg.gpu.reservationSubBlocks[:cfg.gpu.slices]),
-    ), pulumi.ResourceOptions(provider=foundation.gcp_provider))
+    ), foundation.accelerator_opts)
     namespace = foundation.platform.namespace.metadata.name
     devices = GpuDevices("gpu-devices", GpuDevicesArgs(namespace=namespace, machine=cfg.gpu.spec, images=cfg.images),
                          foundation.on_system_nodes)

@@ -1,11 +1,12 @@
-"""TPU track: Ironwood tpu7x slices and the SGLang LeaderWorkerSet serving on them."""
+"""TPU track: Ironwood tpu7x slices and the LeaderWorkerSet running one engine per slice on them."""
 
 from __future__ import annotations
 
 import pulumi
 
 from components.config import StackConfig
-from components.modelservers import SglangLeaderWorkerSet, SglangLeaderWorkerSetArgs, tpu_engine_image, tpu_placement
+from components.modelservers import (TpuLeaderWorkerSet, TpuLeaderWorkerSetArgs, tpu_engine_image, tpu_placement,
+                                     tpu_set_name)
 from components.nodepools import TpuSlices, TpuSlicesArgs
 from components.prepull import ImagePrepull, ImagePrepullArgs
 
@@ -22,14 +23,14 @@ def build(cfg: StackConfig) -> None:
         reservation_project=cfg.tpu.reservationProject or cfg.gcp.project,
         reservation=cfg.tpu.reservation,
         spot=cfg.tpu.spot,
-    ), pulumi.ResourceOptions(provider=foundation.gcp_provider))
+    ), foundation.accelerator_opts)
     selector, tolerations = tpu_placement(cfg)
     # Pulls the engine image while the checkpoint is staged and hydrated (off the critical path).
     ImagePrepull("engine-prepull", ImagePrepullArgs(
         namespace=foundation.platform.namespace.metadata.name, image=tpu_engine_image(cfg),
         node_selector=selector, tolerations=tolerations), foundation.in_cluster)
-    servers = SglangLeaderWorkerSet("sglang", SglangLeaderWorkerSetArgs(
-        namespace=foundation.platform.namespace.metadata.name, name=f"{cfg.kubernetes.namespace}-sglang",
+    servers = TpuLeaderWorkerSet("tpu-engine", TpuLeaderWorkerSetArgs(
+        namespace=foundation.platform.namespace.metadata.name, name=tpu_set_name(cfg),
         config=cfg, host_pool_bytes_per_node=foundation.capacity.host_bytes_per_node,
         models_claim=foundation.weights.claim.metadata.name),
         pulumi.ResourceOptions(provider=foundation.cluster.provider, depends_on=[

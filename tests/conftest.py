@@ -165,11 +165,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # A `secure:` token (a plain-text one the CLI refuses: tests/test_stack_file.py).
     "leaky": ("gpu", {"hfToken": {"secure": LEAKY_TOKEN}}),
     "gateway": ("gpu", {"router.mode": "gateway", "router.calibrate": True, "router.clientUrl": "http://10.0.0.10"}),
-    "day0": ("tpu", {"tpu.engineProfile": "day0", "tpu.day0Image": "registry.example/sglang-tpu:day0-k31",
-                     "model.speculative": "nextn", "model.draftModelPath": "/models/nextn"}),
+    "sglang": ("tpu", {"tpu.engine": "sglang-torchtpu", "tpu.sglangImage": "registry.example/sglang-tpu:k31"}),
     "spec": ("gpu", {"model.speculative": "dflash", "model.draftModelPath": "/models/dflash",
                      "model.kvCacheDtype": "bf16", "gpu.tensorParallel": 2}),
-    "tpu-spec": ("tpu", {"model.speculative": "mtp"}),
+    "tpu-bf16": ("tpu", {"model.kvCacheDtype": "bf16", "model.contextLength": 131072}),
     "adopt": ("gpu", {"storage.bucketExists": True}),
     # A node that reads the volume at half the assumed rate (tests/test_loading.py).
     "slow-disk": ("gpu", {"storage.nodeReadMiBps": 1200}),
@@ -186,7 +185,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gpu3": ("gpu3", {}),
     "tpu4": ("tpu4", {}),
     # Every image the TPU stack pulls, the router chart's Envoy sidecar included (visible once charts are rendered).
-    "tpu-pinned": ("tpu", {"images.jaxTpuDigest": "sha256:" + "a" * 64, "images.lwsDigest": "sha256:" + "b" * 64,
+    "tpu-pinned": ("tpu", {"images.tpuEngineDigest": "sha256:" + "a" * 64, "images.lwsDigest": "sha256:" + "b" * 64,
                            "images.eppDigest": "sha256:" + "c" * 64, "images.envoyDigest": "sha256:" + "d" * 64,
                            "images.stagingDigest": "sha256:" + "e" * 64}),
 }

@@ -786,12 +786,12 @@ def test_smoke_on_tpu_uses_engine_metrics_and_user_urls_replace_them(tmp_path):
     drive(world, tmp_path, stack="tpu")
     argv = next(entry[1] for entry in world.log if entry[0] == "smoke")
     assert [argv[i + 1].split("=")[0] for i, a in enumerate(argv) if a == "--metrics-url"] == ["router", "engine"]
-    assert "--engine" not in argv  # the default sglang-jax: smoke knows which metrics it lacks
+    assert "--engine" not in argv  # the default vLLM-TorchTPU
 
-    world = World(config={bench.TRACK_KEY: "tpu", bench.ENGINE_PROFILE_KEY: "day0"})
+    world = World(config={bench.TRACK_KEY: "tpu", bench.TPU_ENGINE_KEY: "sglang-torchtpu"})
     drive(world, tmp_path, stack="tpu")
     argv = next(entry[1] for entry in world.log if entry[0] == "smoke")
-    assert argv[argv.index("--engine") + 1] == "sglang"  # the day-0 build exports SGLang's metrics
+    assert argv[argv.index("--engine") + 1] == "sglang"  # a user's SGLang build exports SGLang's metrics
 
     world = World()
     drive(world, tmp_path, "--smoke-args", "--metrics-url", "router=http://x/metrics")

@@ -119,7 +119,7 @@ def test_job_config_loads_and_builds_its_data_generator(probed):
 def test_config_of_each_track_loads(probed, stack):
     result = probed[f"track-{stack}"]
     assert result["ok"], result
-    assert result["server"] == ("vllm" if stack == "gpu" else "sglang") and result["conversations"] == 2
+    assert result["server"] == "vllm" and result["conversations"] == 2  # vLLM-TorchTPU speaks vLLM on TPU
 
 
 def test_the_release_refuses_what_the_old_config_sent(probed):

@@ -27,7 +27,7 @@ def test_every_manifest_validates(plans, shared, stack):
     assert not _failures(plans[stack].manifests, shared)
 
 
-@pytest.mark.parametrize("name", ["gateway", "day0", "spec", "bench", "quiet", "gpu-pinned"])
+@pytest.mark.parametrize("name", ["gateway", "sglang", "spec", "bench", "quiet", "gpu-pinned"])
 def test_every_variant_manifest_validates(variants, shared, name):
     """Objects only some configurations create: Gateway, HTTPRoute, calibration and benchmark Jobs, ..."""
     assert not _failures(variants[name].manifests, shared)

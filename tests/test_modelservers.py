@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from components import catalog, contract
-from components.engines import DAY0_FLAG_VALUES
-from components.versions import SGLANG_DAY0_FLAGS_VERSION, SGLANG_JAX, VLLM
+from components import catalog, contract, kvblocks
+from components.engines import UNRELEASED_FLAG_VALUES
+from components.versions import SGLANG_TORCHTPU_FLAGS_VERSION, VLLM, VLLM_TORCHTPU
 from tests import engine_facts as facts
 from tests.conftest import Plan
 
@@ -31,19 +31,19 @@ def engine_scripts(plan: Plan) -> list[tuple[str, list[str]]]:
     return commands
 
 
-def flag_table(shared, argv: list[str]) -> tuple[dict, bool]:
-    """The parser dump for the engine this argv launches, and whether day-0 values are allowed."""
+def flag_table(shared, argv: list[str], track: str) -> tuple[dict, bool]:
+    """The parser dump for the engine this argv launches, and whether unreleased seed values are allowed."""
     folder = shared / "engine-flags"
-    if argv[:2] == ["vllm", "serve"]:
+    if argv[:2] == ["vllm", "serve"] and track == "gpu":
         return facts.parser_flags(folder / f"vllm-{VLLM.version}.tsv"), False
-    if argv[:3] == ["python3", "-m", "sgl_jax.launch_server"]:
-        return facts.parser_flags(folder / f"sglang-jax-main-{SGLANG_JAX.commit}.txt"), False
+    if argv[:2] == ["vllm", "serve"]:  # the file name is not a vLLM version: load it by name (its README)
+        return facts.parser_flags(folder / f"vllm-torchtpu-{VLLM_TORCHTPU.version}.tsv"), False
     if argv[:3] == ["python3", "-m", "sglang.launch_server"]:
-        return facts.parser_flags(folder / f"sglang-{SGLANG_DAY0_FLAGS_VERSION}.tsv"), True
+        return facts.parser_flags(folder / f"sglang-{SGLANG_TORCHTPU_FLAGS_VERSION}.tsv"), True
     raise AssertionError(f"unknown engine command {argv[:3]}")
 
 
-PLANS = ["gpu", "tpu", "gateway", "day0", "spec", "tpu-spec"]
+PLANS = {"gpu": "gpu", "tpu": "tpu", "gateway": "gpu", "sglang": "tpu", "spec": "gpu", "tpu-bf16": "tpu"}
 
 
 @pytest.fixture(scope="module")
@@ -56,26 +56,31 @@ def test_every_engine_flag_exists_in_the_pinned_release(all_plans, shared, name)
     commands = engine_scripts(all_plans[name])
     assert commands, "no engine command found"
     for where, argv in commands:
-        table, day0 = flag_table(shared, argv)
+        table, unreleased = flag_table(shared, argv, PLANS[name])
         for flag, value in facts.split_flags(argv):
             known = table.get(flag) or table.get(facts.canonical(flag))
-            if day0 and (flag, value) in DAY0_FLAG_VALUES:
+            if unreleased and (flag, value) in UNRELEASED_FLAG_VALUES:
                 continue
             assert known, f"{where}: {flag} is not a flag of the pinned engine"
             if known.choices and value is not None:
                 assert value in known.choices, f"{where}: {flag} {value} not in {known.choices}"
 
 
-def test_day0_flags_are_exactly_the_documented_exceptions(variants, shared):
-    """The day-0 profile may only go beyond the 0.5.23 parser with the listed seed values."""
-    argv = engine_scripts(variants["day0"])[0][1]
-    table = facts.parser_flags(shared / "engine-flags" / f"sglang-{SGLANG_DAY0_FLAGS_VERSION}.tsv")
+def test_tpu_runs_vllm_torchtpu_by_default_and_sglang_only_when_chosen(all_plans, variants, shared):
+    """No sglang-jax anywhere; the unreleased SGLang build goes beyond the 0.5.23 parser only with the listed seed
+    values, and the default engine carries none of them."""
+    for name in PLANS:
+        for where, argv in engine_scripts(all_plans[name]):
+            assert "sgl_jax.launch_server" not in argv, where
+    for where, argv in engine_scripts(all_plans["tpu"]):
+        assert argv[:2] == ["vllm", "serve"], where
+    argv = engine_scripts(variants["sglang"])[0][1]
+    table = facts.parser_flags(shared / "engine-flags" / f"sglang-{SGLANG_TORCHTPU_FLAGS_VERSION}.tsv")
     beyond = {(f, v) for f, v in facts.split_flags(argv)
               if f in table and table[f].choices and v is not None and v not in table[f].choices}
-    assert beyond == DAY0_FLAG_VALUES
-    # The release profile carries none of them.
-    release = dict(facts.split_flags(engine_scripts(variants["tpu-spec"])[0][1]))
-    assert not {(f, release.get(f)) for f, _ in DAY0_FLAG_VALUES} & DAY0_FLAG_VALUES
+    assert beyond == UNRELEASED_FLAG_VALUES
+    default = dict(facts.split_flags(engine_scripts(all_plans["tpu"])[0][1]))
+    assert not {(f, default.get(f)) for f, _ in UNRELEASED_FLAG_VALUES} & UNRELEASED_FLAG_VALUES
 
 
 @pytest.mark.parametrize("name", ["gpu", "spec", "gateway"])
@@ -98,7 +103,22 @@ def test_vllm_json_flags_use_only_accepted_keys(all_plans, shared, name):
             assert set(json.loads(flags["--speculative-config"])) <= facts.vllm_speculative_keys(engines_md)
 
 
-@pytest.mark.parametrize("name", ["tpu", "day0", "tpu-spec"])
+@pytest.mark.parametrize("name", ["tpu", "tpu-bf16"])
+def test_tpu_vllm_json_flags_use_only_accepted_keys(all_plans, shared, name):
+    """KV events as on GPU; the Raiden offloading connector takes the OffloadingConnector's byte budget
+    (vllm_torchtpu/offload/raiden_connector.py docstring)."""
+    engines_md = shared / "reference" / "engines.md"
+    for where, argv in engine_scripts(all_plans[name]):
+        flags = dict(facts.split_flags(argv))
+        transfer = json.loads(flags["--kv-transfer-config"])
+        assert set(transfer) <= facts.vllm_kv_transfer_keys(engines_md, VLLM.version) | {"kv_connector_module_path"}
+        assert transfer["kv_connector"] == "TPURaidenOffloadingConnector", where
+        assert transfer["kv_connector_module_path"] == "vllm_torchtpu.offload.raiden_connector"
+        assert set(transfer["kv_connector_extra_config"]) == {"cpu_bytes_to_use"}
+        assert set(json.loads(flags["--kv-events-config"])) <= facts.vllm_kv_events_keys(engines_md)
+
+
+@pytest.mark.parametrize("name", ["sglang"])
 def test_sglang_kv_events_keys(all_plans, shared, name):
     keys = facts.sglang_kv_events_keys(shared / "reference" / "engines.md")
     for _, argv in engine_scripts(all_plans[name]):
@@ -156,7 +176,7 @@ def test_vllm_parallelism_maps_the_seed_onto_dp_x_ep(gpu):
         assert ep == group["size"] * catalog.GPU_MACHINES["a4x-max"].gpus_per_node == 16
         assert local * tp == catalog.GPU_MACHINES["a4x-max"].gpus_per_node
         assert catalog.KIMI.routed_experts % ep == 0, "experts must divide evenly over EP ranks"
-        assert flags["--block-size"] == str(contract.KV_BLOCK_TOKENS)
+        assert flags["--block-size"] == "11392"  # the engine-effective block (tests/test_kvblocks.py)
 
 
 def test_tpu_topology_fills_two_slices(tpu):
@@ -178,12 +198,19 @@ def test_tpu_topology_fills_two_slices(tpu):
         flags = dict(facts.split_flags(argv))
         devices = catalog.topology_chips(selector["cloud.google.com/gke-tpu-topology"]) * \
             catalog.IRONWOOD.tensorcores_per_chip
-        assert (flags["--tp-size"], flags["--ep-size"]) == (str(devices), "8")
-        assert flags["--nnodes"] == str(template["size"])
-        assert flags["--page-size"] == str(contract.KV_BLOCK_TOKENS)
-        assert flags["--context-length"] == str(480 * 1024)
-        assert flags["--kv-cache-dtype"] == "fp8_e4m3"
-        assert flags["--hicache-ratio"] == "2"
+        # One engine per slice as the vLLM-TorchTPU Kimi K3 nightly runs it: TP over every TensorCore, EP over all.
+        assert flags["--tensor-parallel-size"] == str(devices) and "--enable-expert-parallel" in flags
+        assert (flags["--nnodes"], flags["--node-rank"]) == (str(template["size"]), "${LWS_WORKER_INDEX}")
+        assert flags["--master-addr"] == "${LWS_LEADER_ADDRESS}"
+        assert ("--headless" in flags) == (key == "workerTemplate"), "workers run headless, the leader serves"
+        assert "--language-model-only" in flags and flags["--mamba-cache-mode"] == "align"
+        assert "--enable-prefix-caching" in flags
+        assert flags["--max-model-len"] == str(480 * 1024)
+        assert flags["--kv-cache-dtype"] == "fp8"
+        assert (flags["--reasoning-parser"], flags["--tool-call-parser"]) == ("kimi_k3", "kimi_k3")
+        cpu_bytes = json.loads(flags["--kv-transfer-config"])["kv_connector_extra_config"]["cpu_bytes_to_use"]
+        # The post's HiCache ratio 2: twice the slice's HBM KV pool, in bytes.
+        assert cpu_bytes == pytest.approx(2 * 32 * 38_867_332_838.4, rel=1e-9)
 
 
 # ----------------------------------------------------------------------------------------- pods
@@ -208,9 +235,12 @@ def test_pods_mount_the_weights_read_only_and_wait_long_enough(plans, stack):
         assert mount["readOnly"] is True, where
         flags = dict(facts.split_flags(facts.exec_argv(container["args"][0])))
         assert contract.MODELS_MOUNT_PATH in (flags.get("--model-path"), facts.exec_argv(container["args"][0])[2])
-        startup = container["startupProbe"]
-        # The budget itself follows the modelled load time (tests/test_loading.py); pulumi waits longer than it.
-        assert wait_s > startup["periodSeconds"] * startup["failureThreshold"], where
+        if "--headless" in flags:  # a headless vLLM worker serves no HTTP: its leader's probes cover the group
+            assert "startupProbe" not in container, where
+        else:
+            startup = container["startupProbe"]
+            # The budget itself follows the modelled load time (tests/test_loading.py); pulumi waits longer than it.
+            assert wait_s > startup["periodSeconds"] * startup["failureThreshold"], where
         env = {e["name"]: e for e in container["env"]}
         assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "llm-d-hf-token", "key": "HF_TOKEN"}
     volumes = [v for role_or_pod in [served] for v in _volumes(role_or_pod)]
@@ -271,17 +301,10 @@ def test_kv_events_reach_the_declared_ports(gpu, tpu):
             assert contract.KV_EVENTS_PORT in ports
 
 
-@pytest.mark.parametrize("name,engine_flag,expected", [
-    ("spec", "--speculative-config", {"method": "dflash", "model": "/models/dflash", "num_speculative_tokens": 3}),
-    ("tpu-spec", "--speculative-algorithm", "NEXTN"),
-    ("day0", "--speculative-draft-model-path", "/models/nextn"),
-])
-def test_speculative_decoding_per_engine(variants, name, engine_flag, expected):
-    for _, argv in engine_scripts(variants[name]):
-        value = dict(facts.split_flags(argv))[engine_flag]
-        assert (json.loads(value) if isinstance(expected, dict) else value) == expected
-    if name == "tpu-spec":
-        assert "--speculative-draft-model-path" not in dict(facts.split_flags(engine_scripts(variants[name])[0][1]))
+def test_speculative_decoding_on_gpu(variants):
+    for _, argv in engine_scripts(variants["spec"]):
+        value = dict(facts.split_flags(argv))["--speculative-config"]
+        assert json.loads(value) == {"method": "dflash", "model": "/models/dflash", "num_speculative_tokens": 3}
 
 
 def test_committed_stacks_leave_speculation_off(gpu, tpu):
@@ -317,21 +340,58 @@ def _shell_value(preamble: list[str], name: str, env: dict[str, int]) -> int:
     raise AssertionError(f"{name} is not set in the script")
 
 
-def test_each_pod_publishes_kv_events_on_its_own_declared_ports(gpu):
-    """vLLM adds the global DP rank to the endpoint port (engines.md §1.4): with the script's base every pod's
-    engines land on exactly the container ports it declares."""
+def test_each_pod_listens_on_its_own_declared_ports(gpu):
+    """vLLM adds the global DP rank to the KV-events endpoint port (engines.md §1.4) and to
+    VLLM_NIXL_SIDE_CHANNEL_PORT (vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py at v0.33.0:
+    `envs.VLLM_NIXL_SIDE_CHANNEL_PORT + parallel_config.data_parallel_index`, which vllm/config/parallel.py sets to
+    the data-parallel rank). With each script's bases, every pod's engines land on exactly the ports it declares."""
     ds = manifest(gpu, "DisaggregatedSet")
     for role in ds["spec"]["roles"]:
         group = role["spec"]["leaderWorkerTemplate"]
-        container = group["workerTemplate"]["spec"]["containers"][0]
-        script = container["args"][0]
-        preamble = [line for line in script.splitlines() if "=$((" in line]
-        flags = dict(facts.split_flags(facts.exec_argv(script)))
-        local = int(flags["--data-parallel-size-local"])
-        declared = {p["containerPort"] for p in container["ports"] if p["name"].startswith("kv-events")}
-        for worker in range(group["size"]):
-            start = _shell_value(preamble, "START_RANK", {"LWS_WORKER_INDEX": worker})
-            base = _shell_value(preamble, "KV_EVENTS_BASE", {"START_RANK": start})
-            ports = {base + start + local_rank for local_rank in range(local)}  # port + global DP rank
-            assert ports == declared, (role["name"], worker)
-            assert flags["--data-parallel-start-rank"] == "${START_RANK}"
+        for template in ("leaderTemplate", "workerTemplate"):
+            container = (group.get(template) or group["workerTemplate"])["spec"]["containers"][0]
+            script = container["args"][0]
+            preamble = [line.removeprefix("export ") for line in script.splitlines() if "=$((" in line]
+            flags = dict(facts.split_flags(facts.exec_argv(script)))
+            local = int(flags["--data-parallel-size-local"])
+            declared = {name: {p["containerPort"] for p in container["ports"] if p["name"].startswith(name)}
+                        for name in ("kv-events", "nixl")}
+            assert all(declared.values()), declared
+            env = {e["name"] for e in container["env"]}
+            assert "VLLM_NIXL_SIDE_CHANNEL_PORT" not in env, "the script sets the per-pod base"
+            for worker in range(group["size"]):
+                start = _shell_value(preamble, "START_RANK", {"LWS_WORKER_INDEX": worker})
+                ranks = [start + local_rank for local_rank in range(local)]  # global DP ranks of this pod
+                kv_base = _shell_value(preamble, "KV_EVENTS_BASE", {"START_RANK": start})
+                nixl_base = _shell_value(preamble, "VLLM_NIXL_SIDE_CHANNEL_PORT", {"START_RANK": start})
+                assert {kv_base + rank for rank in ranks} == declared["kv-events"], (role["name"], worker)
+                assert {nixl_base + rank for rank in ranks} == declared["nixl"], (role["name"], worker)
+                assert flags["--data-parallel-start-rank"] == "${START_RANK}"
+
+
+def test_no_role_runs_deepep_high_throughput(gpu):
+    """R580+ drivers, which GB300 needs, crash DeepEP's high-throughput kernels
+    (https://github.com/llm-d/llm-d/blob/aa259bf/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/gke/README.md);
+    llm-d's DisaggregatedSet runs deepep_v2 on prefill and decode (39507f3, same guide's base)."""
+    ds = manifest(gpu, "DisaggregatedSet")
+    for role in ds["spec"]["roles"]:
+        container = role["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+        flags = dict(facts.split_flags(facts.exec_argv(container["args"][0])))
+        assert flags["--all2all-backend"] != "deepep_high_throughput", role["name"]
+        assert flags["--all2all-backend"] == "deepep_v2", role["name"]
+
+
+def test_tpu_pods_declare_what_the_engine_binds(tpu):
+    """Leader: HTTP, KV events, the --nnodes master port and the rendezvous next to it, the Raiden controller; every
+    host: one TorchTPU slice-builder port per chip (vllm_torchtpu/distributed/tpu_mp_multihost.py)."""
+    template = manifest(tpu, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    leader = template["leaderTemplate"]["spec"]["containers"][0]
+    worker = template["workerTemplate"]["spec"]["containers"][0]
+    flags = dict(facts.split_flags(facts.exec_argv(leader["args"][0])))
+    master = int(flags["--master-port"])
+    events = int(json.loads(flags["--kv-events-config"])["endpoint"].rsplit(":", 1)[1])
+    slices = {8070 + i for i in range(catalog.IRONWOOD.chips_per_host)}
+    assert {p["containerPort"] for p in leader["ports"]} == {int(flags["--port"]), events, master, master + 1,
+                                                             51515, *slices}
+    assert {p["containerPort"] for p in worker["ports"]} == slices
+    assert "readinessProbe" in leader and "readinessProbe" not in worker, "headless workers serve no HTTP"

@@ -1,6 +1,6 @@
 """NetworkPolicies of the model namespace: both plans deny ingress by default and allow exactly the matrix this
 test derives from the label-and-port contract; the rendered pods carry the labels the policies select and listen
-on the ports they open; variants (gateway, day0, no monitoring) change the matrix the way they should."""
+on the ports they open; variants (gateway, SGLang build, no monitoring) change the matrix the way they should."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def tcp(*numbers) -> frozenset:
 def expected_matrix(stack: str, api_server: set[str]) -> set[tuple]:
     """Restated from the contract, independently of components/netpol.py."""
     cfg = config(stack)
-    engine = "vllm" if cfg.track == "gpu" else "sglang"
+    engine = "vllm" if cfg.track == "gpu" or cfg.tpu.engine == "vllm-torchtpu" else "sglang"
     serving = labels(contract.SERVING_LABELS)
     servers = labels({"llm-d.ai/guide": catalog.GUIDE_NAME, "llm-d.ai/engine-type": engine})
     router = ((), (contract.ROUTER_MODE_LABEL,))
@@ -102,8 +102,8 @@ def expected_matrix(stack: str, api_server: set[str]) -> set[tuple]:
         ("out", bench, ("cidr", "169.254.169.252/32", ()), tcp(988)),
         ("out", bench, public, tcp(443)),
     }
-    if cfg.track == "tpu" and cfg.tpu.engineProfile == "release":
-        rows.add(("out", servers, public, tcp(443)))  # the start-time sglang-jax install
+    if cfg.track == "tpu" and cfg.tpu.engine == "vllm-torchtpu":
+        rows.add(("out", servers, public, tcp(443)))  # the start-time vLLM-TorchTPU install from PyPI
     return rows
 
 
@@ -191,8 +191,8 @@ def test_gateway_mode_admits_the_gateway_proxies_and_health_checks(variants):
     assert ("out", clients, ("cidr", cfg.network.nodesCidr, ()), tcp(80)) in found
 
 
-def test_day0_tpu_engines_have_no_internet_egress_and_monitoring_off_drops_scrapes(variants):
-    public = [row for row in matrix(variants["day0"].manifests) if row[2][:2] == ("cidr", "0.0.0.0/0")]
+def test_prebuilt_tpu_engines_have_no_internet_egress_and_monitoring_off_drops_scrapes(variants):
+    public = [row for row in matrix(variants["sglang"].manifests) if row[2][:2] == ("cidr", "0.0.0.0/0")]
     assert [row[1] for row in public] == [labels({**contract.LOAD_CLIENT_LABELS, **contract.BENCHMARK_NAME_LABEL})]
     quiet = matrix(variants["quiet"].manifests)
     assert not [row for row in quiet if row[2][1] == "gmp-system"]

@@ -63,8 +63,9 @@ def observability_metric_names() -> set[str]:
     """Listed names the dashboards and alert policies of both tracks read (histogram series folded)."""
     listed = {m.name for m in metrics.METRICS}
     names: set[str] = set()
-    for track in STACKS:
-        scope = observability.Scope.of(track, "c", "ns")
+    scopes = [observability.Scope.of(track, "c", "ns") for track in STACKS]
+    scopes.append(observability.Scope.of("tpu", "c", "ns", "sglang-torchtpu"))
+    for scope in scopes:
         queries = observability.promql_of(observability.dashboard(scope, "d"))
         queries += [rule.query for rule in observability.alert_rules(scope, 0.05, 0.95)]
         for query in queries:

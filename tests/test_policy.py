@@ -636,7 +636,7 @@ def _container(spec: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _engine_name(spec: dict[str, Any]) -> str:
-    return next(c["name"] for c in spec["containers"] if c["name"] in ("vllm", "sglang"))
+    return next(c["name"] for c in spec["containers"] if c["name"] in ("vllm", "vllm-tpu", "sglang"))
 
 
 def _legacy_datapath(resources):
@@ -907,7 +907,7 @@ def test_stack_policies_run_through_the_analyzer_wrapper(plan_resources):
                         "policyTypes [Ingress], no ingress rules)"]
 
 
-POLICY_VARIANTS = ("bench", "gateway", "day0", "gpu-pinned", "tpu-pinned", "gpu2", "spec", "tpu-spec", "quiet")
+POLICY_VARIANTS = ("bench", "gateway", "sglang", "gpu-pinned", "tpu-pinned", "gpu2", "spec", "tpu-bf16", "quiet")
 
 
 def test_configured_variants_pass_every_policy(variants):

@@ -30,7 +30,7 @@ def test_every_pod_of_the_stack_fits(plans, stack):
     assert "system (2 x n2-standard-8): allocatable/node cpu 7.91" in plan.summary
 
 
-@pytest.mark.parametrize("name", ["gateway", "gpu2", "bench", "day0", "spec"])
+@pytest.mark.parametrize("name", ["gateway", "gpu2", "bench", "sglang", "spec"])
 def test_every_variant_fits(variants, name):
     assert not run(with_charts(variants[name])).failures
 
@@ -314,9 +314,9 @@ def test_a_wrong_digest_for_the_gpu_pods_is_refused(gpu, monkeypatch):
 
 
 def test_an_image_not_pinned_here_is_noted_not_failed(tpu, variants):
-    """The day-0 TPU image is the user's own: no architecture is known offline, so the summary says it is not
+    """An SGLang-TorchTPU image is the user's own: no architecture is known offline, so the summary says it is not
     checked rather than passing it silently."""
-    report = run(variants["day0"])
+    report = run(variants["sglang"])
     assert not report.failures
-    assert any("image registry.example/sglang-tpu:day0-k31 has no architectures in components/images.py; "
+    assert any("image registry.example/sglang-tpu:k31 has no architectures in components/images.py; "
                "not checked against pool tpu7x-2x2x4-0 (amd64)" in n for n in report.notes)

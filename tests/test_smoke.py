@@ -297,23 +297,36 @@ def test_missing_router_metric_fails_naming_the_check(fake, capsys):
     assert failed["pd-router-decisions"].startswith("metric missing: none of llm_d_epp_disagg_decision_total")
 
 
-def test_metrics_sglang_jax_does_not_export_are_skipped_with_the_reason(fake, capsys):
+def test_tpu_default_engine_passes_on_vllm_torchtpu_counters(fake, capsys):
+    """vLLM-TorchTPU exports vLLM's names (components/metrics.py): with them on the leader, the TPU checks read them
+    first; the SGLang spellings are only the unreleased build's fallback."""
     state, base = fake
+    model = (("model_name", MODEL),)
     state.omit = {"sglang:num_requests_total", "sglang:cached_tokens_total"}
-    code, out = run_smoke(capsys, base, "tpu")  # default TPU engine: sglang-jax
-    skipped = lines(out, "SKIP")
+    for name in ("vllm:request_success_total", "vllm:prefix_cache_hits_total", "vllm:kv_offload_load_bytes_total"):
+        state.counters[("engine", name, model)] = 0.0
+    original = state.serve_generation
+
+    def serve(prompt: str) -> None:
+        repeated = prompt in state.seen
+        original(prompt)
+        state.bump("engine", "vllm:request_success_total", 1)
+        if repeated:
+            state.bump("engine", "vllm:prefix_cache_hits_total", 10)
+            state.bump("engine", "vllm:kv_offload_load_bytes_total", 4096)
+
+    state.serve_generation = serve  # type: ignore[method-assign]
+    code, out = run_smoke(capsys, base, "tpu")
+    passed = lines(out, "PASS")
     assert code == 0, out
-    assert set(skipped) == {"engine-requests", "hbm-prefix-hits", "host-dram-prefix-hits"}
-    assert skipped["engine-requests"].startswith("sglang-jax exports no equivalent of sglang:num_requests_total (")
-    assert "components/metrics.py GAPS" in skipped["hbm-prefix-hits"]
-    code, out = run_smoke(capsys, base, "tpu", "--engine", "sglang")  # the day-0 build must export them
-    assert code == 1
-    assert set(lines(out, "FAIL")) == {"engine-requests", "hbm-prefix-hits", "host-dram-prefix-hits"}
+    assert passed["engine-requests"].startswith("vllm:request_success_total +")
+    assert passed["hbm-prefix-hits"].startswith("vllm:prefix_cache_hits_total +10")
+    assert passed["host-dram-prefix-hits"].startswith("vllm:kv_offload_load_bytes_total +")
 
 
 def test_engine_must_belong_to_the_track(capsys):
     with pytest.raises(SystemExit):
-        smoke.main(["--endpoint", "http://127.0.0.1:9", "--track", "gpu", "--engine", "sglang-jax"])
+        smoke.main(["--endpoint", "http://127.0.0.1:9", "--track", "gpu", "--engine", "vllm-torchtpu"])
     assert "track gpu runs vllm" in capsys.readouterr().err
 
 

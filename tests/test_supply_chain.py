@@ -1,6 +1,6 @@
-"""Supply chain of the TPU engine: sglang-jax at a full commit, every dependency from a hash-pinned lock that
-satisfies the commit's own requirements, the lock shipped to the pods, and no token in the installer's
-environment; the lock writer keeps only what a CPython 3.12 manylinux x86_64 host installs."""
+"""Supply chain of the TPU engine: the two vLLM-TorchTPU wheels at the hashes their release publishes, every
+dependency from a hash-pinned lock at the versions the wheels pin, the lock shipped to the pods, and no token in the
+installer's environment; the lock writer keeps only what a CPython 3.12 manylinux x86_64 host installs."""
 
 from __future__ import annotations
 
@@ -9,54 +9,55 @@ import re
 
 import pytest
 import yaml
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from components.versions import SGLANG_JAX, SGLANG_JAX_LOCK_DIR
+from components.versions import TPU_ENGINE_LOCK_DIR, VLLM_TORCHTPU
 from tests.conftest import ROOT
-from tools.preview import lock_sglang_jax
+from tools.preview import lock_tpu_engine
 
-LOCK_TEXT = lock_sglang_jax.LOCK.read_text()
+LOCK_TEXT = lock_tpu_engine.LOCK.read_text()
 ENTRY = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s\\]+) \\\n((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", re.M)
 
 
-def lock_pins() -> dict[str, str]:
-    pins = {canonicalize_name(m[1]): m[2] for m in ENTRY.finditer(LOCK_TEXT)}
+def lock_entries() -> dict[str, tuple[str, list[str]]]:
+    entries = {canonicalize_name(m[1]): (m[2], re.findall(r"sha256:([0-9a-f]{64})", m[3]))
+               for m in ENTRY.finditer(LOCK_TEXT)}
     body = [line for line in LOCK_TEXT.splitlines() if line and not line.startswith("#")]
     hashes = sum(1 for line in body if line.lstrip().startswith("--hash="))
-    assert len(pins) + hashes == len(body), "every lock line is a pin or one of its hashes"
-    return pins
+    assert len(entries) + hashes == len(body), "every lock line is a pin or one of its hashes"
+    return entries
 
 
-def test_full_commit_is_pinned_and_named_by_the_lock():
-    assert re.fullmatch(r"[0-9a-f]{40}", SGLANG_JAX.full_commit)
-    assert SGLANG_JAX.full_commit.startswith(SGLANG_JAX.commit)
-    assert f"commit {SGLANG_JAX.full_commit}" in lock_sglang_jax.INPUT.read_text().splitlines()[0]
-    assert LOCK_TEXT.splitlines()[0] == lock_sglang_jax.INPUT.read_text().splitlines()[0]
+def test_lock_pins_the_released_wheels_by_their_published_hashes(shared):
+    """engine-flags/README.md records the sha256 of both wheels as PyPI serves them."""
+    readme = (shared / "engine-flags" / "README.md").read_text()
+    published = dict(re.findall(r"\| `(vllm_torchtpu(?:_core)?)-0\.29\.0-[^`]+\.whl` \| `([0-9a-f]{64})` \|", readme))
+    assert set(published) == {"vllm_torchtpu", "vllm_torchtpu_core"}
+    entries = lock_entries()
+    assert entries["vllm-torchtpu"] == (VLLM_TORCHTPU.version, [published["vllm_torchtpu"]])
+    assert entries["vllm-torchtpu-core"] == (VLLM_TORCHTPU.core_version, [published["vllm_torchtpu_core"]])
+    assert LOCK_TEXT.splitlines()[0] == lock_tpu_engine.INPUT.read_text().splitlines()[0]
 
 
-def test_lock_satisfies_every_requirement_of_the_commit():
-    pins = lock_pins()
-    assert len(pins) > 100
-    for line in lock_sglang_jax.INPUT.read_text().splitlines():
-        if not line or line.startswith("#"):
-            continue
-        requirement = Requirement(line)
-        name = canonicalize_name(requirement.name)
-        assert name in pins, f"{line} is not in the lock"
-        assert requirement.specifier.contains(pins[name], prereleases=True), f"{line}: lock has {pins[name]}"
-    for extra_name in ("jax", "jaxlib", "libtpu"):  # the tpu extra's runtime, not the image's own JAX
-        assert canonicalize_name(extra_name) in pins
+def test_lock_holds_the_runtime_the_wheels_pin(shared):
+    """The versions the TPU plugin pins (engine-flags/README.md: torch 2.13.0, jax/jaxlib 0.11.2), and the TPU
+    runtime packages it needs."""
+    entries = lock_entries()
+    assert len(entries) > 100
+    readme = (shared / "engine-flags" / "README.md").read_text()
+    assert "torch==2.13.0" in readme and "`jax`/`jaxlib` 0.11.2" in readme
+    assert entries["torch"][0] == "2.13.0"
+    assert entries["jax"][0] == entries["jaxlib"][0] == "0.11.2"
+    for name in ("torch-tpu", "libtpu", "tpu-sync-torch", "transformers"):
+        assert name in entries, name
 
 
-def test_install_uses_only_hashes_and_the_full_commit_without_the_token():
-    lock_step, package_step = SGLANG_JAX.install_commands
-    for step in (lock_step, package_step):
-        assert step.startswith("env -u HF_TOKEN pip install ") and "--no-build-isolation" in step
-        assert "--index-url https://pypi.org/simple" in step
-    assert f"--require-hashes --no-deps --no-build-isolation -r {SGLANG_JAX_LOCK_DIR}/requirements.txt" in lock_step
-    assert f"sglang-jax.git@{SGLANG_JAX.full_commit}#subdirectory=python'" in package_step
-    assert "--no-deps" in package_step
+def test_install_uses_only_hashes_without_the_token():
+    [step] = VLLM_TORCHTPU.install_commands
+    assert step.startswith("env -u HF_TOKEN python3 -m pip install ")
+    assert "--index-url https://pypi.org/simple" in step
+    assert f"--require-hashes --no-deps -r {TPU_ENGINE_LOCK_DIR}/requirements.txt" in step
+    assert "git+" not in step
 
 
 def test_tpu_pods_carry_the_lock(tpu):
@@ -67,14 +68,14 @@ def test_tpu_pods_carry_the_lock(tpu):
         spec = lws["spec"]["leaderWorkerTemplate"][template]["spec"]
         [volume] = [v for v in spec["volumes"] if v.get("configMap", {}).get("name") == lock["metadata"]["name"]]
         [container] = spec["containers"]
-        assert {"name": volume["name"], "mountPath": SGLANG_JAX_LOCK_DIR, "readOnly": True} in container["volumeMounts"]
+        assert {"name": volume["name"], "mountPath": TPU_ENGINE_LOCK_DIR, "readOnly": True} in container["volumeMounts"]
         script = container["args"][0]
-        assert script.index("--require-hashes") < script.index("sgl_jax.launch_server")
-    assert tpu.named("sglang-lock")["name"] in tpu.named("sglang-lws")["dependsOn"]
+        assert script.index("--require-hashes") < script.index("exec vllm serve")
+    assert tpu.named("tpu-engine-lock")["name"] in tpu.named("tpu-engine-lws")["dependsOn"]
 
 
-def test_day0_profile_installs_nothing(variants):
-    plan = variants["day0"]
+def test_user_supplied_sglang_build_installs_nothing(variants):
+    plan = variants["sglang"]
     assert not [m for m in plan.manifests if m["kind"] == "ConfigMap" and m["metadata"]["name"].endswith("-lock")]
     assert "pip install" not in yaml.safe_dump([m for m in plan.manifests if m["kind"] == "LeaderWorkerSet"])
 
@@ -84,7 +85,7 @@ def wheel(name: str, sha: str) -> dict:
 
 
 def test_lock_writer_keeps_only_artifacts_a_cp312_linux_host_installs():
-    tags = lock_sglang_jax.supported_tags()
+    tags = lock_tpu_engine.supported_tags()
     package = {"name": "orjson", "version": "3.11.1", "sdist": wheel("orjson-3.11.1.tar.gz", "0" * 64), "wheels": [
         wheel("orjson-3.11.1-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "1" * 64),
         wheel("orjson-3.11.1-cp312-cp312-macosx_11_0_arm64.whl", "2" * 64),
@@ -92,15 +93,15 @@ def test_lock_writer_keeps_only_artifacts_a_cp312_linux_host_installs():
         wheel("orjson-3.11.1-cp312-cp312-manylinux_2_17_aarch64.whl", "4" * 64),
         wheel("orjson-3.11.1-cp312-cp312-musllinux_1_2_x86_64.whl", "5" * 64),
     ]}
-    assert lock_sglang_jax.artifacts(package, tags) == ["1" * 64]
+    assert lock_tpu_engine.artifacts(package, tags) == ["1" * 64]
     pure = {"name": "zipp", "version": "1", "wheels": [wheel("zipp-1-py3-none-any.whl", "6" * 64)]}
-    assert lock_sglang_jax.artifacts(pure, tags) == ["6" * 64]
+    assert lock_tpu_engine.artifacts(pure, tags) == ["6" * 64]
     sdist_only = {"name": "msgpack-python", "version": "0.5.6", "sdist": wheel("msgpack-python-0.5.6.tar.gz", "7" * 64)}
-    assert lock_sglang_jax.artifacts(sdist_only, tags) == ["7" * 64]
+    assert lock_tpu_engine.artifacts(sdist_only, tags) == ["7" * 64]
     with pytest.raises(SystemExit, match="no artifact"):
-        lock_sglang_jax.artifacts({"name": "x", "version": "1", "wheels": [
+        lock_tpu_engine.artifacts({"name": "x", "version": "1", "wheels": [
             wheel("x-1-cp312-cp312-win_amd64.whl", "8" * 64)]}, tags)
-    text = lock_sglang_jax.render({"packages": [pure, sdist_only]}, ["# header"])
+    text = lock_tpu_engine.render({"packages": [pure, sdist_only]}, ["# header"])
     assert text.splitlines()[0] == "# header" and "msgpack-python==0.5.6 \\\n    --hash=sha256:" + "7" * 64 in text
 
 

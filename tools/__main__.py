@@ -36,7 +36,7 @@ COMMANDS: dict[str, Command] = {
     "bench-plan": Command("tools.preview.bench_plan", "time the offline plan of each stack (median and max)"),
     "weights-doc": Command("tools.preview.weights_doc", "rewrite docs/weights.md's figures from the plan"),
     "charts": Command("tools.preview.helm_render", "fetch the pinned Helm charts or print a chart's digest"),
-    "lock-sglang-jax": Command("tools.preview.lock_sglang_jax", "write the TPU pods' hash-pinned sglang-jax lock"),
+    "lock-tpu-engine": Command("tools.preview.lock_tpu_engine", "write the TPU pods' hash-pinned vLLM-TorchTPU lock"),
     # against a live stack (tools.live)
     "stage": Command("tools.live.stage_weights", "copy a Hugging Face revision into Cloud Storage, verified"),
     "ask": Command("tools.live.ask", "send one prompt through a stack's router and stream the answer"),

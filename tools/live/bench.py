@@ -80,7 +80,7 @@ from tools.live.pulumi_stack import (
     BUCKET_EXISTS_KEY,
     CLAIM_TAG,
     DELETE_CHECKPOINT_KEY,
-    ENGINE_PROFILE_KEY,
+    TPU_ENGINE_KEY,
     GCP_PROJECT_KEY,
     RUN_ID_KEY,
     TRACK_KEY,
@@ -91,7 +91,7 @@ from tools.live.pulumi_stack import (
 from tools.live.smoke import TOTAL_SECONDS as SMOKE_TOTAL_SECONDS
 
 # What tests and other commands use from here (tools.live.report reads run.json, not these).
-__all__ = ["BENCHMARK_KEY", "BUCKET_EXISTS_KEY", "DELETE_CHECKPOINT_KEY", "ENGINE_PROFILE_KEY", "EXIT_BUSY",
+__all__ = ["BENCHMARK_KEY", "BUCKET_EXISTS_KEY", "DELETE_CHECKPOINT_KEY", "TPU_ENGINE_KEY", "EXIT_BUSY",
            "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "GCP_PROJECT_KEY", "INTERRUPTS", "OnOutput",
            "RUN_ID_KEY", "StackLockedError", "StepError", "TRACK_KEY", "measured_output_tokens_per_second"]
 

@@ -18,7 +18,7 @@ from components import contract
 from components.cost import cost_per_million_tokens
 from tools.live.cloud import SERVING_SELECTOR
 from tools.live.core import StepError, Watch, run_bounded
-from tools.live.pulumi_stack import BENCHMARK_KEY, ENGINE_PROFILE_KEY, PROJECT, RUN_ID_KEY
+from tools.live.pulumi_stack import BENCHMARK_KEY, PROJECT, RUN_ID_KEY, TPU_ENGINE_KEY
 
 ROUTER_PORT = contract.ROUTER_SERVICE_PORT  # the routerService port the smoke check talks to
 ROUTER_METRICS_PORT = 9090  # EPP metrics (tools.live.smoke epilog)
@@ -184,10 +184,11 @@ class Steps:
         self.deps.cluster.connect(kubeconfig)
 
     def _engine_args(self) -> list[str]:
-        """The day-0 TPU build exports SGLang's metrics, the default sglang-jax does not (components/metrics.py)."""
+        """A user-supplied SGLang-TorchTPU build exports SGLang's metrics, the default vLLM-TorchTPU vLLM's
+        (components/metrics.py)."""
         if any(a == "--engine" or a.startswith("--engine=") for a in self.opts.smoke_args):
             return []
-        if self.track == "tpu" and self._config(ENGINE_PROFILE_KEY) == "day0":
+        if self.track == "tpu" and self._config(TPU_ENGINE_KEY) == "sglang-torchtpu":
             return ["--engine", "sglang"]
         return []
 

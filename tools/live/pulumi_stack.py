@@ -34,7 +34,7 @@ BENCHMARK_KEY = f"{PROJECT}:benchmark.enabled"
 RUN_ID_KEY = f"{PROJECT}:benchmark.runId"
 BUCKET_EXISTS_KEY = f"{PROJECT}:storage.bucketExists"
 DELETE_CHECKPOINT_KEY = f"{PROJECT}:storage.deleteCheckpointOnDestroy"
-ENGINE_PROFILE_KEY = f"{PROJECT}:tpu.engineProfile"
+TPU_ENGINE_KEY = f"{PROJECT}:tpu.engine"
 
 CLAIM_TAG = f"{PROJECT}:bench-run"
 """Stack tag naming the benchmark run that owns the stack (DIY backends keep stack tags since Pulumi

@@ -342,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Smoke check of the deployed guide: generation, prefix-cache hits (HBM, host DRAM) and, on "
                     "GPU, prefill -> decode with KV transfer. Prints PASS/FAIL lines; exit 0 only if all pass.",
         epilog=f"Metrics URL roles: prefill (vLLM port {contract.MODEL_SERVER_PORT}), decode (vLLM port "
-               f"{contract.DECODE_ENGINE_PORT}), router (EPP port 9090), engine (TPU SGLang port "
+               f"{contract.DECODE_ENGINE_PORT}), router (EPP port 9090), engine (TPU leader port "
                f"{contract.MODEL_SERVER_PORT}; the default for an untagged URL). Example: "
                f"--metrics-url router=http://127.0.0.1:9090/metrics "
                f"(kubectl port-forward svc/{catalog.GUIDE_NAME}-epp 9090:9090).")
@@ -351,8 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "a port-forward, or http://<gateway address>")
     parser.add_argument("--track", required=True, choices=TRACKS)
     parser.add_argument("--engine", choices=sorted({e for engines in ENGINES.values() for e in engines}),
-                        help="the serving engine, for metrics it is known not to export (default: gpu vllm, tpu "
-                             "sglang-jax; pass sglang for tpu.engineProfile=day0)")
+                        help="the serving engine, whose metric names are checked (default: gpu vllm, tpu "
+                             "vllm-torchtpu; pass sglang for tpu.engine=sglang-torchtpu)")
     parser.add_argument("--model", default=catalog.KIMI.hf_id, help="served model name (default %(default)s)")
     parser.add_argument("--api", choices=("completions", "chat", "both"), default="both",
                         help="which generation endpoints to check (default %(default)s)")

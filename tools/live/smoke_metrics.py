@@ -55,6 +55,10 @@ def _vllm(name: str, **labels: str) -> Selector:
     return Selector(metrics.require(name, "vllm"), labels=tuple(labels.items()))
 
 
+def _tpu_vllm(name: str, **labels: str) -> Selector:
+    return Selector(metrics.require(name, "vllm-torchtpu"), labels=tuple(labels.items()))
+
+
 def _sglang(name: str, **labels: str) -> Selector:
     return Selector(metrics.require(name, "sglang"), labels=tuple(labels.items()))
 
@@ -96,15 +100,16 @@ METRIC_CHECKS: dict[str, dict[str, MetricCheck]] = {
     },
     "tpu": {
         "engine-requests": MetricCheck(
-            what="SGLang engines finished requests",
+            what="TPU engines finished requests",
             roles=("engine", "prefill", "decode"),
-            candidates=(_sglang("sglang:num_requests_total"),),
+            candidates=(_tpu_vllm("vllm:request_success_total"), _sglang("sglang:num_requests_total")),
             source="components/metrics.py",
         ),
         "hbm-prefix-hits": MetricCheck(
-            what="prefix-cache hits in HBM (radix cache on device)",
+            what="prefix-cache hits in HBM",
             roles=("engine", "prefill", "decode"),
             candidates=(
+                _tpu_vllm("vllm:prefix_cache_hits_total"),
                 _sglang("sglang:cached_tokens_total", cache_source="device"),
                 # SGLang labels the hits `total` when the scheduler sent no device/host breakdown.
                 _sglang("sglang:cached_tokens_total", cache_source="total"),
@@ -112,9 +117,11 @@ METRIC_CHECKS: dict[str, dict[str, MetricCheck]] = {
             source="components/metrics.py",
         ),
         "host-dram-prefix-hits": MetricCheck(
-            what="prefix-cache hits served from host DRAM (HiCache)",
+            what="prefix-cache hits served from host DRAM (TPURaidenOffloadingConnector; SGLang HiCache)",
             roles=("engine", "prefill", "decode"),
             candidates=(
+                _tpu_vllm("vllm:kv_offload_load_bytes_total"),
+                _tpu_vllm("vllm:external_prefix_cache_hits_total"),
                 _sglang("sglang:cached_tokens_total", cache_source="host"),
                 _sglang("sglang:load_back_tokens_total"),
             ),
@@ -124,9 +131,9 @@ METRIC_CHECKS: dict[str, dict[str, MetricCheck]] = {
     },
 }
 
-ENGINES: dict[str, tuple[metrics.Exporter, ...]] = {"gpu": ("vllm",), "tpu": ("sglang-jax", "sglang")}
-"""Which engine serves each track: the first is the default (tpu.engineProfile=release runs sglang-jax,
-day0 runs the day-0 SGLang build). Checks an engine has no metric for (metrics.GAPS) report SKIP."""
+ENGINES: dict[str, tuple[metrics.Exporter, ...]] = {"gpu": ("vllm",), "tpu": ("vllm-torchtpu", "sglang")}
+"""Which engine serves each track: the first is the default (tpu.engine=vllm-torchtpu; sglang for a
+user-supplied SGLang-TorchTPU build). Checks an engine has no metric for (metrics.GAPS) report SKIP."""
 
 
 def all_check_names() -> list[str]:

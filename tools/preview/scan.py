@@ -69,7 +69,7 @@ def expand(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 VLLM = "Pod.*.*-vllm-spec-roles-*"
-SGLANG = "Pod.*.*-sglang-spec-leaderworkertemplate-*"
+TPU_ENGINE = "Pod.*.*-vllm-tpu-spec-leaderworkertemplate-*"
 ASAPD = "DaemonSet.kube-system.asapd-lite"
 STAGING = "Job.*.*-weights-stage-*"
 EPP = "Deployment.*.*-epp"
@@ -77,7 +77,7 @@ LWS = "Deployment.lws-system.*-lws-controller-manager"
 DRA_CONTROLLER = "Deployment.nvidia-dra-driver-gpu.nvidia-dra-driver-gpu-controller"
 DRA_PLUGIN = "DaemonSet.nvidia-dra-driver-gpu.nvidia-dra-driver-gpu-kubelet-plugin"
 LWS_ROLES = "ClusterRole.default.*-lws-*-role"
-ENGINES = (VLLM, SGLANG)
+ENGINES = (VLLM, TPU_ENGINE)
 PRIVILEGED = (VLLM, ASAPD)
 CHARTS = (EPP, LWS, DRA_CONTROLLER, DRA_PLUGIN, LWS_ROLES)
 """Resource names as checkov reports them: `<Kind>.<namespace>.<name>` (extracted templates are Pods). CHARTS are
@@ -101,7 +101,7 @@ EXCEPTIONS: tuple[Allowed, ...] = (
             "copier get CPU requests only; a CFS limit would throttle them"),
     Allowed(("CKV_K8S_15",), (*ENGINES, ASAPD, STAGING), "imagePullPolicy Always: the images are pinned by tag and, "
             "with images.*Digest, by digest; IfNotPresent starts a replaced pod without a registry round trip"),
-    Allowed(("CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_28"), (*PRIVILEGED, SGLANG),
+    Allowed(("CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_28"), (*PRIVILEGED, TPU_ENGINE),
             "privileged, privilege escalation, NET_RAW: components/hardening.py EXCEPTIONS (DeepEP/NVSHMEM; MRDMA NIC "
             "setup; the TPU host-setup init container); privileged implies escalation and every capability"),
     Allowed(("CKV_K8S_17",), PRIVILEGED, "host PID namespace: vLLM (CUDA IPC across engines) and asapd-lite, "
@@ -117,7 +117,7 @@ EXCEPTIONS: tuple[Allowed, ...] = (
     Allowed(("CKV_K8S_35",), (*ENGINES, STAGING), "secret in an env var: llm-d's guides and the weight copier read "
             "HF_TOKEN from the environment, taken from the llm-d-hf-token Secret; the policy pack's "
             "hf-token-via-secret rule keeps it to that Secret"),
-    Allowed(("CKV_K8S_37",), (*PRIVILEGED, SGLANG), "capabilities: privileged containers hold all; the TPU engine "
+    Allowed(("CKV_K8S_37",), (*PRIVILEGED, TPU_ENGINE), "capabilities: privileged containers hold all; the TPU engine "
             "drops only NET_RAW (which capabilities the TPU runtime uses is not published)"),
     Allowed(("CKV_K8S_43",), ("*",), "image digest: set by config (images.*Digest; docs/security.md); the committed "
             "stacks pull by pinned tag because a digest is read from the registry when the operator pins it"),
