@@ -238,7 +238,7 @@ def test_plan_summary_names_the_rack_of_every_slice(variants):
     for index in range(3):
         assert (f"placed: DisaggregatedSet kimi-k3-1/kimi-k3-1-vllm slice {index} -> a4x-max-nvl72-{index} "
                 f"({RACK_TOPOLOGY_KEY} domain of its own)") in summary
-    assert "placed: LeaderWorkerSet kimi-k3-1/kimi-k3-1-sglang group 3 -> tpu7x-2x2x4-3" in variants["tpu4"].summary
+    assert "placed: LeaderWorkerSet kimi-k3-1/kimi-k3-1-vllm-tpu group 3 -> tpu7x-2x2x4-3" in variants["tpu4"].summary
 
 
 def test_router_figures_stay_per_endpoint(plans, variants):

@@ -81,12 +81,12 @@ def test_write_refreshes_ours_and_adds_unexplained_rows(generated):
     text = alignment.DOC.read_text()
     ours = copy.deepcopy(generated)
     ours["TPU leader pod"]["env.NEW"] = "x"
-    ours["TPU leader pod"]["flag.--page-size"] = "64"
+    ours["TPU leader pod"]["flag.--block-size"] = "64"
     rewritten = alignment.rewrite(text, ours)
     found = alignment.problems(alignment.read_tables(rewritten), ours)
     assert found == ["TPU leader pod: `env.NEW`: verdict must start with one of same, adopted, differs, "
                      "ours only, upstream only ('UNEXPLAINED: explain or adopt')"]
-    assert "| `flag.--page-size` | `64` |" in rewritten
+    assert "| `flag.--block-size` | `64` |" in rewritten
     assert alignment.rewrite(text, generated) == text, "--write on an up-to-date doc changes nothing"
 
 
