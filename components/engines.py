@@ -218,6 +218,9 @@ def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
         *(["--headless"] if rank == "worker" else []),
         "--tensor-parallel-size", str(tpu.tensorParallel),
         "--enable-expert-parallel",
+        # Each rank reads only its own experts' weights and scales; prefetch reads only its byte ranges into the
+        # page cache, where the host's ranks share the dense weights (components/loading.py).
+        *loading.TPU_LOADER.argv,
         # Text only: the checkpoint's vision tower is not loaded (the post serves text).
         "--language-model-only",
         "--kv-cache-dtype", {"fp8": "fp8", "bf16": "bfloat16"}[cfg.model.kvCacheDtype],

@@ -276,3 +276,16 @@ def test_the_engine_image_is_pulled_while_the_weights_stage(plans, stack):
     [resource] = [r for r in plan.resources if r["type"] == timeline.PREPULL_TYPE and "prepull" in r["name"]]
     assert not any(resource["name"] in plan.closure(r["name"]) for r in plan.resources if r is not resource)
     assert not plan.closure(resource["name"]) & {"weights-volume-pvc", "weights-staging-job"}
+
+
+def test_every_tpu_host_runs_the_filter_and_the_ranged_prefetch(tpu):
+    """Leader and headless workers alike: each host's ranks load their own shard."""
+    argvs = engine_argvs(tpu)
+    assert len(argvs) == 2  # leader and worker templates
+    for argv in argvs:
+        flags = dict(facts.split_flags(argv))
+        assert "--enable-ep-weight-filter" in flags and "--enable-expert-parallel" in flags
+        assert flags["--load-format"] == "safetensors"
+        # TorchTPU's patched prefetch reads only the rank's byte ranges (vllm_torchtpu/model_loader_patches.py).
+        assert flags["--safetensors-load-strategy"] == "prefetch"
+        assert int(flags["--safetensors-prefetch-num-threads"]) >= 8
