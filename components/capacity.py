@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import catalog, contract, kvblocks, loading
+from . import catalog, kvblocks, loading
 from .config import ConfigError, StackConfig
 
 MIB = loading.MIB

@@ -11,6 +11,7 @@ import pulumi_gcp as gcp
 from components import benchmark, capacity, catalog, contract, cost, images, loading, prices
 from components.cluster import GkeCluster, GkeClusterArgs
 from components.config import StackConfig
+from components.geometry import CheckpointGeometry, CheckpointGeometryArgs
 from components.identity import NodeIdentity, NodeIdentityArgs, workload_principal
 from components.loading import MIB
 from components.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
@@ -20,7 +21,6 @@ from components.network import Network, NetworkArgs
 from components.nodepools import CpuPoolArgs, CpuPools, PoolCommon, transfer_pool
 from components.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
 from components.platform import Platform, PlatformArgs
-from components.geometry import CheckpointGeometry, CheckpointGeometryArgs
 from components.revision import HubRevision, HubRevisionArgs
 from components.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
 from components.services import ProjectServices, ProjectServicesArgs

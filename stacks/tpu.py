@@ -5,8 +5,13 @@ from __future__ import annotations
 import pulumi
 
 from components.config import StackConfig
-from components.modelservers import (TpuLeaderWorkerSet, TpuLeaderWorkerSetArgs, tpu_engine_image, tpu_placement,
-                                     tpu_set_name)
+from components.modelservers import (
+    TpuLeaderWorkerSet,
+    TpuLeaderWorkerSetArgs,
+    tpu_engine_image,
+    tpu_placement,
+    tpu_set_name,
+)
 from components.nodepools import TpuSlices, TpuSlicesArgs
 from components.prepull import ImagePrepull, ImagePrepullArgs
 

@@ -15,6 +15,7 @@ from components.versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHT
 from tests.conftest import run_plan, stack_document, write_stack
 from tests.test_config import parse
 
+
 def registry(shared, name: str) -> frozenset[str]:
     return frozenset(line.strip() for line in (shared / "engine-models" / name).read_text().splitlines()
                      if line.strip())

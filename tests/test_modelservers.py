@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from components import catalog, contract, kvblocks
+from components import catalog, contract
 from components.engines import UNRELEASED_FLAG_VALUES
 from components.versions import SGLANG_TORCHTPU_FLAGS_VERSION, VLLM, VLLM_TORCHTPU
 from tests import engine_facts as facts
