@@ -121,6 +121,9 @@ EXCEPTIONS: tuple[Allowed, ...] = (
             "drops only NET_RAW (which capabilities the TPU runtime uses is not published)"),
     Allowed(("CKV_K8S_43",), ("*",), "image digest: set by config (images.*Digest; docs/security.md); the committed "
             "stacks pull by pinned tag because a digest is read from the registry when the operator pins it"),
+    Allowed(("CKV_K8S_8", "CKV_K8S_9"), ("Pod.*.*-vllm-tpu-spec-leaderworkertemplate-workertemplate",),
+            "liveness/readiness probes: headless TPU vLLM workers serve no HTTP; the leader's probes speak for the "
+            "group and LWS recreates the group on failure (components/modelservers.py)"),
     # ---- chart objects
     Allowed(("CKV_K8S_8",), (EPP, DRA_CONTROLLER), "liveness probe: the router chart probes the EPP but not its "
             "Envoy sidecar; the DRA driver chart's controller has none; neither chart has a value for it"),
