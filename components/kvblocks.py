@@ -20,7 +20,13 @@ from .config import ConfigError, StackConfig
 VLLM_033 = "https://github.com/vllm-project/vllm/blob/v0.33.0"
 TORCHTPU_029 = "https://github.com/vllm-project/vllm-torchtpu/blob/v0.29.0"
 """Sources of the rules: vLLM 0.33.0 (GPU) and vllm-torchtpu-core 0.29.0 (TPU platform plugin), as released on
-PyPI (`pip download --no-deps vllm==0.33.0`, `vllm-torchtpu-core==0.29.0`; paths inside the wheels)."""
+PyPI (`pip download --no-deps vllm==0.33.0`, `vllm-torchtpu-core==0.29.0`; paths and lines inside the wheels):
+GPU vllm/platforms/interface.py L940-1139 (`_align_hybrid_block_size`; the 128 floor L1088, the formula L1098),
+vllm/model_executor/layers/mamba/mamba_utils.py L133 (`kda_state_dtype`) and L296 (`kda_state_shape`);
+TPU vllm_torchtpu/platforms/tpu_block_size_utils.py L338-466 (`_derive_tpu_block_slot_config`, the state fit L379),
+vllm_torchtpu/gdn_pool_layout.py L121-146 (`derive_pooled_gdn_state_layout`), vllm_torchtpu/layers/adapter/
+attention.py L184-199 (`get_tpu_min_page_size`), vllm_torchtpu/models/vllm/kimi_k3/model.py L413-430 (state
+shapes) and kimi_k3/attention.py L60-74 (state dtypes)."""
 
 BF16_BYTES = 2
 FP32_BYTES = 4
