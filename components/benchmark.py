@@ -52,7 +52,8 @@ def inference_perf_config(cfg: StackConfig, base_url: str, bucket: str, results_
                              "concurrency_level": slots}]},
         # conversation_replay supports only the completion API; streaming measures TTFT and TPOT.
         "api": {"type": "completion", "streaming": True},
-        "server": {"type": "vllm" if cfg.track == "gpu" else engines.tpu_engine_type(cfg), "model_name": catalog.KIMI.hf_id,
+        "server": {"type": "vllm" if cfg.track == "gpu" else engines.tpu_engine_type(cfg),
+                   "model_name": catalog.KIMI.hf_id,
                    "base_url": base_url, "ignore_eos": True},
         # The tokenizer comes from the read-only weights volume: no hub download.
         "tokenizer": {"pretrained_model_name_or_path": cfg.model.path, "trust_remote_code": True},

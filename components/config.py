@@ -681,7 +681,8 @@ class ModelConfig(Section):
     kdaHeadDim: int = Field(
         128, ge=1, description="KDA head dimension: text_config.linear_attn_config.head_dim (Kimi K3: 128).")
     kdaConvKernel: int = Field(
-        4, ge=2, description="KDA short convolution: text_config.linear_attn_config.short_conv_kernel_size (Kimi K3: 4).")
+        4, ge=2,
+        description="KDA short convolution: text_config.linear_attn_config.short_conv_kernel_size (Kimi K3: 4).")
     kdaLayers: int = Field(
         69, ge=1, description="KDA layers: len(text_config.linear_attn_config.kda_layers) (Kimi K3: 69).")
     mlaLayers: int = Field(

@@ -316,5 +316,5 @@ def check_engine(cfg: StackConfig) -> None:
                           "kda_state_dtype); use float32")
     if catalog.KIMI.routed_experts % cfg.tpu.tensorParallel:
         raise ConfigError("tpu.tensorParallel", cfg.tpu.tensorParallel,
-                          f"--enable-expert-parallel splits the {catalog.KIMI.routed_experts} routed experts over every "
-                          "TP rank; they must divide evenly")
+                          f"--enable-expert-parallel splits the {catalog.KIMI.routed_experts} routed experts "
+                          "over every TP rank; they must divide evenly")

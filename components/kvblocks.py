@@ -101,7 +101,8 @@ def gpu_rule(cfg: StackConfig, requested: int = contract.KV_BLOCK_TOKENS) -> Blo
     block = align * math.ceil(state / (align * attn))
     block = max(block, requested)
     steps = (
-        f"attention page per token = (kv_lora_rank + qk_rope_head_dim) {m.mlaLatentDim} x {KV_DTYPE_BYTES[m.kvCacheDtype]}"
+        f"attention page per token = (kv_lora_rank + qk_rope_head_dim) {m.mlaLatentDim} x "
+        f"{KV_DTYPE_BYTES[m.kvCacheDtype]}"
         f" B ({m.kvCacheDtype}) = {attn} B (MLAAttentionSpec, vllm/v1/kv_cache_interface.py)",
         f"KDA state per rank = conv {conv_dim} x ({m.kdaConvKernel} - 1{f' + {spec}' if spec else ''}) x 2 B (bf16) + "
         f"recurrent {m.kdaHeads // tp} x {m.kdaHeadDim} x {m.kdaHeadDim} x {STATE_DTYPE_BYTES[m.kdaStateDtype]} B "
@@ -169,7 +170,8 @@ def unreleased_rule(cfg: StackConfig, requested: int = contract.KV_BLOCK_TOKENS)
     _check_heads(cfg, tp, "tpu.tensorParallel")
     attn = m.mlaLatentDim * KV_DTYPE_BYTES[m.kvCacheDtype]
     local = m.kdaHeads // tp
-    state = local * m.kdaHeadDim * m.kdaHeadDim * FP32_BYTES + 3 * local * m.kdaHeadDim * (m.kdaConvKernel - 1) * BF16_BYTES
+    state = (local * m.kdaHeadDim * m.kdaHeadDim * FP32_BYTES
+             + 3 * local * m.kdaHeadDim * (m.kdaConvKernel - 1) * BF16_BYTES)
     steps = (f"ASSUMPTION (no SGLang-TorchTPU release to read): --page-size {requested} stands",)
     return BlockRule("sglang-torchtpu", requested, requested, attn, state, m.mlaLayers, steps,
                      state_bytes_per_sequence=m.kdaLayers * state)

@@ -51,7 +51,8 @@ RELEASES: dict[Exporter, Release] = {
     "vllm": Release("vllm", VLLM.version, f"the vllm=={VLLM.version} wheel on PyPI (commit 4ba787ec9), the release "
                                           "the GPU image tag carries"),
     "vllm-torchtpu": Release("vllm-torchtpu", VLLM_TORCHTPU.version,
-                             f"the vllm-torchtpu=={VLLM_TORCHTPU.version} wheel on PyPI (vLLM {VLLM_TORCHTPU.version}'s "
+                             f"the vllm-torchtpu=={VLLM_TORCHTPU.version} wheel on PyPI "
+                             f"(vLLM {VLLM_TORCHTPU.version}'s "
                              "metrics code), the TPU track's default engine"),
     "sglang": Release("sglang", SGLANG_TORCHTPU_FLAGS_VERSION,
                       f"the sglang=={SGLANG_TORCHTPU_FLAGS_VERSION} wheel on PyPI. ASSUMPTION: an SGLang-TorchTPU "

@@ -1,6 +1,6 @@
 """Model servers: vLLM prefill/decode LeaderWorkerSet groups in a DisaggregatedSet (GPU), vLLM-TorchTPU
-LeaderWorkerSet replicas, one multi-host engine per slice (TPU). Pod labels come from the contract the router selects on; flags come
-from components.engines; sizes from components.capacity."""
+LeaderWorkerSet replicas, one multi-host engine per slice (TPU). Pod labels come from the contract the router
+selects on; flags come from components.engines; sizes from components.capacity."""
 
 from __future__ import annotations
 
@@ -404,7 +404,8 @@ def tpu_node_setup(image: str) -> k8s.core.v1.ContainerArgs:
 
 
 def tpu_engine_image(cfg: StackConfig) -> str:
-    """The TPU engine's image: the pinned Python 3.12 base vLLM-TorchTPU is installed into, or the user's SGLang build."""
+    """The TPU engine's image: the pinned Python 3.12 base vLLM-TorchTPU is installed into, or the user's SGLang
+    build."""
     return images.ref(cfg.images, "tpu-engine") if cfg.tpu.engine == "vllm-torchtpu" else cfg.tpu.sglangImage
 
 
