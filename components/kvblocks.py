@@ -80,10 +80,21 @@ class BlockRule:
 
 
 def _check_heads(cfg: StackConfig, tp: int, tp_key: str) -> None:
+    """Each rank holds model.kdaHeads / TP heads. The error names the key the user changed: the head count when it
+    differs from the model's, else the track's parallelism (on TPU that follows tpu.topology)."""
     heads = cfg.model.kdaHeads
-    if heads % tp:
+    if not heads % tp:
+        return
+    if "kdaHeads" in cfg.model.changed():
         raise ConfigError("model.kdaHeads", heads, f"the engines split KDA heads evenly over the {tp} tensor-"
                                                    f"parallel ranks ({tp_key}); use a multiple of {tp}")
+    if tp_key.startswith("tpu."):
+        field = cfg.tpu.blame("topology", "tensorParallel")
+        key, value = cfg.tpu.key(field), getattr(cfg.tpu, field)
+    else:
+        key, value = tp_key, tp
+    raise ConfigError(key, value, f"the engines split the model's {heads} KDA heads (model.kdaHeads) evenly over the "
+                                  f"tensor-parallel ranks, and {tp} ({tp_key}) does not divide {heads}")
 
 
 def gpu_rule(cfg: StackConfig, requested: int = contract.KV_BLOCK_TOKENS) -> BlockRule:
