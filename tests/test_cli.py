@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import tools
 from tests.conftest import ROOT
 from tools.__main__ import COMMANDS
 
@@ -45,14 +47,29 @@ print(json.dumps(answers))
 """
 
 
+def help_all(*program: str) -> dict[str, dict]:
+    proc = subprocess.run([sys.executable, *program], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=OFFLINE | {"PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
 @pytest.fixture(scope="module")
 def helps() -> dict[str, dict]:
     """Every subcommand's --help, through the CLI's main, in one fresh offline interpreter (one import of each
     command's module instead of one interpreter per command)."""
-    proc = subprocess.run([sys.executable, "-c", HELP_ALL], cwd=ROOT, capture_output=True, text=True, env=OFFLINE,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)
+    return help_all("-c", HELP_ALL)
+
+
+def console_script(folder: Path, body: str = "") -> Path:
+    """A `kimi` script the way pip writes a [project.scripts] entry (its launcher template), running this
+    checkout: the shared virtualenv's own `kimi` may be an editable install of another one."""
+    script = folder / tools.SCRIPT
+    script.write_text(f"#!{sys.executable}\nimport re\nimport sys\n" + (body or (
+        "from tools.__main__ import main\nif __name__ == '__main__':\n"
+        "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n    sys.exit(main())\n")))
+    script.chmod(0o755)
+    return script
 
 
 def test_every_subcommand_answers_help_offline(helps):
@@ -60,6 +77,28 @@ def test_every_subcommand_answers_help_offline(helps):
     for name, answer in helps.items():
         assert answer["code"] == 0, (name, answer)
         assert answer["out"].startswith(f"usage: python -m tools {name} "), (name, answer["out"][:200])
+
+
+def test_run_as_the_console_script_every_usage_line_names_kimi(tmp_path):
+    helps = help_all(str(console_script(tmp_path, HELP_ALL)))
+    assert set(helps) == set(COMMANDS)
+    for name, answer in helps.items():
+        assert answer["code"] == 0, (name, answer)
+        assert answer["out"].startswith(f"usage: kimi {name} "), (name, answer["out"][:200])
+
+
+def test_the_console_script_names_itself_in_usage_and_errors(tmp_path):
+    kimi = str(console_script(tmp_path))
+    env = OFFLINE | {"PYTHONPATH": str(ROOT)}
+    top = subprocess.run([kimi, "--help"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
+    assert top.returncode == 0 and top.stdout.startswith("usage: kimi <command> "), top.stdout[:200] + top.stderr
+    plan = subprocess.run([kimi, "plan", "--no-such-option"], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert plan.returncode == 2 and "usage: kimi plan " in plan.stderr, plan.stderr
+    assert "kimi plan: error: unrecognized arguments: --no-such-option" in plan.stderr
+    unknown = subprocess.run([kimi, "no-such-command"], cwd=tmp_path, capture_output=True, text=True, env=env,
+                             timeout=60)
+    assert unknown.returncode == 2 and unknown.stderr.startswith("kimi: error: unknown command"), unknown.stderr
 
 
 SHARED_OPTIONS = {
@@ -90,7 +129,8 @@ def test_the_console_script_is_the_cli_and_make_plan_installs_it():
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    module, _, function = project["project"]["scripts"]["kimi"].partition(":")
+    assert list(project["project"]["scripts"]) == [tools.SCRIPT], "tools.program() knows the script by this name"
+    module, _, function = project["project"]["scripts"][tools.SCRIPT].partition(":")
     assert getattr(importlib.import_module(module), function) is importlib.import_module("tools.__main__").main
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^plan: .*\$\(CLI\)", makefile, re.M)

@@ -1,4 +1,5 @@
-"""One command line for the project: `python -m tools <command> [options]` (docs/architecture.md).
+"""One command line for the project: `python -m tools <command> [options]`, or `kimi <command> [options]` with the
+console script `make plan` installs into .venv (docs/architecture.md).
 
 Each command is a module's `main(argv)`, imported only when it runs, so `--help` needs no cloud, network or
 credentials.
@@ -17,6 +18,8 @@ import importlib
 import os
 import sys
 from typing import NamedTuple
+
+from tools import program
 
 
 class Command(NamedTuple):
@@ -46,12 +49,10 @@ COMMANDS: dict[str, Command] = {
     "leftovers": Command("tools.live.leftovers", "list billable resources a destroyed stack left behind"),
 }
 
-PROG = "python -m tools"
-
-
 def usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = [f"usage: {PROG} <command> [options]   ({PROG} <command> --help for a command's options)", "",
+    prog = program()
+    lines = [f"usage: {prog} <command> [options]   ({prog} <command> --help for a command's options)", "",
              "commands:"]
     lines += [f"  {name:<{width}}  {command.help}" for name, command in COMMANDS.items()]
     return "\n".join([*lines, "", (__doc__ or "").split("\n\n", 1)[1]])
@@ -67,13 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     command = COMMANDS.get(name)
     if command is None:
-        print(f"{PROG}: error: unknown command {name!r} (one of: {', '.join(COMMANDS)})", file=sys.stderr)
+        print(f"{program()}: error: unknown command {name!r} (one of: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     module = importlib.import_module(command.module)
     try:
         code = module.main(rest)
     except KeyboardInterrupt:
-        print(f"{PROG} {name}: interrupted", file=sys.stderr)
+        print(f"{program()} {name}: interrupted", file=sys.stderr)
         code = 130
     except SystemExit as stop:
         if isinstance(stop.code, str):

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from components import catalog, contract  # noqa: E402
+from tools import prog  # noqa: E402
 
 OUTPUTS_TIMEOUT_S = 120
 CODE_WORD = "aubergine-7"
@@ -196,7 +197,7 @@ def report(answer: Answer, err: TextIO, long_context: int | None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tools ask", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("ask"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("prompt", help="the question")
     where = parser.add_mutually_exclusive_group(required=True)

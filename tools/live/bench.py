@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from components.naming import label_value
+from tools import prog
 from tools.live.bench_steps import Steps, measured_output_tokens_per_second
 from tools.live.bench_teardown import Teardown
 from tools.live.cloud import Cluster, GcloudStorage, KubectlCluster
@@ -374,7 +375,7 @@ def run(opts: Options, deps: Deps) -> int:
 # --------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools bench",
+        prog=prog("bench"),
         description="up -> wait -> smoke -> benchmark -> collect -> destroy (always, unless --keep) for one stack, "
                     "then list anything still billable under its pulumi-stack label.",
         epilog="SIGINT, SIGTERM, SIGHUP or a closed stdout tear the stack down; a second SIGINT/SIGTERM stops waiting "

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from components import catalog
 from components.naming import label_value
+from tools import prog
 from tools.live.core import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StepError, run_command, tail
 
 PROJECT = catalog.GUIDE_NAME
@@ -100,7 +101,7 @@ def _config(stack: str, key: str) -> str | None:
 
 def main(argv: Sequence[str] | None = None, billing: GcloudBilling | None = None,
          config: Callable[[str, str], str | None] = _config) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools leftovers", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog("leftovers"), description=__doc__.split("\n\n")[0])
     parser.add_argument("--stack", required=True)
     parser.add_argument("--project", help="default: the stack's gcp.project")
     parser.add_argument("--network", help="the stack's VPC (default: cluster.name or kimi-k3-1-<track>)")

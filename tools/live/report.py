@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tools import prog
 from tools.live.report_runs import (
     REPORT,
     ReportError,
@@ -146,7 +147,7 @@ def render(folders: Sequence[Path], out: Path | None = None, hourly_usd: float |
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tools report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog("report"), description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="one run folder, or two to compare")
     parser.add_argument("--out", type=Path, help="where to write (default: the run folder, or "
                                                  "RUN_DIR/compare-<RUN_DIR2 name> when comparing)")

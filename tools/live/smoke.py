@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components import catalog, contract
+from tools import prog
 from tools.live.core import Deadline, bounded_number
 from tools.live.smoke_http import (
     BACKOFF_CAP_SECONDS,
@@ -338,7 +339,7 @@ def _finish(reporter: Reporter, out: Callable[[str], None]) -> int:
 # --------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools smoke",
+        prog=prog("smoke"),
         description="Smoke check of the deployed guide: generation, prefix-cache hits (HBM, host DRAM) and, on "
                     "GPU, prefill -> decode with KV transfer. Prints PASS/FAIL lines; exit 0 only if all pass.",
         epilog=f"Metrics URL roles: prefill (vLLM port {contract.MODEL_SERVER_PORT}), decode (vLLM port "

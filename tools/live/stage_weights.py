@@ -22,6 +22,8 @@ import re
 import sys
 import warnings
 
+from tools import prog
+
 
 def commit(value: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{40}", value):
@@ -30,7 +32,7 @@ def commit(value: str) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tools stage", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("stage"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo-id", required=True, help="model repository, e.g. moonshotai/Kimi-K3.1-Pro")
     parser.add_argument("--revision", required=True, type=commit, help="full 40-character commit hash to copy")

@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from tools import prog
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "upstream-alignment.md"
 ABSENT = "—"
@@ -337,7 +339,7 @@ def compare(ours: Mapping[str, str], upstream: Mapping[str, str]) -> list[str]:
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools alignment", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=prog("alignment"), description=__doc__.splitlines()[0])
     parser.add_argument("--plan", type=Path, default=ROOT / "build" / "plan", help="rendered plan (make plan)")
     parser.add_argument("--write", action="store_true", help="refresh the ours column and add new settings")
     parser.add_argument("--against", nargs=3, metavar=("SUBJECT", "UPSTREAM_YAML", "TEMPLATE"),

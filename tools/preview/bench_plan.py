@@ -9,11 +9,12 @@ import sys
 import tempfile
 import time
 
+from tools import prog
 from tools.preview.plan import ROOT, discover_stacks, stack_name
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tools bench-plan", description=__doc__)
+    parser = argparse.ArgumentParser(prog=prog("bench-plan"), description=__doc__)
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as out:

@@ -37,6 +37,8 @@ from typing import Any
 
 import yaml
 
+from tools import prog
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART_TYPE = "kubernetes:helm.sh/v4:Chart"
 HOOK_ANNOTATION = "helm.sh/hook"
@@ -380,7 +382,7 @@ def install_archive(data: bytes, ref: Any, target: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools charts", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("charts"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fetch", action="store_true", help="pull the pinned charts into build/charts/")
     parser.add_argument("--chart", action="append", help="with --fetch: only this chart (repeatable)")

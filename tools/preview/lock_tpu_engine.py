@@ -23,6 +23,8 @@ from pathlib import Path
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import parse_wheel_filename
 
+from tools import prog
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCK_DIR = ROOT / "components" / "locks"
 LOCK = LOCK_DIR / "vllm-torchtpu.txt"
@@ -58,7 +60,7 @@ def render(pylock: dict, header: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tools lock-tpu-engine", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("lock-tpu-engine"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pylock", type=Path, help="uv's pylock.toml for components/locks/vllm-torchtpu.in")
     args = parser.parse_args(argv)

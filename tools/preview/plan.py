@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from tools import prog
+
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "build" / "plan"
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -173,7 +175,7 @@ def summarize(stack: str, document: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools plan", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("plan"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stack", action="append", default=[], help="stack to render (repeatable; default: all)")
     parser.add_argument("--stack-file", action="append", default=[], type=Path, help="stack file to render")

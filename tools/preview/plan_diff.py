@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from tools import prog
 from tools.preview.replacements import PRESENCE, REJECT, RULES, URN_CHANGE_SOURCE, Rule, kubernetes_type
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -891,7 +892,7 @@ def truncate(text: str, limit: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools diff", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("diff"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("base", help="plan folder or git ref of the state before the change")
     parser.add_argument("head", help="plan folder or git ref of the state after the change")

@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from tools import prog
+
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "build" / "plan"
 OUT = ROOT / "build" / "scan"
@@ -288,7 +290,7 @@ def benchmark_plans(stack_files: list[Path], out: Path) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tools scan", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("scan"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkov", default=str(CHECKOV),
                         help="checkov executable (default: .venv-checkov/bin/checkov, from `make checkov`)")

@@ -11,6 +11,8 @@ import re
 import sys
 from pathlib import Path
 
+from tools import prog
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "weights.md"
 PLAN = ROOT / "build" / "plan"
@@ -37,7 +39,7 @@ def block(stacks: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools weights-doc", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("weights-doc"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.parse_args(argv)
     text = DOC.read_text()
