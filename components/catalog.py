@@ -221,16 +221,22 @@ Track = Literal["gpu", "tpu"]
 HYPERDISK_ML_MIN_GIB = 4
 HYPERDISK_ML_MAX_GIB = 64 * 1024
 HYPERDISK_ML_MIN_MIBPS = 400
-HYPERDISK_ML_MAX_MIBPS = 1_200_000
-"""Hyperdisk ML limits: 4 GiB-64 TiB, 400-1,200,000 MiB/s
-(https://cloud.google.com/compute/docs/disks/hd-types/hyperdisk-ml)."""
+HYPERDISK_ML_MAX_MIBPS = 2_097_152
+"""Hyperdisk ML limits: 4 GiB-64 TiB (https://cloud.google.com/compute/docs/disks/hd-types/hyperdisk-ml), and
+400-2,097,152 MiB/s per volume: "The maximum throughput for a Hyperdisk ML disk is increased to 2,097,152 MiB/s
+from 1,200,000 MiB/s" (Compute Engine release notes, March 31, 2026,
+https://docs.cloud.google.com/compute/docs/release-notes; the Hyperdisk ML page still said 1,200,000 in the copy
+we read)."""
 
 HYPERDISK_PER_VM_READ_MIBPS = 2400
-"""Assumption (unverified secondary source): how fast one node reads a Hyperdisk ML volume. No Google page we
-could read lists Hyperdisk limits for a4x-maxgpu-4g-metal or tpu7x-standard-4t
-(https://cloud.google.com/compute/docs/disks/hyperdisk-perf-limits); A4X Max's general-purpose network is
-400 Gbps, an upper bound (https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines). It bounds
-every reader node in components/loading.py; `storage.nodeReadMiBps` replaces it with a measurement."""
+"""Assumption, not a published limit: how fast one node reads a Hyperdisk ML volume. Google publishes per-instance
+Hyperdisk limits by machine type on https://cloud.google.com/compute/docs/disks/hyperdisk-perf-limits, but no
+copy of that page we could read lists `a4x-maxgpu-4g-metal` or `tpu7x-standard-4t`. What the machine pages do
+say: A4X Max attaches Hyperdisk ML (up to 32 volumes per `a4x-maxgpu-4g-metal`) and has "up to 400 Gbps" of
+general-purpose network (https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines, "Supported
+disk types for A4X Max and A4X instances", "A4X Max and A4X comparison"), an upper bound; Hyperdisk ML is GA on
+TPU7x since February 5, 2026 (https://docs.cloud.google.com/compute/docs/release-notes). It bounds every
+reader node in components/loading.py; `storage.nodeReadMiBps` replaces it with a measurement."""
 
 HUB_STREAM_ASSUMED_MBPS = 60
 """Assumption (unpublished, not measured against the real Hub): MB/s one download stream from the Hugging Face

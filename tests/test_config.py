@@ -146,7 +146,7 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
     ("gpu", {"storage__volumeSizeGi": 1500},
      "kimi-k3-1:storage.volumeSizeGi = 1500: must be 1599-65536 GiB (checkpoint 1.56 TB + 10% headroom)"),
     ("gpu", {"storage__throughputMiBps": 100},
-     "kimi-k3-1:storage.throughputMiBps = 100: Hyperdisk ML takes 400-1200000 MiB/s"),
+     "kimi-k3-1:storage.throughputMiBps = 100: Hyperdisk ML takes 400-2097152 MiB/s"),
     ("gpu", {"storage__softDeleteDays": 3}, "kimi-k3-1:storage.softDeleteDays = 3: must be 0 (off) or 7-90 days"),
     ("gpu", {"storage__bucketExists": "true", "storage__deleteCheckpointOnDestroy": "true"},
      "kimi-k3-1:storage.deleteCheckpointOnDestroy = true: a bucket the stack only uses (storage.bucketExists=true) "
