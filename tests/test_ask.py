@@ -163,7 +163,7 @@ def closed_port() -> int:
 
 def test_unreachable_endpoint_is_one_line():
     url = f"http://127.0.0.1:{closed_port()}"
-    code, _, err = run("--endpoint", url, "--timeout", "5", "Hi")
+    code, _, err = run("--endpoint", url, "--read-timeout", "5", "Hi")
     assert code == 1
     assert err.strip().splitlines()[-1].startswith(f"error: cannot reach {url}/v1/chat/completions")
 

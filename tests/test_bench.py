@@ -200,7 +200,7 @@ def drive(world: World, tmp_path: Path, *args: str, stack: str = "gpu",
     deps = bench.Deps(backend=FakeBackend(world), cluster=FakeCluster(world), storage=FakeStorage(world),
                       billing=FakeBilling(world), smoke=smoke or fake_smoke, sleep=world.sleep, now=lambda: STAMP,
                       out=out or lines.append)
-    code = bench.main(["--stack", stack, "--work-dir", str(tmp_path), "--results", str(tmp_path / "results"),
+    code = bench.main(["--stack", stack, "--work-dir", str(tmp_path), "--out", str(tmp_path / "results"),
                        *args], deps=deps)
     return code, lines
 
@@ -343,7 +343,8 @@ def test_keep_holds_after_a_failure_too(tmp_path, fault):
 OTHER_OPTIONS: dict[str, list[str]] = {
     "--skip-benchmark": [],
     "--destroy-retries": ["0"],
-    "--retry-wait": ["0"],
+    "--backoff-seconds": ["0"],
+    "--retry-wait": ["0"],  # the older spelling of --backoff-seconds, accepted for one release
     "--up-timeout": ["60"],
     "--ready-timeout": ["0"],
     "--benchmark-timeout": ["0"],
@@ -388,7 +389,7 @@ def test_transient_destroy_failure_is_retried_with_backoff(tmp_path):
 
 def test_transient_destroy_failure_gives_up_after_the_retries(tmp_path):
     world = World(destroy_errors=[RuntimeError("PersistentVolumeClaim models is terminating")] * 10)
-    code, lines = drive(world, tmp_path, "--destroy-retries", "2", "--retry-wait", "5")
+    code, lines = drive(world, tmp_path, "--destroy-retries", "2", "--backoff-seconds", "5")
     assert code == bench.EXIT_FAILED
     assert world.names().count("destroy") == 3
     assert world.sleeps == [5.0, 10.0]
@@ -921,9 +922,9 @@ def test_a_trickling_router_cannot_delay_the_teardown_past_the_smoke_deadline(tm
                           billing=FakeBilling(world), sleep=world.sleep, now=lambda: STAMP,
                           out=lines.append)
         start = time.monotonic()
-        code = bench.main(["--stack", "gpu", "--work-dir", str(tmp_path), "--results", str(tmp_path / "results"),
-                           "--smoke-args", "--request-timeout", "1", "--deadline-seconds", "60",
-                           "--backoff-seconds", "0.05", "--total-seconds", "2"], deps=deps)
+        code = bench.main(["--stack", "gpu", "--work-dir", str(tmp_path), "--out", str(tmp_path / "results"),
+                           "--smoke-args", "--request-timeout", "1", "--step-timeout", "60",
+                           "--backoff-seconds", "0.05", "--total-timeout", "2"], deps=deps)
         took = time.monotonic() - start
     assert code == bench.EXIT_FAILED
     assert took < 5, f"teardown started only after {took:.1f}s"
@@ -1028,7 +1029,7 @@ def test_benchmark_writes_the_load_of_every_slice(tmp_path):
                       billing=FakeBilling(world), smoke=lambda argv: 0, sleep=world.sleep, now=lambda: STAMP,
                       out=lines.append)
     try:
-        bench.main(["--stack", "gpu", "--work-dir", str(tmp_path), "--results", str(tmp_path / "results")], deps=deps)
+        bench.main(["--stack", "gpu", "--work-dir", str(tmp_path), "--out", str(tmp_path / "results")], deps=deps)
     finally:
         server.shutdown()
         server.server_close()

@@ -86,9 +86,9 @@ def test_sigterm_mid_smoke_destroys_once_within_30s_and_releases_the_claim(tmp_p
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_CLI_STATE": str(state),
            "FAKE_FORWARD_PORT": str(router.port), "PULUMI_SKIP_UPDATE_CHECK": "true", "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, "-m", "tools", "bench", "--stack", "gpu", "--work-dir", str(_project(tmp_path / "proj")),
-            "--results", str(tmp_path / "results"), "--destroy-retries", "0",
+            "--out", str(tmp_path / "results"), "--destroy-retries", "0",
             "--smoke-args", "--metrics-url", "router=http://127.0.0.1:9/metrics", "--request-timeout", "600",
-            "--total-seconds", "900"]
+            "--total-timeout", "900"]
     driver = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               stdin=subprocess.DEVNULL, start_new_session=True)
     lines: queue.Queue[str] = queue.Queue()

@@ -4,6 +4,7 @@ virtualenv (no pulumi, kubectl or gcloud on PATH), and each names itself the way
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,44 @@ def test_shared_options_are_spelled_the_same_everywhere(helps):
     for option, commands in SHARED_OPTIONS.items():
         for name in commands:
             assert f"{option} " in helps[name]["out"], (name, option)
+
+
+def test_every_duration_is_seconds_and_named_by_the_scheme(helps):
+    """docs/architecture.md: a limit is `--<what>-timeout SECONDS`, any other duration `--<what>-seconds
+    SECONDS`, in every command."""
+    durations = 0
+    for name, answer in helps.items():
+        for option, metavar in re.findall(r"^  (--[a-z-]+)(?: ([A-Z_]+))?", answer["out"], re.M):
+            timed = option.endswith(("-timeout", "-seconds"))
+            assert timed == (metavar == "SECONDS"), (name, option, metavar)
+            durations += timed
+    assert durations >= 12
+
+
+RENAMED = {
+    # command -> older spelling -> option (docs/architecture.md): accepted for one release, hidden from --help
+    "smoke": {"--deadline-seconds": "--step-timeout", "--total-seconds": "--total-timeout",
+              "--metrics-wait-seconds": "--metrics-timeout"},
+    "ask": {"--timeout": "--read-timeout"},
+    "bench": {"--results": "--out", "--retry-wait": "--backoff-seconds"},
+}
+REQUIRED = {"smoke": ["--endpoint", "http://127.0.0.1:9", "--track", "gpu"], "ask": ["--endpoint", "x", "hi"],
+            "bench": ["--stack", "gpu"]}
+
+
+@pytest.mark.parametrize("name", RENAMED)
+def test_older_spellings_set_the_same_option_and_say_what_to_type(name, helps, capsys):
+    import importlib
+
+    parser = importlib.import_module(COMMANDS[name].module).build_parser()
+    for old, new in RENAMED[name].items():
+        value = "/tmp/out" if new == "--out" else "7"
+        assert parser.parse_args([*REQUIRED[name], old, value]) == parser.parse_args([*REQUIRED[name], new, value])
+        assert f"{old} is now {new}; {old} goes away in the next release" in capsys.readouterr().err
+        assert f"{old} " not in helps[name]["out"], "hidden from --help"
+        assert f"was{old})" in re.sub(r"\s", "", helps[name]["out"]), "the new option's help names it"
+    docs = " ".join((ROOT / "docs" / "architecture.md").read_text().split())
+    assert all(f"| `{name}` | `{old}` | `{new}` |" in docs for old, new in RENAMED[name].items())
 
 
 def test_unknown_command_and_no_command_are_usage_errors():

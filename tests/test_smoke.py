@@ -20,7 +20,7 @@ from tests.conftest import ROOT
 from tools.live import smoke, smoke_http
 
 MODEL = "moonshotai/Kimi-K3.1-Pro"
-FAST = ["--deadline-seconds", "0.4", "--request-timeout", "0.3", "--metrics-wait-seconds", "0.2",
+FAST = ["--step-timeout", "0.4", "--request-timeout", "0.3", "--metrics-timeout", "0.2",
         "--backoff-seconds", "0.01", "--long-prompt-words", "300"]
 
 
@@ -266,7 +266,7 @@ def test_timeout_fails(fake, capsys):
     state, base = fake
     state.hang_seconds = 5.0
     code, out = run_smoke(capsys, base, "tpu", "--api", "completions", "--request-timeout", "0.2",
-                          "--deadline-seconds", "0.3")
+                          "--step-timeout", "0.3")
     assert code == 1
     assert "timed out after 0.2s" in lines(out, "FAIL")["completions"]
 
@@ -576,8 +576,8 @@ def test_a_trickling_router_cannot_hold_the_smoke_check_past_its_total_time(caps
     with serve(Trickle) as base:
         start = time.monotonic()
         code = smoke.main(["--endpoint", base, "--track", "tpu", "--metrics-url", f"{base}/metrics",
-                           "--request-timeout", "1", "--deadline-seconds", "60", "--backoff-seconds", "0.05",
-                           "--total-seconds", "2"])
+                           "--request-timeout", "1", "--step-timeout", "60", "--backoff-seconds", "0.05",
+                           "--total-timeout", "2"])
         took = time.monotonic() - start
     out = capsys.readouterr().out
     assert code == 1
@@ -615,9 +615,11 @@ def test_bodies_are_read_up_to_a_bound(fake):
 
 @pytest.mark.parametrize("args", [
     ["--request-timeout", "1e12"], ["--request-timeout", "nan"], ["--request-timeout", "-1"],
-    ["--deadline-seconds", "0"], ["--deadline-seconds", "inf"], ["--total-seconds", "1e9"],
-    ["--metrics-wait-seconds", "-5"], ["--backoff-seconds", "3600"], ["--long-prompt-words", "1000000000"],
+    ["--step-timeout", "0"], ["--step-timeout", "inf"], ["--total-timeout", "1e9"],
+    ["--metrics-timeout", "-5"], ["--backoff-seconds", "3600"], ["--long-prompt-words", "1000000000"],
     ["--long-prompt-words", "many"],
+    # the older spellings, accepted for one release, hold the same bounds
+    ["--deadline-seconds", "0"], ["--total-seconds", "1e9"], ["--metrics-wait-seconds", "-5"],
 ])
 def test_absurd_numbers_are_a_usage_error(args, capsys):
     with pytest.raises(SystemExit) as caught:
@@ -637,7 +639,7 @@ def test_each_slice_is_asked_directly(fake, capsys):
     _, base = fake
     # A longer retry budget than FAST's: on a busy machine a 0.4 s budget can run out on a healthy fake.
     code, out = run_smoke(capsys, base, "gpu", "--slice-endpoint", f"0={base}", "--slice-endpoint", f"1={base}/",
-                          "--deadline-seconds", "10", "--request-timeout", "5")
+                          "--step-timeout", "10", "--request-timeout", "5")
     passed = lines(out, "PASS")
     assert code == 0, out
     assert passed["slice-0"].startswith(f"POST /v1/completions to {base} -> HTTP 200")

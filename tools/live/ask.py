@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from components import catalog, contract  # noqa: E402
-from tools import prog  # noqa: E402
+from tools import deprecated, prog  # noqa: E402
 
 OUTPUTS_TIMEOUT_S = 120
 CODE_WORD = "aubergine-7"
@@ -172,7 +172,7 @@ def stream_chat(endpoint: str, model: str, prompt: str, max_tokens: int, timeout
                         answer.text += text
                     out.flush()
     except requests.exceptions.Timeout:
-        raise AskError(f"{url}: no answer within {timeout_s:.0f} s (--timeout)") from None
+        raise AskError(f"{url}: no answer within {timeout_s:.0f} s (--read-timeout)") from None
     except requests.exceptions.ConnectionError as err:
         raise AskError(f"cannot reach {url}: {type(err).__name__}") from None
     except json.JSONDecodeError as err:
@@ -208,8 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=512, help="answer length limit (default %(default)s)")
     parser.add_argument("--long-context", type=int, metavar="TOKENS",
                         help="wrap the question in about TOKENS tokens of text with a code word to recall")
-    parser.add_argument("--timeout", type=float, default=600.0,
-                        help="seconds to wait for each part of the answer (default %(default)s)")
+    parser.add_argument("--read-timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="longest wait for the next part of the answer (seconds, default %(default)s; "
+                             "was --timeout)")
+    deprecated(parser, "--timeout", "--read-timeout", type=float)
     return parser
 
 
@@ -218,8 +220,8 @@ def main(argv: Sequence[str] | None = None, cluster_factory: Callable[[], Cluste
          out: TextIO | None = None, err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     args = build_parser().parse_args(argv)
-    if args.max_tokens < 1 or args.timeout <= 0 or (args.long_context is not None and args.long_context < 1):
-        err.write("error: --max-tokens, --timeout and --long-context must be positive\n")
+    if args.max_tokens < 1 or args.read_timeout <= 0 or (args.long_context is not None and args.long_context < 1):
+        err.write("error: --max-tokens, --read-timeout and --long-context must be positive\n")
         return 2
     try:
         outputs = outputs_reader(args.stack) if args.stack else {}
@@ -239,7 +241,7 @@ def main(argv: Sequence[str] | None = None, cluster_factory: Callable[[], Cluste
         with endpoint_cm as endpoint:
             err.write(f"asking {model} at {endpoint}" + (f" ({args.stack}, {outputs.get('routerMode')} router)"
                                                        if args.stack else "") + "\n")
-            answer = stream_chat(endpoint, model, prompt, args.max_tokens, args.timeout, out)
+            answer = stream_chat(endpoint, model, prompt, args.max_tokens, args.read_timeout, out)
         report(answer, err, args.long_context)
         return 0
     except AskError as problem:

@@ -1,6 +1,6 @@
 """Benchmark driver: one stack up, checked, benchmarked and torn down again, in one command.
 
-    python -m tools bench --stack gpu [--results ./bench-results] [--keep] [--skip-benchmark]
+    python -m tools bench --stack gpu [--out ./bench-results] [--keep] [--skip-benchmark]
         [--destroy-retries 3] [--up-timeout 5400] [--smoke-args --skip pd-kv-transfer ...]
 
 Steps, each announced by a `==> <step>` line:
@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from components.naming import label_value
-from tools import prog
+from tools import deprecated, prog
 from tools.live.bench_steps import Steps, measured_output_tokens_per_second
 from tools.live.bench_teardown import Teardown
 from tools.live.cloud import Cluster, GcloudStorage, KubectlCluster
@@ -98,7 +98,7 @@ __all__ = ["BENCHMARK_KEY", "BUCKET_EXISTS_KEY", "DELETE_CHECKPOINT_KEY", "TPU_E
 
 REQUIRED_TOOLS = ("pulumi", "kubectl", "gcloud", "gke-gcloud-auth-plugin")
 SMOKE_TIMEOUT = SMOKE_TOTAL_SECONDS + 60.0
-"""The smoke step's deadline: the smoke check's own total (--total-seconds default) plus a minute to start."""
+"""The smoke step's deadline: the smoke check's own total (--total-timeout default) plus a minute to start."""
 EXIT_CODES = (f"Exit codes: {EXIT_OK} every step passed, the destroy finished and nothing billable is left; "
               f"{EXIT_FAILED} a step, the destroy or the leftover check failed, or stdout closed (run.json says "
               "which); "
@@ -383,28 +383,32 @@ def build_parser() -> argparse.ArgumentParser:
                "output nor a hung endpoint can hold the teardown. " + EXIT_CODES)
     parser.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml), e.g. gpu or tpu")
     parser.add_argument("--work-dir", type=Path, default=Path("."), help="the Pulumi project folder (default .)")
-    parser.add_argument("--out", "--results", dest="results", type=Path, default=Path("bench-results"),
-                        help="output folder, spelled --out as in every command (--results: the older spelling, "
-                             "kept for one release): results go to <out>/<stack>/<UTC timestamp>/ "
-                             "(default %(default)s)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"), metavar="FOLDER",
+                        help="output folder: results go to <out>/<stack>/<UTC timestamp>/ (default %(default)s; "
+                             "was --results)")
+    deprecated(parser, "--results", "--out", type=Path)
     parser.add_argument("--keep", action="store_true",
                         help="leave the stack up at the end (the only way to skip the destroy)")
     parser.add_argument("--skip-benchmark", action="store_true", help="stop after the smoke check")
     parser.add_argument("--destroy-retries", type=bounded_number(int, 0, 20), default=3,
                         help="retries of a destroy that failed on a known transient error (default %(default)s)")
-    parser.add_argument("--retry-wait", type=bounded_number(float, 0, 3600), default=60.0,
-                        help="seconds before the first destroy retry, doubling each time (default %(default)s)")
-    parser.add_argument("--up-timeout", type=bounded_number(float, 1, 86400), default=5400.0,
-                        help="seconds for each `pulumi up`; then it is asked to stop (default %(default)s)")
-    parser.add_argument("--ready-timeout", type=bounded_number(float, 0, 86400), default=3600.0,
-                        help="seconds for the serving and router pods to be Ready (default %(default)s)")
+    backoff = bounded_number(float, 0, 3600)
+    parser.add_argument("--backoff-seconds", type=backoff, default=60.0, metavar="SECONDS",
+                        help="delay before the first destroy retry, doubling each time (default %(default)s; "
+                             "was --retry-wait)")
+    deprecated(parser, "--retry-wait", "--backoff-seconds", type=backoff)
+    parser.add_argument("--up-timeout", type=bounded_number(float, 1, 86400), default=5400.0, metavar="SECONDS",
+                        help="time for each `pulumi up`; then it is asked to stop (seconds, default %(default)s)")
+    parser.add_argument("--ready-timeout", type=bounded_number(float, 0, 86400), default=3600.0, metavar="SECONDS",
+                        help="time for the serving and router pods to be Ready (seconds, default %(default)s)")
     parser.add_argument("--benchmark-timeout", type=bounded_number(float, 0, 172800), default=7200.0,
-                        help="seconds for the benchmark Job to complete (default %(default)s)")
-    parser.add_argument("--destroy-timeout", type=bounded_number(float, 1, 86400), default=5400.0,
-                        help="seconds for each destroy attempt; then it is asked to stop (default %(default)s)")
+                        metavar="SECONDS", help="time for the benchmark Job to complete (seconds, default %(default)s)")
+    parser.add_argument("--destroy-timeout", type=bounded_number(float, 1, 86400), default=5400.0, metavar="SECONDS",
+                        help="time for each destroy attempt; then it is asked to stop (seconds, default %(default)s)")
     parser.add_argument("--smoke-timeout", type=bounded_number(float, 1, 86400), default=SMOKE_TIMEOUT,
-                        help="seconds for the smoke check (a subprocess); then it is stopped and the step fails. "
-                             "Raise it with a larger --total-seconds in --smoke-args (default %(default)s)")
+                        metavar="SECONDS",
+                        help="time for the smoke check (a subprocess); then it is stopped and the step fails. "
+                             "Raise it with a larger --total-timeout in --smoke-args (seconds, default %(default)s)")
     parser.add_argument("--smoke-args", nargs=argparse.REMAINDER, default=[],
                         help="everything after it goes to `python -m tools smoke` (must come last); a "
                              "--metrics-url there replaces the driver's own port-forwarded metrics URLs")
@@ -412,9 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
-    return Options(stack=args.stack, work_dir=args.work_dir, results=args.results, keep=args.keep,
+    return Options(stack=args.stack, work_dir=args.work_dir, results=args.out, keep=args.keep,
                    skip_benchmark=args.skip_benchmark, destroy_retries=args.destroy_retries,
-                   retry_wait=args.retry_wait, up_timeout=args.up_timeout, ready_timeout=args.ready_timeout,
+                   retry_wait=args.backoff_seconds, up_timeout=args.up_timeout, ready_timeout=args.ready_timeout,
                    benchmark_timeout=args.benchmark_timeout, destroy_timeout=args.destroy_timeout,
                    smoke_timeout=args.smoke_timeout,
                    smoke_args=list(args.smoke_args))

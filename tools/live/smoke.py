@@ -23,7 +23,7 @@ the exit code is 0 only when every check that ran passed and none was left out b
 
 Only the given endpoint and metrics URLs are contacted: no redirects are followed and proxy settings from
 the environment are ignored; bodies are read up to a bound. Every request has a total deadline, and the
-whole run one more (--total-seconds), so a slow or trickling server cannot hold a caller such as the
+whole run one more (--total-timeout), so a slow or trickling server cannot hold a caller such as the
 benchmark driver's teardown (tools/live/smoke_http.py). The metric table and parser live in tools/live/smoke_metrics.py.
 """
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components import catalog, contract
-from tools import prog
+from tools import deprecated, prog
 from tools.live.core import Deadline, bounded_number
 from tools.live.smoke_http import (
     BACKOFF_CAP_SECONDS,
@@ -362,15 +362,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--slice-endpoint", action="append", default=[], metavar="SLICE=URL",
                         help="base URL of one serving pod of a slice, repeatable: each slice must answer on its own "
                              "(GPU: a decode pod's port " f"{contract.MODEL_SERVER_PORT}; TPU: the slice's leader)")
-    parser.add_argument("--deadline-seconds", type=bounded_number(float, 0.01, 86400, above_low=True), default=600.0,
-                        help="retry budget of each HTTP step: no new attempt after it (default %(default)s)")
-    parser.add_argument("--request-timeout", type=bounded_number(float, 0.01, 3600), default=120.0,
-                        help="total time of one HTTP request, connect to last byte (default %(default)s)")
-    parser.add_argument("--total-seconds", type=bounded_number(float, 0.01, 86400), default=TOTAL_SECONDS,
-                        help="total time of the whole smoke check; no request outlives it (default %(default)s)")
-    parser.add_argument("--metrics-wait-seconds", type=bounded_number(float, 0, 3600), default=90.0,
-                        help="how long to re-scrape metrics until the checks pass (default %(default)s)")
-    parser.add_argument("--backoff-seconds", type=bounded_number(float, 0, 60), default=2.0,
+    step = bounded_number(float, 0.01, 86400, above_low=True)
+    parser.add_argument("--step-timeout", type=step, default=600.0, metavar="SECONDS",
+                        help="retry budget of each HTTP step: no new attempt after it (seconds, default %(default)s; "
+                             "was --deadline-seconds)")
+    deprecated(parser, "--deadline-seconds", "--step-timeout", type=step)
+    parser.add_argument("--request-timeout", type=bounded_number(float, 0.01, 3600), default=120.0, metavar="SECONDS",
+                        help="total time of one HTTP request, connect to last byte (seconds, default %(default)s)")
+    total = bounded_number(float, 0.01, 86400)
+    parser.add_argument("--total-timeout", type=total, default=TOTAL_SECONDS, metavar="SECONDS",
+                        help="total time of the whole smoke check; no request outlives it (seconds, default "
+                             "%(default)s; was --total-seconds)")
+    deprecated(parser, "--total-seconds", "--total-timeout", type=total)
+    metrics = bounded_number(float, 0, 3600)
+    parser.add_argument("--metrics-timeout", type=metrics, default=90.0, metavar="SECONDS",
+                        help="how long to re-scrape metrics until the checks pass (seconds, default %(default)s; "
+                             "was --metrics-wait-seconds)")
+    deprecated(parser, "--metrics-wait-seconds", "--metrics-timeout", type=metrics)
+    parser.add_argument("--backoff-seconds", type=bounded_number(float, 0, 60), default=2.0, metavar="SECONDS",
                         help="first retry delay, doubled per retry up to 15 s (default %(default)s)")
     parser.add_argument("--long-prompt-words", type=bounded_number(int, 1, 200_000), default=LONG_PROMPT_WORDS,
                         help="length of the repeated long prompt in words (default %(default)s)")
@@ -387,10 +396,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         endpoint=args.endpoint, track=args.track, model=args.model, api=args.api,
         targets=[parse_metrics_target(spec) for spec in args.metrics_url],
-        request_timeout=args.request_timeout, deadline_seconds=args.deadline_seconds,
-        metrics_wait_seconds=args.metrics_wait_seconds, backoff_seconds=args.backoff_seconds,
+        request_timeout=args.request_timeout, deadline_seconds=args.step_timeout,
+        metrics_wait_seconds=args.metrics_timeout, backoff_seconds=args.backoff_seconds,
         long_prompt_words=args.long_prompt_words, prompt_tag=args.prompt_tag, strict=args.strict,
-        skip=frozenset(args.skip), engine=args.engine or "", total_seconds=args.total_seconds,
+        skip=frozenset(args.skip), engine=args.engine or "", total_seconds=args.total_timeout,
         slices=[parse_slice_endpoint(spec) for spec in args.slice_endpoint],
     )
 

@@ -43,8 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "each starts at its own share of the file list, the leases share the rest")
     parser.add_argument("--shard-index", type=int, default=int(os.environ.get("JOB_COMPLETION_INDEX", "0") or 0),
                         help="this copier's index among --shards (default: JOB_COMPLETION_INDEX, else 0)")
-    parser.add_argument("--progress-seconds", type=float, default=10.0,
-                        help="seconds between progress lines (default 10)")
+    parser.add_argument("--progress-seconds", type=float, default=10.0, metavar="SECONDS",
+                        help="time between progress lines (default 10)")
     return parser.parse_args(argv)
 
 
