@@ -725,6 +725,21 @@ def test_leftovers_cli_reads_the_stack_config_and_fails_on_leftovers(capsys):
     left = Billing(["disk: pvc-1 us-central1-b 100 hyperdisk-ml"])
     assert leftovers.main(["--stack", "gpu"], billing=left, config=lambda stack, key: config.get(key)) == 1
     assert "1 resource(s) still billable under pulumi-stack=gpu" in capsys.readouterr().out
+    assert leftovers.main(["--stack", "gpu", "--json"], billing=left, config=lambda stack, key: config.get(key)) == 1
+    assert json.loads(capsys.readouterr().out) == {
+        "stack": "gpu", "label": "gpu", "project": "my-proj",
+        "leftovers": ["disk: pvc-1 us-central1-b 100 hyperdisk-ml"], "kept": [], "complete": True, "problem": None}
+
+    class Failing(Billing):
+        def leftovers(self, label: str, project: str | None = None, network: str | None = None) -> list[str]:
+            raise leftovers.LeftoverCheckError("disks: permission denied", found=list(self.found))
+
+    assert leftovers.main(["--stack", "gpu", "--json"], billing=Failing(["bucket: my-proj-kimi-k3-1-weights"]),
+                          config=lambda stack, key: config.get(key)) == 1, "an incomplete check is no all-clear"
+    report = json.loads(capsys.readouterr().out)
+    assert (report["leftovers"], report["complete"]) == ([], False)
+    assert report["kept"] == ["bucket: my-proj-kimi-k3-1-weights"]
+    assert report["problem"] == "disks: permission denied"
 
 
 @pytest.mark.parametrize(("previous", "expected"), [(None, None), ("false", "false")])

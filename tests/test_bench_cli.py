@@ -8,6 +8,7 @@ destroy of the driver's own stack within 30 s, the claim is released and the smo
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -127,3 +128,23 @@ def test_sigterm_mid_smoke_destroys_once_within_30s_and_releases_the_claim(tmp_p
     assert CLAIM_TAG not in fake_cli.stack(state)["tags"] and fake_cli.stack(state)["resources"] == []
     assert router.closed.wait(5), "the smoke check's connection is still open: its process outlived the driver"
     assert "SIGTERM during smoke" in output and "==> destroy" in output
+
+
+def test_a_stack_claimed_by_another_run_exits_3_through_the_cli_and_touches_nothing(tmp_path):
+    """The lock class of the exit codes (tools/__main__.py): `python -m tools bench` on a stack another run
+    holds refuses with 3 before any `up`, `destroy` or tag change."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    fake_cli.install(bin_dir, state, config={"kimi-k3-1:track": "gpu", "kimi-k3-1:gcp.project": "p"},
+                     outputs=OUTPUTS)
+    held = fake_cli.stack(state) | {"tags": {CLAIM_TAG: "20260101T000000Z.other.7"}}
+    (state / "stack.json").write_text(json.dumps(held))
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_CLI_STATE": str(state),
+           "PULUMI_SKIP_UPDATE_CHECK": "true"}
+    proc = subprocess.run([sys.executable, "-m", "tools", "bench", "--stack", "gpu", "--work-dir",
+                           str(_project(tmp_path / "proj")), "--out", str(tmp_path / "results")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "claimed by benchmark run 20260101T000000Z.other.7" in proc.stdout + proc.stderr
+    touched = [c for c in fake_cli.calls(state) if c[:2] in (["pulumi", "up"], ["pulumi", "destroy"])
+               or c[:4] in (["pulumi", "stack", "tag", "set"], ["pulumi", "stack", "tag", "rm"])]
+    assert not touched and fake_cli.stack(state)["tags"] == {CLAIM_TAG: "20260101T000000Z.other.7"}

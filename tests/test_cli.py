@@ -4,7 +4,9 @@ virtualenv (no pulumi, kubectl or gcloud on PATH), and each names itself the way
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +45,13 @@ for name in COMMANDS:
             code = main([name, "--help"])
         except SystemExit as stop:
             code = stop.code
-    answers[name] = {"code": code, "out": out.getvalue()}
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            bad = main([name, "--no-such-option"])
+        except SystemExit as stop:
+            bad = stop.code
+    answers[name] = {"code": code, "out": out.getvalue(), "bad": bad, "bad_err": err.getvalue()}
 print(json.dumps(answers))
 """
 
@@ -106,7 +114,16 @@ SHARED_OPTIONS = {
     # option -> the commands that take it, spelled the same in each (docs/architecture.md)
     "--stack": ("plan", "diff", "scan", "ask", "bench", "leftovers"),
     "--out": ("plan", "diff", "report", "bench"),
+    "--json": ("leftovers", "smoke", "scan", "bench-plan"),
 }
+
+
+def test_json_is_where_the_architecture_doc_says(helps):
+    doc = " ".join((ROOT / "docs" / "architecture.md").read_text().split())
+    listed = doc.split("where a machine reads the result:", 1)[1].split(". Not on", 1)[0]
+    assert set(re.findall(r"`([a-z-]+)`", listed)) == set(SHARED_OPTIONS["--json"])
+    assert {name for name, answer in helps.items() if re.search(r"^  --json", answer["out"], re.M)} == set(
+        SHARED_OPTIONS["--json"])
 
 
 def test_shared_options_are_spelled_the_same_everywhere(helps):
@@ -174,3 +191,112 @@ def test_the_console_script_is_the_cli_and_make_plan_installs_it():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^plan: .*\$\(CLI\)", makefile, re.M)
     assert re.search(r"^\$\(CLI\): .*\n\t\$\(PY\) -m pip install .*-e \.$", makefile, re.M)
+
+
+# --------------------------------------------------------------------------- exit codes (tools/__main__.py)
+def test_the_readme_shows_the_exit_codes_the_cli_prints():
+    import tools.__main__ as cli
+
+    table = (cli.__doc__ or "").split("Exit codes", 1)[1].split("\n", 1)[1]
+    readme = (ROOT / "README.md").read_text().split("Exit codes, the same for every command:\n", 1)[1]
+    assert readme.startswith(table + "\n```"), "README.md's exit-code table is tools/__main__.py's"
+
+
+def test_a_wrong_option_is_a_usage_error_in_every_command(helps):
+    for name, answer in helps.items():
+        assert answer["bad"] == 2, (name, answer["bad_err"][-300:])
+        assert f"python -m tools {name}: error: " in answer["bad_err"], name
+
+
+def _closed_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+COMMIT = "0" * 40
+MISSING_INPUT = {
+    # a command whose input is missing or malformed: 2, before anything starts
+    "plan": ["--stack", "no-such-stack"],
+    "bench-plan": ["--stack", "no-such-stack"],
+    "scan": ["--plan", "{tmp}/no-plan"],
+    "alignment": ["--plan", "{tmp}/no-plan"],
+    "diff": ["{tmp}/no-plan", "{tmp}/no-plan"],
+    "lock-tpu-engine": ["{tmp}/no-pylock.toml"],
+    "charts": [],
+    "stage": ["--repo-id", "a/b", "--revision", COMMIT, "--dest", "gs://b/f/", "--shards", "2", "--shard-index", "2"],
+    "ask": ["--endpoint", "{closed}", "--max-tokens", "0", "hi"],
+    "smoke": ["--endpoint", "{closed}", "--track", "gpu", "--engine", "sglang"],
+    "report": ["{tmp}/no-run"],
+    "bench": ["--stack", "gpu", "--up-timeout", "0"],
+}
+FAILING = {
+    # a command that ran and found a failure: 1
+    "ask": ["--endpoint", "{closed}", "--read-timeout", "5", "hi"],
+    "smoke": ["--endpoint", "{closed}", "--track", "gpu", "--step-timeout", "0.2", "--request-timeout", "0.1",
+              "--backoff-seconds", "0.01"],
+    "report": ["{tmp}"],
+}
+
+
+def _run_in_process(argv: list[str], tmp: Path, capsys) -> tuple[int, str]:
+    from tools.__main__ import main
+
+    closed = _closed_url()
+    argv = [a.format(tmp=tmp, closed=closed) for a in argv]
+    try:
+        code = main(argv)
+    except SystemExit as stop:  # the CLI turns a command's own SystemExit into its code; this is argparse's
+        code = stop.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", MISSING_INPUT)
+def test_a_missing_input_is_a_usage_error_with_one_line(name, tmp_path, capsys):
+    code, err = _run_in_process([name, *MISSING_INPUT[name]], tmp_path, capsys)
+    assert code == 2, (name, err)
+    assert "Traceback" not in err and err.strip(), (name, err)
+
+
+@pytest.mark.parametrize("name", FAILING)
+def test_a_failure_exits_1_with_the_reason(name, tmp_path, capsys):
+    code, err = _run_in_process([name, *FAILING[name]], tmp_path, capsys)
+    assert code == 1, (name, err)
+    assert "Traceback" not in err, (name, err)
+
+
+class Silent:
+    """A loopback server that accepts connections and never answers (a hung endpoint)."""
+
+    def __enter__(self) -> str:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+@pytest.mark.parametrize("name", ["smoke", "bench-plan"])
+def test_ctrl_c_exits_130_and_says_so(name):
+    """The interrupted class: Ctrl-C (SIGINT to the process group, as a terminal sends it) while a live command
+    waits on a hung endpoint, or while an offline command renders."""
+    import signal
+    import time
+
+    with Silent() as url:
+        argv = {"smoke": ["smoke", "--endpoint", url, "--track", "gpu", "--request-timeout", "60"],
+                "bench-plan": ["bench-plan", "--runs", "3", "--stack", "gpu"]}[name]
+        proc = subprocess.Popen([sys.executable, "-m", "tools", *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=OFFLINE, start_new_session=True)
+        try:
+            time.sleep(1.5)
+            assert proc.poll() is None, proc.communicate()
+            os.killpg(proc.pid, signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, (out, err)
+    assert f"python -m tools {name}: interrupted" in err and "Traceback" not in err, err

@@ -197,13 +197,18 @@ def test_gpu_success(fake, capsys):
     assert f"({len(smoke.long_prompt(300).split())} cached)" in passed["long-prompt"]
 
 
-def test_tpu_success_via_module_entry_point(fake):
+def test_tpu_success_through_the_cli_with_json(fake):
+    """What users and the benchmark driver run: `python -m tools smoke`; with --json the lines go to stderr and
+    stdout is one JSON object with the same outcomes."""
     _, base = fake
-    proc = subprocess.run([sys.executable, "-m", "tools.live.smoke", "--endpoint", base, "--track", "tpu",
-                           "--metrics-url", f"engine={base}/metrics/engine", *FAST],
+    proc = subprocess.run([sys.executable, "-m", "tools", "smoke", "--endpoint", base, "--track", "tpu",
+                           "--metrics-url", f"engine={base}/metrics/engine", *FAST, "--json"],
                           cwd=ROOT, capture_output=True, text=True, timeout=30)
-    passed = lines(proc.stdout, "PASS")
+    passed = lines(proc.stderr, "PASS")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True
+    assert {c["check"]: c["detail"] for c in report["checks"] if c["status"] == "PASS"} == passed
     assert set(passed) == {"completions", "chat-completions", "long-prompt", "metrics-scrape", "engine-requests",
                            "hbm-prefix-hits", "host-dram-prefix-hits"}
     assert passed["hbm-prefix-hits"].startswith('sglang:cached_tokens_total{cache_source="device"} +')
@@ -661,3 +666,12 @@ def test_slice_endpoint_must_name_a_slice_and_a_url(spec, capsys):
     with pytest.raises(SystemExit):
         smoke.main(["--endpoint", "http://127.0.0.1:1", "--track", "gpu", "--slice-endpoint", spec])
     assert f"--slice-endpoint {spec!r}: expected SLICE=http://HOST:PORT" in capsys.readouterr().err
+
+
+def test_json_reports_a_failure_too(capsys):
+    code = smoke.main(["--endpoint", f"http://127.0.0.1:{_closed_port()}", "--track", "gpu", *FAST, "--json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert code == 1 and report["ok"] is False
+    assert report["checks"][0]["check"] == "completions" and report["checks"][0]["status"] == "FAIL"
+    assert "FAIL completions: " in captured.err and "SUMMARY: FAIL" in captured.err

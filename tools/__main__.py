@@ -4,13 +4,14 @@ console script `make plan` installs into .venv (docs/architecture.md).
 Each command is a module's `main(argv)`, imported only when it runs, so `--help` needs no cloud, network or
 credentials.
 
-Exit codes, the same for every command (documented here only):
+Exit codes, the same for every command (README.md shows this table; tests/test_cli.py holds both):
   0    done (for `diff --exit-code`: the plans are the same)
-  1    what was checked or run failed: a check, a stack, a step (the message says which and what to do);
-       `diff --exit-code`: the plans differ
-  2    usage or config error: nothing was started or changed
+  1    what was checked or run failed: a check, a stack (also one whose config the program rejects), a step
+       (the message says which and what to do); `diff --exit-code`: the plans differ
+  2    usage error (an option or argument), or an input or tool the command needs is missing (no plan yet,
+       no checkov): nothing was started or changed
   3    the stack is locked or claimed by another run (`bench`): nothing was touched
-  130  interrupted (Ctrl-C)"""
+  130  interrupted (Ctrl-C; `bench` also on SIGTERM or SIGHUP, after its teardown)"""
 
 from __future__ import annotations
 

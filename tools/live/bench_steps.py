@@ -24,7 +24,8 @@ ROUTER_PORT = contract.ROUTER_SERVICE_PORT  # the routerService port the smoke c
 ROUTER_METRICS_PORT = 9090  # EPP metrics (tools.live.smoke epilog)
 
 
-SMOKE_MODULE = "tools.live.smoke"
+SMOKE_COMMAND = ("-m", "tools", "smoke")
+"""The smoke subprocess runs the CLI command the step prints (`python -m tools smoke ...`)."""
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_STOP_GRACE_SECONDS = 10.0
 """How long a smoke check asked to stop (SIGTERM to its process group) may take before it is killed."""
@@ -252,7 +253,7 @@ class Steps:
             smoke = self.deps.smoke
             code = run_bounded(lambda: smoke(argv), watch, "smoke check", check=self.stopper.check)
         else:
-            proc = subprocess.Popen([sys.executable, "-m", SMOKE_MODULE, *argv], cwd=ROOT, text=True, bufsize=1,
+            proc = subprocess.Popen([sys.executable, *SMOKE_COMMAND, *argv], cwd=ROOT, text=True, bufsize=1,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             watch.on_stop = lambda: _signal_group(proc, signal.SIGTERM)

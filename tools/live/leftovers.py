@@ -11,6 +11,7 @@ Exit 0 when nothing billable is left (the checkpoint bucket a destroy keeps by d
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
 
@@ -105,6 +106,9 @@ def main(argv: Sequence[str] | None = None, billing: GcloudBilling | None = None
     parser.add_argument("--stack", required=True)
     parser.add_argument("--project", help="default: the stack's gcp.project")
     parser.add_argument("--network", help="the stack's VPC (default: cluster.name or kimi-k3-1-<track>)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object instead of the lines: stack, label, project, leftovers, kept, "
+                             "complete (false when a listing failed), problem")
     args = parser.parse_args(argv)
     project = args.project or config(args.stack, "gcp.project")
     if not project:
@@ -115,24 +119,28 @@ def main(argv: Sequence[str] | None = None, billing: GcloudBilling | None = None
     keeps = (config(args.stack, "storage.deleteCheckpointOnDestroy") or "false").lower() != "true"
     bucket = (config(args.stack, "storage.bucketName") or f"{project}-{PROJECT}-weights") if keeps else None
     label = label_value(args.stack)
-    code = EXIT_OK
+    problem = None
     try:
         found = (billing or GcloudBilling()).leftovers(label, project, network)
     except LeftoverCheckError as err:
-        print(f"could not check everything: {err}")
-        found, code = err.found, EXIT_FAILED
+        found, problem = err.found, str(err)
     left, kept = split_kept_bucket(found, bucket)
+    code = EXIT_FAILED if left or problem else EXIT_OK
+    if args.json:
+        print(json.dumps({"stack": args.stack, "label": label, "project": project, "leftovers": left, "kept": kept,
+                          "complete": problem is None, "problem": problem}, indent=2))
+        return code
+    if problem:
+        print(f"could not check everything: {problem}")
     for line in kept:
         print(f"    {line}  (kept by design: the checkpoint copy; storage.deleteCheckpointOnDestroy=false)")
     for line in left:
         print(f"    {line}")
     if left:
         print(f"{len(left)} resource(s) still billable under pulumi-stack={label}")
-        return EXIT_FAILED
-    if code == EXIT_OK:
+    elif not problem:
         print(f"nothing billable left under pulumi-stack={label}")
     return code
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -160,6 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args.runs) > 2:
         print("error: give one run folder, or two to compare", file=sys.stderr)
         return 2
+    absent = [str(run) for run in args.runs if not run.is_dir()]
+    if absent:
+        print(f"error: no run folder {', '.join(absent)}", file=sys.stderr)
+        return 2
     try:
         path = render(args.runs, args.out, args.hourly_usd)
     except (ReportError, OSError, ValueError) as err:

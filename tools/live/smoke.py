@@ -30,10 +30,11 @@ benchmark driver's teardown (tools/live/smoke_http.py). The metric table and par
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from components import catalog, contract
@@ -267,8 +268,11 @@ def scrape_outcome(settings: Settings, indexes: Sequence[int], errors: Mapping[i
     return Outcome("metrics-scrape", "PASS", f"{len(indexes)} URL(s) scraped before and after ({roles})")
 
 
-def run(settings: Settings, out: Callable[[str], None] = print) -> int:
+def run(settings: Settings, out: Callable[[str], None] = print, outcomes: list[Outcome] | None = None) -> int:
+    """The checks in order; each outcome goes to `out` as its line and, when given, into `outcomes`."""
     reporter = Reporter(out)
+    if outcomes is not None:
+        reporter.outcomes = outcomes
     checks = {name: check for name, check in METRIC_CHECKS[settings.track].items() if name not in settings.skip}
     out(f"smoke check: track={settings.track} engine={settings.serving_engine} model={settings.model} "
         f"endpoint={settings.endpoint} metrics={len(settings.targets)} URL(s)")
@@ -389,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="host-DRAM hits must grow during this run (not just be non-zero since start)")
     parser.add_argument("--skip", action="append", default=[], choices=all_check_names(), metavar="CHECK",
                         help="leave out a check, repeatable: " + ", ".join(all_check_names()))
+    parser.add_argument("--json", action="store_true",
+                        help='the PASS/FAIL lines go to stderr and stdout gets one JSON object: {"ok": bool, '
+                             '"checks": [{"check", "status", "detail"}, ...]}')
     return parser
 
 
@@ -413,7 +420,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     if args.engine and args.engine not in ENGINES[args.track]:
         parser.error(f"--engine {args.engine}: track {args.track} runs {' or '.join(ENGINES[args.track])}")
-    return run(settings, out=lambda line: print(line, flush=True))
+    if not args.json:
+        return run(settings, out=lambda line: print(line, flush=True))
+    outcomes: list[Outcome] = []
+    code = run(settings, out=lambda line: print(line, file=sys.stderr, flush=True), outcomes=outcomes)
+    print(json.dumps({"ok": code == 0, "checks": [asdict(o) for o in outcomes]}, indent=2), flush=True)
+    return code
 
 
 if __name__ == "__main__":

@@ -45,7 +45,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="this copier's index among --shards (default: JOB_COMPLETION_INDEX, else 0)")
     parser.add_argument("--progress-seconds", type=float, default=10.0, metavar="SECONDS",
                         help="time between progress lines (default 10)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.shards < 1 or args.progress_seconds <= 0:
+        parser.error("--workers, --shards and --progress-seconds must be positive")
+    if not 0 <= args.shard_index < args.shards:
+        parser.error(f"--shard-index {args.shard_index}: between 0 and --shards - 1 ({args.shards - 1})")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,8 +64,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stage_weights: {line}", flush=True)
 
     try:
-        if not 0 <= args.shard_index < max(args.shards, 1):
-            raise StagingError(f"--shard-index {args.shard_index}: between 0 and --shards - 1 ({args.shards - 1})")
         stage(args.repo_id, args.revision, args.dest, workers=args.workers, token=os.environ.get("HF_TOKEN") or None,
               log=log, progress_s=args.progress_seconds, shard=(args.shard_index, args.shards))
     except StagingError as err:

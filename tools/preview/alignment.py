@@ -347,6 +347,9 @@ def main(argv: Iterable[str] | None = None) -> int:
                              "template of rendered upstream YAML (kind/name[/role]), e.g. a `kubectl kustomize` "
                              "of an llm-d guide overlay")
     args = parser.parse_args(list(argv) if argv is not None else None)
+    absent = sorted({s.stack for s in SUBJECTS if not (args.plan / s.stack / "manifests.yaml").is_file()})
+    if absent:
+        parser.error(f"no plan of {', '.join(absent)} in {args.plan}: run `{prog('plan')}` first")
     ours = generated(args.plan)
     if args.against:
         subject, path, template = args.against

@@ -399,8 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.fetch:
         return fetch(args.into, charts=args.chart, oci_mirror=args.oci_mirror, repo_mirror=args.repo_mirror)
-    parser.print_help()
-    return 2
+    parser.error("nothing to do: give --fetch or --digest FOLDER")
 
 
 if __name__ == "__main__":

@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pylock", type=Path, help="uv's pylock.toml for components/locks/vllm-torchtpu.in")
     args = parser.parse_args(argv)
+    if not args.pylock.is_file():
+        parser.error(f"{args.pylock}: no such file (uv's pylock.toml for components/locks/vllm-torchtpu.in)")
     header = [line for line in INPUT.read_text().splitlines() if line.startswith("#")]
     LOCK.write_text(render(tomllib.loads(args.pylock.read_text()), header))
     print(f"wrote {LOCK.relative_to(ROOT)}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -289,7 +290,7 @@ def benchmark_plans(stack_files: list[Path], out: Path) -> dict[str, Path]:
     return {p.name: p for p in sorted((out / "plans").iterdir()) if p.is_dir()}
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog("scan"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkov", default=str(CHECKOV),
@@ -300,8 +301,20 @@ def main(argv: list[str] | None = None) -> None:
                         help="also render and scan each Pulumi.<stack>.yaml with the benchmark Jobs on")
     parser.add_argument("--write-doc", action="store_true",
                         help="rewrite the counts and exception tables of docs/security.md (implies --with-benchmark)")
+    parser.add_argument("--json", action="store_true",
+                        help='print one JSON object instead of the lines: {"checkov": version, "stacks": {name: '
+                             '{"passed", "failed", "unlisted": [{"check", "resource"}]}}, "unused_exceptions": [...]}')
     args = parser.parse_args(argv)
-    names = args.stack or sorted(p.name for p in args.plan.iterdir() if p.is_dir())
+    names = args.stack or (sorted(p.name for p in args.plan.iterdir() if p.is_dir()) if args.plan.is_dir() else [])
+    absent = [name for name in names if not (args.plan / name).is_dir()]
+    if not names or absent:
+        print(f"{parser.prog}: error: no plan of {', '.join(absent) or 'any stack'} in {args.plan}: run "
+              f"`{prog('plan')}` first", file=sys.stderr)
+        return 2
+    if not shutil.which(args.checkov):
+        print(f"{parser.prog}: error: no checkov at {args.checkov}: `make checkov` installs the pinned one",
+              file=sys.stderr)
+        return 2
     stacks = {name: args.plan / name for name in names}
     try:
         if args.with_benchmark or args.write_doc:
@@ -309,22 +322,28 @@ def main(argv: list[str] | None = None) -> None:
         results = scan(stacks, args.checkov)
         version = f"checkov {checkov_version(args.checkov)}"
     except ScanError as err:
-        sys.exit(f"scan failed: {err}")
-    unexpected = 0
-    for name, result in sorted(results.items()):
-        unexpected += len(result["unlisted"])
-        print(f"{name}: {result['passed']} passed, {result['failed']} failed "
-              f"({result['failed'] - len(result['unlisted'])} listed exceptions, {len(result['unlisted'])} not listed)")
-        for check, resource in result["unlisted"]:
-            print(f"  FAILED {check} {resource}")
+        print(f"scan failed: {err}", file=sys.stderr)
+        return 1
+    unexpected = sum(len(result["unlisted"]) for result in results.values())
     stale = unused(results) if args.with_benchmark or args.write_doc else []
-    for entry in stale:
-        print(f"  UNUSED exception {entry}: no scanned failure needs it; remove it from tools/preview/scan.py")
+    if args.json:
+        print(json.dumps({"checkov": version, "stacks": {
+            name: {"passed": result["passed"], "failed": result["failed"],
+                   "unlisted": [{"check": check, "resource": resource} for check, resource in result["unlisted"]]}
+            for name, result in sorted(results.items())}, "unused_exceptions": stale}, indent=2))
+    else:
+        for name, result in sorted(results.items()):
+            print(f"{name}: {result['passed']} passed, {result['failed']} failed "
+                  f"({result['failed'] - len(result['unlisted'])} listed exceptions, {len(result['unlisted'])} "
+                  "not listed)")
+            for check, resource in result["unlisted"]:
+                print(f"  FAILED {check} {resource}")
+        for entry in stale:
+            print(f"  UNUSED exception {entry}: no scanned failure needs it; remove it from tools/preview/scan.py")
     if args.write_doc:
         write_doc(counts_table(results, version))
-        print(f"wrote the scan tables of {DOC.relative_to(ROOT)}")
-    sys.exit(1 if unexpected or stale else 0)
-
+        print(f"wrote the scan tables of {DOC.relative_to(ROOT)}", file=sys.stderr if args.json else sys.stdout)
+    return 1 if unexpected or stale else 0
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

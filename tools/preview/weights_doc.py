@@ -16,6 +16,7 @@ from tools import prog
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "weights.md"
 PLAN = ROOT / "build" / "plan"
+STACKS = ["gpu", "tpu"]
 STARTS = ("staging:", "weight load:", "time to serving")
 """Summary lines (with their indented continuation lines) that make up the block."""
 
@@ -42,8 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog("weights-doc"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.parse_args(argv)
+    absent = [stack for stack in STACKS if not (PLAN / stack / "summary.txt").is_file()]
+    if absent:
+        parser.error(f"no plan of {', '.join(absent)} in {PLAN.relative_to(ROOT)}: run `{prog('plan')}` first")
     text = DOC.read_text()
-    new = re.sub(r"<!-- figures:begin -->.*?<!-- figures:end -->", lambda _: block(["gpu", "tpu"]), text,
+    new = re.sub(r"<!-- figures:begin -->.*?<!-- figures:end -->", lambda _: block(STACKS), text,
                  flags=re.S)
     if new == text and "<!-- figures:begin -->" not in text:
         print("docs/weights.md has no figures block", file=sys.stderr)
