@@ -278,12 +278,30 @@ class Silent:
         self.sock.close()
 
 
+def _started(proc: subprocess.Popen[str], name: str) -> None:
+    """Wait (bounded) until the command is inside its long wait: smoke has printed its first line (its first
+    request hangs), bench-plan has a plan subprocess running."""
+    import select
+    import time
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if name == "smoke":
+            if select.select([proc.stdout], [], [], 0.2)[0] and proc.stdout.readline().startswith("smoke check:"):
+                return
+        else:
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+            if children.exists() and children.read_text().strip():
+                return
+            time.sleep(0.1)
+    raise AssertionError(f"{name} did not start: {proc.poll()}")
+
+
 @pytest.mark.parametrize("name", ["smoke", "bench-plan"])
 def test_ctrl_c_exits_130_and_says_so(name):
-    """The interrupted class: Ctrl-C (SIGINT to the process group, as a terminal sends it) while a live command
-    waits on a hung endpoint, or while an offline command renders."""
+    """The interrupted class: Ctrl-C while a live command waits on a hung endpoint, or while an offline command
+    waits for its renders."""
     import signal
-    import time
 
     with Silent() as url:
         argv = {"smoke": ["smoke", "--endpoint", url, "--track", "gpu", "--request-timeout", "60"],
@@ -291,9 +309,8 @@ def test_ctrl_c_exits_130_and_says_so(name):
         proc = subprocess.Popen([sys.executable, "-m", "tools", *argv], cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=OFFLINE, start_new_session=True)
         try:
-            time.sleep(1.5)
-            assert proc.poll() is None, proc.communicate()
-            os.killpg(proc.pid, signal.SIGINT)
+            _started(proc, name)
+            proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
