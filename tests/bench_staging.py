@@ -76,6 +76,7 @@ class NullGcs:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body are two writes (see tests/fakehub.py)
 
             def log_message(self, *args):
                 pass
@@ -198,13 +199,17 @@ def run_child(command: list[str], env: dict[str, str]) -> tuple[float, int, str]
 
 
 POD = """
-import sys, httpx2, huggingface_hub
+import sys, httpx2, huggingface_hub, requests.adapters
 from huggingface_hub.utils._http import hf_request_event_hook
 address = sys.argv[1]
-# The pod's egress address: huggingface_hub's own client factory, bound to one loopback address.
+# The pod's egress address, one loopback address: huggingface_hub's own client factory (the API calls) and
+# requests' connection pools (the file bytes, tools/staging/hub.py HubStream; also the Cloud Storage calls).
 huggingface_hub.set_client_factory(lambda: httpx2.Client(
     event_hooks={"request": [hf_request_event_hook]}, follow_redirects=True, timeout=None,
     transport=httpx2.HTTPTransport(local_address=address)))
+init_poolmanager = requests.adapters.HTTPAdapter.init_poolmanager
+requests.adapters.HTTPAdapter.init_poolmanager = lambda self, *args, **kwargs: init_poolmanager(
+    self, *args, **kwargs, source_address=(address, 0))
 from tools.live.stage_weights import main
 sys.exit(main(sys.argv[2:]))
 """

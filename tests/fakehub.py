@@ -216,6 +216,8 @@ class FakeHub:
 def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+        """Headers and body are two writes: with Nagle the body waits for the client's delayed ACK (40 ms)."""
 
         def log_message(self, *args: object) -> None:
             pass

@@ -248,7 +248,7 @@ class _Workers:
     def _copy(self, file: HubFile) -> tuple[str, Any]:
         """Stream one file into its object; (SHA-256 of the bytes, the object as Cloud Storage stored it)."""
         name = self.bucket.dest.name(file.path)
-        stream = self.hub.open(self.commit, file, self.cancelled, self.progress.add_bytes)
+        stream = self.hub.open(self.commit, file, self.cancelled, self.progress.add_bytes, self.bucket.chunk_bytes)
         try:
             if file.lfs_sha256 is None:
                 if file.size > INLINE_LIMIT:

@@ -22,6 +22,8 @@ from typing import Any, Optional
 
 import google_crc32c
 import httpx2
+import requests
+import urllib3
 from huggingface_hub import HfApi, hf_hub_url
 from huggingface_hub.errors import (
     GatedRepoError,
@@ -29,7 +31,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 
 from . import IntegrityError, StagingError
 
@@ -37,9 +39,10 @@ COMMIT = re.compile(r"^[0-9a-f]{40}$")
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """Answers worth another try: rate limits and server-side failures."""
 READ_BYTES = 1 << 20
-"""Bytes taken from the socket at a time."""
+"""Bytes taken from the socket at a time: hashed right away, while they are in the CPU's cache (16 MiB blocks
+are not: hashing them afterwards costs half as much again per byte on the development machine)."""
 READ_AHEAD_BYTES = 16 << 20
-"""Bytes fetched ahead of the upload per file (one upload chunk), so download and upload overlap."""
+"""Bytes fetched ahead of the upload per file (one 16 MiB upload request), so download and upload overlap."""
 TIMEOUT = httpx2.Timeout(connect=30.0, read=120.0, write=60.0, pool=60.0)
 """A stalled connection counts as cut after the read timeout (the shared session has none of its own)."""
 
@@ -170,7 +173,8 @@ class Hub:
                 if status not in RETRY_STATUS:
                     raise self.explain(err, revision) from None
                 try:
-                    retrier.failed(status, _retry_after(err.response), f"listing {self.repo_id}@{revision}")
+                    retrier.failed(status, _retry_after(err.response.headers.get("Retry-After")),
+                                   f"listing {self.repo_id}@{revision}")
                 except StagingError:
                     if status == 429:
                         raise
@@ -205,15 +209,14 @@ class Hub:
                                 f"accept the license at {self.model_page()}")
         return StagingError(f"the Hub answered HTTP {status} for {repo}@{revision}: {str(err).strip()}")
 
-    def open(self, commit: str, file: HubFile, cancelled: threading.Event,
-             on_bytes: Callable[[int], None]) -> HubStream:
+    def open(self, commit: str, file: HubFile, cancelled: threading.Event, on_bytes: Callable[[int], None],
+             block_bytes: int) -> HubStream:
         url = hf_hub_url(self.repo_id, file.path, revision=commit, endpoint=self.endpoint)
-        return HubStream(self, url, file, commit, cancelled, on_bytes)
+        return HubStream(self, url, file, commit, cancelled, on_bytes, block_bytes)
 
 
-def _retry_after(response: Optional[httpx2.Response]) -> Optional[float]:
-    """Seconds from `Retry-After` (delay-seconds or an HTTP-date, RFC 9110 section 10.2.3), else None."""
-    value = response.headers.get("Retry-After") if response is not None else None
+def _retry_after(value: Optional[str]) -> Optional[float]:
+    """Seconds from a `Retry-After` value (delay-seconds or an HTTP-date, RFC 9110 section 10.2.3), else None."""
     if value is None:
         return None
     try:
@@ -236,31 +239,42 @@ class HubStream(io.RawIOBase):
     """A file's bytes, fetched once and hashed as they are handed out; read() raises IntegrityError instead of
     returning the last bytes when size or hash is wrong, so an upload built on it never completes.
 
-    A reader thread fetches ahead while the caller uploads what it already has, so download and upload of one
-    file overlap. Memory: `read_ahead` bytes queued, plus the last block handed out, which the upload may ask
-    for again (google-resumable-media seeks back to the last byte the server confirmed)."""
+    Three threads per file, so that on two cores no stage waits for another: a reader thread fetches
+    `block_bytes` at a time (the upload's request size); the caller (the upload) takes a block, computes its
+    CRC32C and sends it; a hashing thread computes the SHA-256 of the same block meanwhile (hashlib and
+    google-crc32c release the GIL). A block that arrives whole goes to the upload as it came from the socket, no
+    copy. Memory: the block being fetched, `read_ahead` blocks queued, the last block handed out (the upload
+    may ask for it again: google-resumable-media seeks back to the last byte the server confirmed) and at most
+    one block waiting to be hashed.
+
+    The bytes come through `requests` (urllib3), not huggingface_hub's httpx2 session: httpcore2 reads the
+    socket 64 KiB at a time (httpcore2 2.16.2 `_sync/http11.py`, READ_NUM_BYTES) and h11 and httpx2's chunker
+    copy each byte again; urllib3 reads a block in one call with one copy (docs/weights.md has the CPU per GB
+    of each). Headers, URL and error mapping are huggingface_hub's."""
 
     def __init__(self, hub: Hub, url: str, file: HubFile, commit: str, cancelled: threading.Event,
-                 on_bytes: Callable[[int], None], read_ahead: int = READ_AHEAD_BYTES):
+                 on_bytes: Callable[[int], None], block_bytes: int, read_ahead: int = READ_AHEAD_BYTES):
         super().__init__()
         self.hub, self.url, self.file, self.commit = hub, url, file, commit
         self.cancelled, self.on_bytes = cancelled, on_bytes
+        self.block_bytes = block_bytes
         self.sha256 = hashlib.sha256()
         self.git_sha1 = None if file.lfs_sha256 else hashlib.sha1(b"blob %d\0" % file.size)
         self.crc32c = google_crc32c.Checksum()
         """CRC32C of the same bytes the SHA-256 covers: compared with what Cloud Storage computes over the object."""
         self.retrier = hub.backoff.retrier()
-        self.fetched = 0  # bytes received from the Hub and hashed (reader thread)
+        self.fetched = 0  # bytes received from the Hub (reader thread)
         self.delivered = 0  # bytes taken from the queue (caller)
         self.position = 0  # the caller's offset: <= delivered after a seek back
         self.last: tuple[int, bytes] = (0, b"")  # the last block handed out, for a seek back
-        self.pending = b""
         self.requests = 0
-        self._context: Any = None
-        self._chunks: Any = None
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, read_ahead // READ_BYTES))
+        self._session: Any = None
+        self._response: Any = None
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, read_ahead // block_bytes))
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._hashing: queue.Queue = queue.Queue(maxsize=max(1, block_bytes // READ_BYTES))
+        self._hasher: Optional[threading.Thread] = None
         self._leftover = b""
         self._ended = False
 
@@ -294,9 +308,10 @@ class HubStream(io.RawIOBase):
             got += len(piece)
         if self.delivered >= self.file.size and not self._ended:
             self._next_item()  # the end marker, or the reason there is none (a failed download)
+            self._hashing.join()  # every byte hashed
             self._verify()  # before the last bytes are handed out: a wrong file never completes an upload
             self._ended = True
-        out = b"".join(parts)
+        out = parts[0] if len(parts) == 1 else b"".join(parts)  # one whole block: the object itself, no copy
         self.position = begin + len(out)
         if self.position == self.delivered:
             self.last = (begin, out)
@@ -306,25 +321,27 @@ class HubStream(io.RawIOBase):
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=TIMEOUT.read)
+        if self._hasher is not None:
+            self._hashing.put(None)
+            self._hasher.join(timeout=TIMEOUT.read)
         self._disconnect()
+        if self._session is not None:
+            self._session.close()
         super().close()
 
-    # reader thread -----------------------------------------------------------------------------
+    # caller's thread ---------------------------------------------------------------------------
     def _next_piece(self, limit: int) -> bytes:
         if not self._leftover:
             self._leftover = self._next_item()
-        piece, self._leftover = self._leftover[:limit], self._leftover[limit:]
+        piece = self._leftover if len(self._leftover) <= limit else self._leftover[:limit]
+        self._leftover = self._leftover[len(piece):]
         self.delivered += len(piece)
-        # Hashed here, in the caller's thread, so hashing overlaps the reader thread's download (hashlib and
-        # google-crc32c release the GIL); every byte is hashed once, in order, before it is handed out.
-        self.sha256.update(piece)
-        self.crc32c.update(piece)
-        if self.git_sha1 is not None:
-            self.git_sha1.update(piece)
         return piece
 
     def _next_item(self) -> bytes:
         if self._thread is None:
+            self._hasher = threading.Thread(target=self._hash_all, name=f"hash {self.file.path}", daemon=True)
+            self._hasher.start()
             self._thread = threading.Thread(target=self._fetch_all, name=f"fetch {self.file.path}", daemon=True)
             self._thread.start()
         item = self._queue.get()
@@ -332,16 +349,29 @@ class HubStream(io.RawIOBase):
             raise item
         return item
 
+    # reader thread -----------------------------------------------------------------------------
     def _fetch_all(self) -> None:
-        """Every byte in order, then the end marker; an error is queued in its place."""
+        """Every byte in order, one block at a time, then the end marker; an error is queued in its place."""
         try:
             while self.fetched < self.file.size and not self._stop.is_set():
-                self._put(self._take(READ_BYTES))
+                self._put(self._take(min(self.block_bytes, self.file.size - self.fetched)))
+            self._check_end()
             self._put(b"")
         except BaseException as err:  # noqa: BLE001 - handed to the caller's thread, which raises it
             self._put(err)
         finally:
             self._disconnect()
+
+    def _hash_all(self) -> None:
+        """SHA-256, CRC32C (and the git blob id) of every byte received, in order, each piece as it arrives
+        (still in the CPU's cache); None stops."""
+        while (piece := self._hashing.get()) is not None:
+            self.sha256.update(piece)
+            self.crc32c.update(piece)
+            if self.git_sha1 is not None:
+                self.git_sha1.update(piece)
+            self._hashing.task_done()
+        self._hashing.task_done()
 
     def _put(self, item: Any) -> None:
         while not self._stop.is_set():
@@ -352,70 +382,87 @@ class HubStream(io.RawIOBase):
                 continue
 
     # network -----------------------------------------------------------------------------------
-    def _take(self, limit: int) -> bytes:
-        retrier = self.retrier
-        while True:
+    def _take(self, count: int) -> bytes:
+        """Exactly `count` bytes from the Hub: one read when the connection holds; after a cut, the bytes received
+        so far are kept and the rest is asked for from where they end."""
+        retrier, parts, got = self.retrier, [], 0
+        while got < count:
             if self.cancelled.is_set() or self._stop.is_set():
                 raise StagingError(f"{self.file.path}: cancelled")
             try:
-                if not self.pending:
-                    self.pending = self._next_network_block()
-                piece, self.pending = self.pending[:limit], self.pending[limit:]
+                if self._response is None:
+                    self._connect()
+                piece = self._response.raw.read(min(READ_BYTES, count - got), decode_content=True)
+                if not piece:
+                    raise _RetryError(f"connection ended at byte {self.fetched} of {self.file.size}")
+                self._hashing.put(piece)
+                parts.append(piece)
+                got += len(piece)
                 self.fetched += len(piece)
-                if self.fetched > self.file.size:
-                    raise IntegrityError(f"{self.file.path}: the Hub sent more than the {self.file.size} bytes it "
-                                         "publishes; nothing was written for this file")
                 self.on_bytes(len(piece))
                 retrier.progressed()
-                return piece
-            except (_RetryError, httpx2.TransportError) as err:
+            except (_RetryError, requests.RequestException, urllib3.exceptions.HTTPError, OSError) as err:
                 self._disconnect()
                 retrier.failed(getattr(err, "status", None), getattr(err, "retry_after", None),
                                f"{self.file.path} at byte {self.fetched} of {self.file.size} ({err})")
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def _next_network_block(self) -> bytes:
-        if self._chunks is None:
-            self._connect()
-        try:
-            block = next(self._chunks)
-        except StopIteration:
-            self._disconnect()
-            raise _RetryError(f"connection ended at byte {self.fetched} of {self.file.size}") from None
-        return block
+    def _check_end(self) -> None:
+        """The Hub sent the size it publishes and not a byte more."""
+        if self._response is not None and self._response.raw.read(1, decode_content=True):
+            raise IntegrityError(f"{self.file.path}: the Hub sent more than the {self.file.size} bytes it "
+                                 "publishes; nothing was written for this file")
 
     def _connect(self) -> None:
         headers = build_hf_headers(token=self.hub.token)
+        headers["Accept-Encoding"] = "identity"  # the bytes the hashes cover; Range offsets count those bytes
         if self.fetched:
             headers["Range"] = f"bytes={self.fetched}-"
+        if self._session is None:
+            self._session = requests.Session()
         self.requests += 1
-        self._context = get_session().stream("GET", self.url, headers=headers, timeout=TIMEOUT)
-        response = self._context.__enter__()
+        response = self._session.get(self.url, headers=headers, stream=True, timeout=(TIMEOUT.connect, TIMEOUT.read))
+        self._response = response
         if response.status_code in RETRY_STATUS:
             self._disconnect()
-            raise _RetryError(f"HTTP {response.status_code}", response.status_code, _retry_after(response))
+            raise _RetryError(f"HTTP {response.status_code}", response.status_code,
+                              _retry_after(response.headers.get("Retry-After")))
         if response.status_code >= 400:
-            response.read()
+            body = response.content
+            self._disconnect()
+            # huggingface_hub's own mapping of the Hub's answer (X-Error-Code) to typed errors, then one line
+            answer = httpx2.Response(response.status_code, headers=list(response.headers.items()), content=body,
+                                     request=httpx2.Request("GET", self.url))
             try:
-                hf_raise_for_status(response)
-            except Exception as err:  # typed Hub errors -> one actionable line
+                hf_raise_for_status(answer)
+            except Exception as err:  # noqa: BLE001 - typed Hub errors -> one actionable line
                 raise self.hub.explain(err, self.commit) from None
-            finally:
-                self._disconnect()
-        skip = 0
+            raise StagingError(f"{self.file.path}: the Hub answered HTTP {response.status_code}")
+        total = _total_size(response)
+        if total is not None and total != self.file.size:
+            self._disconnect()
+            raise IntegrityError(f"{self.file.path}: the Hub serves {total} bytes, it publishes {self.file.size}; "
+                                 "nothing was written for this file")
         if self.fetched and response.status_code == 200:
-            skip = self.fetched  # the server ignored Range: drop what we already have
+            self._discard(self.fetched)  # the server ignored Range: drop what we already have
         elif self.fetched:
             match = re.match(r"bytes (\d+)-", response.headers.get("Content-Range", ""))
             if not match or int(match.group(1)) != self.fetched:
                 self._disconnect()
                 raise _RetryError(f"unexpected Content-Range {response.headers.get('Content-Range')!r}")
-        self._chunks = _skip(response.iter_bytes(READ_BYTES), skip)
+
+    def _discard(self, count: int) -> None:
+        while count:
+            piece = self._response.raw.read(min(count, self.block_bytes), decode_content=True)
+            if not piece:
+                raise _RetryError(f"connection ended while skipping to byte {self.fetched}")
+            count -= len(piece)
 
     def _disconnect(self) -> None:
-        context, self._context, self._chunks = self._context, None, None
-        if context is not None:
+        response, self._response = self._response, None
+        if response is not None:
             try:
-                context.__exit__(None, None, None)
+                response.close()
             except Exception:  # noqa: BLE001 - closing a broken connection may fail again; it is gone either way
                 pass
 
@@ -437,10 +484,10 @@ class HubStream(io.RawIOBase):
                                  f"Hub publishes {file.blob_id}; nothing was written for this file")
 
 
-def _skip(chunks: Any, count: int) -> Any:
-    for chunk in chunks:
-        if count >= len(chunk):
-            count -= len(chunk)
-            continue
-        yield chunk[count:] if count else chunk
-        count = 0
+def _total_size(response: Any) -> Optional[int]:
+    """The size of the whole file as the answer states it (Content-Range total, or a 200's Content-Length)."""
+    if response.status_code == 206:
+        match = re.search(r"/(\d+)$", response.headers.get("Content-Range", ""))
+        return int(match.group(1)) if match else None
+    length = response.headers.get("Content-Length")
+    return int(length) if length and length.isdigit() else None
