@@ -317,3 +317,45 @@ def test_ctrl_c_exits_130_and_says_so(name):
                 os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, (out, err)
     assert f"python -m tools {name}: interrupted" in err and "Traceback" not in err, err
+
+
+# --------------------------------------------------------------------------- what users read goes through the CLI
+MODULE_ENTRY_POINTS = {"tools.live.stage_weights"}
+"""Modules run as `python -m <module>` on purpose (docs/architecture.md): the staging Job has only its files."""
+
+
+PYTHON = r"(?:python3?|\$\(PY\))"
+"""How README, docs and workflows (python, .venv/bin/python) and the Makefile ($(PY)) start Python."""
+
+
+def user_facing_files() -> list[Path]:
+    return [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md")),
+            *sorted((ROOT / ".github").rglob("*.yml"))]
+
+
+def test_docs_workflows_and_make_run_tools_through_the_cli():
+    modules: dict[str, set[str]] = {}
+    commands: dict[str, set[str]] = {}
+    for path in user_facing_files():
+        text, where = path.read_text(), str(path.relative_to(ROOT))
+        for module in re.findall(rf"{PYTHON}\s+-m\s+(tools\.[a-z_][\w.]*)|{PYTHON}\s+(tools/\S+\.py)", text):
+            modules.setdefault(module[0] or module[1], set()).add(where)
+        for command in re.findall(rf"(?:{PYTHON}\s+-m\s+tools|\bkimi)\s+([a-z][\w-]*)", text):
+            commands.setdefault(command, set()).add(where)
+    assert set(modules) <= MODULE_ENTRY_POINTS, {m: w for m, w in modules.items() if m not in MODULE_ENTRY_POINTS}
+    assert set(commands) <= set(COMMANDS), {c: w for c, w in commands.items() if c not in COMMANDS}
+    assert {"plan", "diff", "leftovers", "scan", "bench", "ask"} <= set(commands)
+
+
+def test_the_check_above_finds_a_module_entry_point_and_an_unknown_command(tmp_path, monkeypatch):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / ".github").mkdir()
+    (tmp_path / "Makefile").write_text("plan:\n\t$(PY) -m tools plan\n")
+    (tmp_path / "README.md").write_text("run `python -m tools.preview.plan`\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    with pytest.raises(AssertionError, match="tools.preview.plan"):
+        test_docs_workflows_and_make_run_tools_through_the_cli()
+    (tmp_path / "README.md").write_text("run `python -m tools diff`\n")
+    (tmp_path / "Makefile").write_text("plan:\n\t$(PY) -m tools planx\n")
+    with pytest.raises(AssertionError, match="planx"):
+        test_docs_workflows_and_make_run_tools_through_the_cli()

@@ -41,6 +41,7 @@ COMMANDS: dict[str, Command] = {
     "weights-doc": Command("tools.preview.weights_doc", "rewrite docs/weights.md's figures from the plan"),
     "charts": Command("tools.preview.helm_render", "fetch the pinned Helm charts or print a chart's digest"),
     "lock-tpu-engine": Command("tools.preview.lock_tpu_engine", "write the TPU pods' hash-pinned vLLM-TorchTPU lock"),
+    "lock-staging": Command("tools.preview.lock_staging", "write the staging Job's hash-pinned library lock"),
     # against a live stack (tools.live)
     "stage": Command("tools.live.stage_weights", "copy a Hugging Face revision into Cloud Storage, verified"),
     "ask": Command("tools.live.ask", "send one prompt through a stack's router and stream the answer"),
