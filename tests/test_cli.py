@@ -112,7 +112,7 @@ def test_the_console_script_names_itself_in_usage_and_errors(tmp_path):
 
 SHARED_OPTIONS = {
     # option -> the commands that take it, spelled the same in each (docs/architecture.md)
-    "--stack": ("plan", "diff", "scan", "ask", "bench", "leftovers"),
+    "--stack": ("plan", "diff", "scan", "ask", "bench", "leftovers", "bench-plan"),
     "--out": ("plan", "diff", "report", "bench"),
     "--json": ("leftovers", "smoke", "scan", "bench-plan"),
 }

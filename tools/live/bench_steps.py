@@ -16,6 +16,7 @@ from typing import Any
 
 from components import contract
 from components.cost import cost_per_million_tokens
+from tools import prog
 from tools.live.cloud import SERVING_SELECTOR
 from tools.live.core import StepError, Watch, run_bounded
 from tools.live.pulumi_stack import BENCHMARK_KEY, PROJECT, RUN_ID_KEY, TPU_ENGINE_KEY
@@ -154,7 +155,7 @@ class Steps:
             load = json.loads(load_file.read_text())
             with path.open("a") as report_md:
                 report_md.write("\n" + "\n".join(slice_load_table(load)) + "\n")
-        self.out(f"report: {path} (`python -m tools report {self.run_dir} OTHER_RUN` compares two runs)")
+        self.out(f"report: {path} (`{prog('report')} {self.run_dir} OTHER_RUN` compares two runs)")
 
     def _report_cost(self) -> None:
         """Cost per million output tokens from the stack's hourly estimate and the measured throughput."""

@@ -106,9 +106,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not path.exists() or path.read_text() != render():
         raise SystemExit("Pulumi.yaml is out of date with components/config.py: "
-                         "run `python -m tools schema --write`")
+                         f"run `{prog('schema')} --write`")
     if readme.read_text() != readme_with_table(readme.read_text()):
-        raise SystemExit("README.md's config table is out of date: run `python -m tools schema --write`")
+        raise SystemExit(f"README.md's config table is out of date: run `{prog('schema')} --write`")
 
 
 if __name__ == "__main__":
