@@ -37,21 +37,21 @@ def test_help_lists_every_command():
 HELP_ALL = """
 import contextlib, io, json, sys
 from tools.__main__ import COMMANDS, main
-answers = {}
-for name in COMMANDS:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+
+def answer(argv, redirect):
+    text = io.StringIO()
+    with redirect(text):
         try:
-            code = main([name, "--help"])
+            code = main(argv)
         except SystemExit as stop:
             code = stop.code
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        try:
-            bad = main([name, "--no-such-option"])
-        except SystemExit as stop:
-            bad = stop.code
-    answers[name] = {"code": code, "out": out.getvalue(), "bad": bad, "bad_err": err.getvalue()}
+    return code, text.getvalue()
+
+answers = {}
+for name in COMMANDS:
+    code, out = answer([name, "--help"], contextlib.redirect_stdout)
+    bad, bad_err = answer([name, "--no-such-option"], contextlib.redirect_stderr)
+    answers[name] = {"code": code, "out": out, "bad": bad, "bad_err": bad_err}
 print(json.dumps(answers))
 """
 
