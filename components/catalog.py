@@ -247,6 +247,38 @@ WEIGHT_LOAD_TARGET_SECONDS = 600
 """Design target: every replica's copy of the checkpoint loads within 10 minutes."""
 
 
+# --------------------------------------------------------------------------- staging egress
+CLOUD_NAT_ADDRESSES_SOURCE = "https://cloud.google.com/nat/docs/ports-and-addresses"
+"""Cloud NAT serves VMs without an external address: "A VM without an external IP address, which is in a
+subnetwork (subnet) served by a Public NAT gateway, uses a Public NAT IP address when it sends packets to a
+destination on the internet"; automatic allocation adds addresses "based on ... the number of VMs that use the
+gateway [and] the number of ports that are reserved for each VM", manual assignment uses the static addresses you
+create."""
+GKE_MASQUERADE_SOURCE = "https://cloud.google.com/kubernetes-engine/docs/concepts/ip-masquerade-agent"
+"""A Standard cluster without `--disable-default-snat` rewrites a Pod's packets to destinations outside the
+default non-masquerade ranges (the internet) from the Pod IP to the node's IP: to Cloud NAT every pod on a node is
+that node."""
+NAT_ONE_SECTION_RULE = ("`ALL_SUBNETWORKS_*` in one NAT section means \"there should not be any other RouterNat "
+                        "section in any Router for this network in this region\" (pulumi_gcp 10.2.0 "
+                        "`RouterNatArgs.source_subnetwork_ip_ranges_to_nat`)")
+NAT_MIN_PORTS_PER_VM_ONE_ADDRESS = 32768
+"""Static port allocation with this many ports per VM on the staging gateway. `minPortsPerVm` "is rounded up to
+the nearest power of 2" (Compute API `RouterNat.minPortsPerVm`,
+https://pub.dev/documentation/pulumi_google_native/latest/compute/RouterNat/minPortsPerVm.html), and Cloud NAT
+works "by dividing the available source ports per external IP equally across all in-scope instances"
+(https://cloud.google.com/blog/products/networking/google-cloud-nat-new-scaling-features). Two VMs' 32,768
+would take all 65,536 values of the 16-bit source port, port 0 included, so two staging VMs cannot reserve theirs
+on one address and each leaves from an address of its own. Our inference from those pages, not a sentence of
+Google's; the staging subnet holds no other VM to compete for the addresses."""
+GKE_ADDITIONAL_SUBNETS_SOURCE = "https://cloud.google.com/kubernetes-engine/docs/how-to/multi-subnet-cluster"
+"""A VPC-native cluster on GKE >= 1.30.3-gke.1211000 takes up to eight additional subnets; only new node pools use
+them, and a new pool without a subnet of its own may be placed in any of them ("based on IP address requirements
+and the availability of IP addresses in all cluster subnets"), so every pool of this program names its subnet."""
+STAGING_MAX_PODS = 8
+"""Design bound on staging pods (one node and one NAT address each): 8 x 960 MB/s is about three times the
+10-minute target rate (components/staging.py); more would only reserve addresses."""
+
+
 # --------------------------------------------------------------------------- locations
 COMPUTE_ZONES_SOURCE = "https://cloud.google.com/compute/docs/regions-zones"
 COMPUTE_ZONES: dict[str, tuple[str, ...]] = {

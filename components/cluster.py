@@ -12,7 +12,7 @@ import pulumi_kubernetes as k8s
 from . import catalog
 from .base import Args, Component, StrInput
 from .identity import workload_pool
-from .network import PODS_RANGE, SERVICES_RANGE
+from .network import PODS_RANGE, SERVICES_RANGE, STAGING_PODS_RANGE
 
 CLUSTER_TIMEOUTS = pulumi.CustomTimeouts(create="90m", update="90m", delete="60m")
 """Explicit, because a short cap on slow accelerator clusters leaked whole clusters in CI
@@ -28,6 +28,9 @@ class GkeClusterArgs(Args):
     """Serving zone: default location of every node pool."""
     network: StrInput
     subnetwork: StrInput
+    staging_subnetwork: StrInput
+    """Additional subnet for the staging pool only (catalog.GKE_ADDITIONAL_SUBNETS_SOURCE); its pods use
+    network.STAGING_PODS_RANGE."""
     release_channel: str
     version_prefix: str
     """Minor line; the newest master version on it is requested and must reach GKE_MIN_VERSION."""
@@ -87,7 +90,9 @@ class GkeCluster(Component):
             subnetwork=args.subnetwork,
             networking_mode="VPC_NATIVE",
             ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
-                cluster_secondary_range_name=PODS_RANGE, services_secondary_range_name=SERVICES_RANGE),
+                cluster_secondary_range_name=PODS_RANGE, services_secondary_range_name=SERVICES_RANGE,
+                additional_ip_ranges_configs=[gcp.container.ClusterIpAllocationPolicyAdditionalIpRangesConfigArgs(
+                    subnetwork=args.staging_subnetwork, pod_ipv4_range_names=[STAGING_PODS_RANGE])]),
             remove_default_node_pool=True,
             initial_node_count=1,
             node_config=gcp.container.ClusterNodeConfigArgs(

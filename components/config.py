@@ -169,6 +169,11 @@ class NetworkConfig(Section):
     servicesCidr: str = Field("10.8.0.0/20", description="Secondary range for services.")
     proxyOnlyCidr: str = Field(
         "10.9.0.0/23", description="Proxy-only subnet (REGIONAL_MANAGED_PROXY) for regional Gateways.")
+    stagingNodesCidr: str = Field(
+        "10.9.2.0/24", description="Subnet of the staging pool's nodes, which leave through a NAT of their own "
+                                   "(one address per staging pod, docs/weights.md).")
+    stagingPodsCidr: str = Field(
+        "10.9.16.0/20", description="Secondary range of the staging subnet for the staging pool's pods.")
 
     @model_validator(mode="after")
     def _check(self) -> NetworkConfig:
@@ -618,6 +623,10 @@ class StorageConfig(Section):
                                   "assumption in components/catalog.py; set it from a measurement).")
     stagingWorkers: int = Field(
         16, ge=1, le=64, description="Files the staging Job copies from the Hugging Face Hub into the bucket at once.")
+    stagingPods: Optional[int] = Field(
+        None, ge=1, le=catalog.STAGING_MAX_PODS,
+        description="Pods of the staging Job, one per staging node and one NAT address each (default: enough for "
+                    "the 10-minute target, components/staging.py).")
 
     @model_validator(mode="after")
     def _check(self) -> StorageConfig:
@@ -900,7 +909,9 @@ class StackConfig(BaseModel):
                       f"set storage.bucketName")
 
     def _check_address_space(self) -> None:
-        """The node range must hold every node, the pod range one per-node range per node."""
+        """The node range must hold every node, the pod range one per-node range per node; the staging ranges
+        as many staging nodes as storage.stagingPods may ask for."""
+        self._check_staging_space()
         nodes = self.systemPool.nodeCount + self.transferPool.nodeCount + (
             self.gpu.node_count if self.track == "gpu" else self.tpu.slices * self.tpu.hosts_per_slice)
         net = self.network
@@ -919,6 +930,23 @@ class StackConfig(BaseModel):
                   f"per node, {cidrs.POD_RANGE_SOURCE}), so a /{pods.prefixlen} serves "
                   f"{pods.num_addresses // per_node} nodes but the stack creates {nodes}; use a /"
                   f"{cidrs.prefix_for(nodes * per_node)} or wider")
+
+    def _check_staging_space(self) -> None:
+        most = catalog.STAGING_MAX_PODS
+        net = self.network
+        nodes = ipaddress.IPv4Network(net.stagingNodesCidr)
+        usable = nodes.num_addresses - cidrs.SUBNET_RESERVED_ADDRESSES
+        if usable < most:
+            _fail("network.stagingNodesCidr", net.stagingNodesCidr,
+                  f"a /{nodes.prefixlen} holds {usable} node addresses but storage.stagingPods may ask for {most} "
+                  f"staging nodes; use a /{cidrs.prefix_for(most + cidrs.SUBNET_RESERVED_ADDRESSES)} or wider")
+        pods = ipaddress.IPv4Network(net.stagingPodsCidr)
+        per_node = 2 ** (32 - cidrs.POD_RANGE_PREFIX_PER_NODE)
+        if pods.num_addresses // per_node < most:
+            _fail("network.stagingPodsCidr", net.stagingPodsCidr,
+                  f"GKE gives each node a /{cidrs.POD_RANGE_PREFIX_PER_NODE} of it ({cidrs.POD_RANGE_SOURCE}), so a "
+                  f"/{pods.prefixlen} serves {pods.num_addresses // per_node} staging nodes but storage.stagingPods "
+                  f"may ask for {most}; use a /{cidrs.prefix_for(most * per_node)} or wider")
 
     def _check_session(self) -> None:
         b = self.benchmark

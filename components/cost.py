@@ -7,6 +7,7 @@ from typing import Optional
 
 from . import capacity, catalog, prices
 from .config import StackConfig
+from .staging import staging_addresses
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,10 @@ def hourly_costs(cfg: StackConfig) -> list[CostLine]:
     nat = min(vms * prices.NAT_GATEWAY_VM_HOUR.usd, prices.NAT_GATEWAY_MAX_HOUR)
     lines.append(CostLine(f"Cloud NAT gateway ({vms} VMs, before data processing)", nat,
                           prices.NAT_GATEWAY_VM_HOUR.source))
+    # The staging nodes run only while the copy does (the pool scales to zero); its addresses stay reserved.
+    addresses = staging_addresses(cfg)
+    lines.append(CostLine(f"{addresses} staging NAT addresses", addresses * prices.NAT_ADDRESS_HOUR.usd,
+                          prices.NAT_ADDRESS_HOUR.source))
     return lines
 
 

@@ -33,6 +33,9 @@ class PoolCommon(Args):
     labels: dict[str, str]
     name_prefix: str
     """Prefix of project-level names (workload policies), unique per stack: the cluster name."""
+    subnetwork: StrInput
+    """The cluster's default subnet, named by every pool but the staging pool: with an additional subnet in the
+    cluster GKE may otherwise place a new pool in it (catalog.GKE_ADDITIONAL_SUBNETS_SOURCE)."""
 
 
 def _taint(spec: tuple[str, str, str]) -> gcp.container.NodePoolNodeConfigTaintArgs:
@@ -56,6 +59,10 @@ def _node_config(common: PoolCommon, **fields) -> gcp.container.NodePoolNodeConf
         resource_labels=common.labels,
         **fields,
     )
+
+
+def _network(common: PoolCommon, **fields) -> gcp.container.NodePoolNetworkConfigArgs:
+    return gcp.container.NodePoolNetworkConfigArgs(subnetwork=common.subnetwork, **fields)
 
 
 def _reservation(project: str, name: str, block: Optional[str] = None,
@@ -92,6 +99,11 @@ class CpuPoolArgs(Args):
     labels: dict[str, str] = {}
     """Kubernetes node labels."""
     taints: tuple[tuple[str, str, str], ...] = ()
+    subnetwork: Optional[StrInput] = None
+    """Another subnet than the cluster's default (the staging pool's), with `pod_range` its pods' range."""
+    pod_range: Optional[str] = None
+    scale_to_zero: bool = False
+    """Start with node_count nodes and let the cluster autoscaler remove them once nothing runs there."""
 
 
 class CpuPools(Component):
@@ -108,7 +120,10 @@ class CpuPools(Component):
         self.pools = {
             pool.pool_name: gcp.container.NodePool(
                 f"{name}-{pool.pool_name}",
-                **_in_serving_zone(common, pool.pool_name, pool.node_count),
+                **_sized(_in_serving_zone(common, pool.pool_name, pool.node_count), pool),
+                network_config=(gcp.container.NodePoolNetworkConfigArgs(subnetwork=pool.subnetwork,
+                                                                        pod_range=pool.pod_range)
+                                if pool.subnetwork is not None else _network(common)),
                 node_config=_node_config(
                     common,
                     machine_type=pool.machine_type,
@@ -122,6 +137,28 @@ class CpuPools(Component):
             for pool in pools
         }
         self.finish(pools=[p.name for p in self.pools.values()])
+
+
+def _sized(fields: dict, pool: CpuPoolArgs) -> dict:
+    """A pool that scales to zero starts at node_count (initial_node_count) under the cluster autoscaler: "When
+    demand is low, the cluster autoscaler scales back down to a minimum size that you designate"
+    (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler), here 0."""
+    if not pool.scale_to_zero:
+        return fields
+    count = fields.pop("node_count")
+    return {**fields, "initial_node_count": count,
+            "autoscaling": gcp.container.NodePoolAutoscalingArgs(min_node_count=0, max_node_count=count)}
+
+
+STAGING_POOL = "weights-staging"
+STAGING_TAINT = (f"{catalog.GUIDE_NAME}/weights-staging", "true", "NO_SCHEDULE")
+"""Keeps every other pod off the staging nodes, whose egress is the staging NAT's addresses."""
+
+
+def staging_pool(machine_type: str, pods: int, subnetwork: StrInput, pod_range: str) -> CpuPoolArgs:
+    """One node per staging pod in the staging subnet; it empties, and scales to zero, when the copy is done."""
+    return CpuPoolArgs(pool_name=STAGING_POOL, machine_type=machine_type, node_count=pods,
+                       taints=(STAGING_TAINT,), subnetwork=subnetwork, pod_range=pod_range, scale_to_zero=True)
 
 
 def transfer_pool(machine_type: str, node_count: int) -> CpuPoolArgs:
@@ -200,8 +237,7 @@ class GpuRacks(Component):
             **_in_serving_zone(common, slice_pool_name(args.pool_prefix, index), args.nodes_per_slice),
             # Cluster Toolkit's A4X Max blueprint: COMPACT type naming the workload policy, no tpu_topology.
             placement_policy=gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", policy_name=self.policy.name),
-            network_config=gcp.container.NodePoolNetworkConfigArgs(
-                accelerator_network_profile=catalog.ACCELERATOR_NETWORK_PROFILE),
+            network_config=_network(common, accelerator_network_profile=catalog.ACCELERATOR_NETWORK_PROFILE),
             node_config=_node_config(
                 common,
                 machine_type=machine.machine_type,
@@ -268,6 +304,7 @@ class TpuSlices(Component):
                 **_in_serving_zone(common, slice_pool_name(args.pool_prefix, i), args.hosts_per_slice),
                 placement_policy=gcp.container.NodePoolPlacementPolicyArgs(
                     type="", policy_name=self.policy.name, tpu_topology=args.topology),
+                network_config=_network(common),
                 node_config=_node_config(
                     common,
                     machine_type=catalog.IRONWOOD.machine_type,

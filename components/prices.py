@@ -53,6 +53,8 @@ def cpu_node_hour(machine_type: str) -> Price:
 GKE_CLUSTER_HOUR = Price(0.10, "cluster-hour", "cloud.google.com/kubernetes-engine/pricing (all regions)")
 NAT_GATEWAY_VM_HOUR = Price(0.0014, "VM-hour", "cloud.google.com/nat/pricing: $0.0014 per VM, $0.044 flat above 32 VMs")
 NAT_GATEWAY_MAX_HOUR = 0.044
+NAT_ADDRESS_HOUR = Price(0.005, "address-hour", "cloud.google.com/nat/pricing: $0.005 per hour for a static or an "
+                                                "ephemeral external IP address used by a NAT gateway")
 HYPERDISK_ML_CAPACITY = Price(0.084, "GiB-month", "secondary source quoting list prices of 2026-08 (unverified)")
 HYPERDISK_ML_THROUGHPUT = Price(0.12, "MiB/s-month",
                                 "derived from a secondary source's 100 GiB at 1,700 MiB/s = ~$212/month (unverified)")

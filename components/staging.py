@@ -1,15 +1,17 @@
-"""Checkpoint staging inside `pulumi up`: an Indexed Kubernetes Job of several pods on the CPU transfer pool copies
-the model repository at one commit from the Hugging Face Hub into gs://<bucket>/<checkpointPrefix><commit>/,
-with the same code as `python -m tools stage` (shipped in a ConfigMap, its libraries installed from a
-hash-pinned lock). The pods share the files through the copier's leases; `staging_model` sizes them.
+"""Checkpoint staging inside `pulumi up`: an Indexed Kubernetes Job of several pods, one per node of the staging
+pool, copies the model repository at one commit from the Hugging Face Hub into
+gs://<bucket>/<checkpointPrefix><commit>/, with the same code as `python -m tools stage` (shipped in a ConfigMap,
+its libraries installed from a hash-pinned lock). The pods share the files through the copier's leases;
+`staging_model` sizes them.
 
-Why a Job on a CPU pool (docs/weights.md): it needs only the cluster and a CPU pool created alongside the
-system pool, so on a first run it copies while the accelerator pools are still being created; it reuses
-Workload Identity and the `llm-d-hf-token` Secret; and pulumi-kubernetes waits for a Job to complete (Complete
-condition) and fails the update on a Failed one
+Why a Job on a pool of its own (docs/weights.md): it needs only the cluster and a small CPU pool created
+alongside the system pool, so on a first run it copies while the accelerator pools are still being created; it
+reuses Workload Identity and the `llm-d-hf-token` Secret; and pulumi-kubernetes waits for a Job to complete
+(Complete condition) and fails the update on a Failed one
 (https://www.pulumi.com/registry/packages/kubernetes/api-docs/batch/v1/job/), which is what lets hydration
-depend on a verified copy. The transfer pool (C3, 44 vCPU) is idle until hydration, which starts only after
-staging, so the copy borrows it instead of a pool of its own.
+depend on a verified copy. The Hub limits each client address, so the staging pool sits in a subnet of its own
+whose NAT gives each node its own address (components/network.py), one pod per node; the pool scales to zero
+once the copy is done.
 """
 
 from __future__ import annotations
@@ -48,8 +50,10 @@ interpreter; the benchmark's peak RSS is in docs/weights.md."""
 TARGET_SECONDS = 600
 """Design target for a first-run copy of the checkpoint: 10 minutes, so staging is not longer than creating
 the accelerator pools (components/timeline.py)."""
-MAX_PODS = 8
-"""At most this many pods: eight of POD_CPU fit on one node of the default transfer pool (c3-standard-44)."""
+MAX_PODS = catalog.STAGING_MAX_PODS
+MACHINE_TYPE = "n2-standard-8"
+"""Staging node: 8 vCPU keep POD_CPU allocatable beside GKE's daemons; one pod per node, so the node's NAT
+address is the pod's."""
 COPIER_MBPS_PER_CPU = 350
 """Measured: MB/s the copier moves per CPU-second on loopback (tests/bench_staging.py, 2026-12-01: 2.81 CPU
 seconds per GB; without TLS, so an upper bound; docs/weights.md has the run)."""
@@ -58,9 +62,6 @@ HUB_PER_ADDRESS_MBPS = 2200
 (https://github.com/unslothai/unsloth-zoo/issues/972). The Hub limits per client address, token or not
 (https://github.com/huggingface/huggingface_hub/issues/3312, https://github.com/NVIDIA/aicr/issues/1116), so
 this is what one egress address is assumed to carry."""
-NAT_ADDRESSES = 1
-"""Egress addresses the staging pods share: Cloud NAT with AUTO_ONLY allocation (components/network.py) gives
-the cluster's nodes one address until they need more ports than it has."""
 GCS_INGEST_MBPS = 25_000
 """Cloud Storage's default bandwidth quota: 200 Gbps per project and region
 (https://cloud.google.com/storage/docs/bandwidth-usage)."""
@@ -77,34 +78,54 @@ class StagingModel:
     aggregate_mbps: float
     seconds: float
     limit: str
+    addresses: int
+    """Egress addresses the pods leave from (one each, components/network.py)."""
     sources: dict[str, str]
 
 
-def staging_model(cfg: StackConfig, checkpoint_bytes: int = catalog.KIMI.checkpoint_bytes) -> StagingModel:
-    """Pods enough to reach the target rate, or the rate the Hub's per-address limit and Cloud Storage's ingest
-    allow, whichever is lower (at most MAX_PODS); aggregate = min(pods x pod rate, addresses x per-address rate,
-    ingest)."""
-    workers = cfg.storage.stagingWorkers
-    streams = workers * catalog.HUB_STREAM_ASSUMED_MBPS
-    cpu = POD_CPU * COPIER_MBPS_PER_CPU
-    pod_mbps = min(streams, cpu)
+def staging_pods(cfg: StackConfig, checkpoint_bytes: int = catalog.KIMI.checkpoint_bytes) -> int:
+    """storage.stagingPods, else enough pods for the target rate or Cloud Storage's ingest, whichever is lower
+    (at most MAX_PODS): with an address per pod the Hub's per-address limit scales with them."""
+    if cfg.storage.stagingPods is not None:
+        return cfg.storage.stagingPods
     target = checkpoint_bytes / TARGET_SECONDS / 1e6
-    caps = {"Hub per-address limit": NAT_ADDRESSES * HUB_PER_ADDRESS_MBPS, "Cloud Storage ingest": GCS_INGEST_MBPS}
-    pods = max(1, min(MAX_PODS, math.ceil(min(target, *caps.values()) / pod_mbps)))
-    terms = {**caps, "pods": pods * pod_mbps}
+    return max(1, min(MAX_PODS, math.ceil(min(target, GCS_INGEST_MBPS) / pod_rate_mbps(cfg))))
+
+
+def staging_addresses(cfg: StackConfig) -> int:
+    """NAT addresses of the staging subnet: one per staging pod (each on a node of its own)."""
+    return staging_pods(cfg)
+
+
+def pod_rate_mbps(cfg: StackConfig) -> float:
+    return min(cfg.storage.stagingWorkers * catalog.HUB_STREAM_ASSUMED_MBPS, POD_CPU * COPIER_MBPS_PER_CPU)
+
+
+def staging_model(cfg: StackConfig, checkpoint_bytes: int = catalog.KIMI.checkpoint_bytes,
+                  addresses: Optional[int] = None) -> StagingModel:
+    """aggregate = min(pods x pod rate, min(pods, addresses) x per-address rate, ingest). `addresses` defaults
+    to what the stack creates (staging_addresses); fewer would let the Hub's per-address limit bind."""
+    workers = cfg.storage.stagingWorkers
+    pod_mbps = pod_rate_mbps(cfg)
+    pods = staging_pods(cfg, checkpoint_bytes)
+    addresses = staging_addresses(cfg) if addresses is None else addresses
+    terms = {"pods": pods * pod_mbps, "Hub per-address limit": min(pods, addresses) * HUB_PER_ADDRESS_MBPS,
+             "Cloud Storage ingest": GCS_INGEST_MBPS}
     limit = min(terms, key=terms.get)
-    aggregate = min(terms.values())
+    aggregate = terms[limit]
     return StagingModel(
         pods=pods, workers_per_pod=workers, pod_mbps=pod_mbps, aggregate_mbps=aggregate,
-        seconds=checkpoint_bytes / (aggregate * 1e6), limit=limit,
+        seconds=checkpoint_bytes / (aggregate * 1e6), limit=limit, addresses=addresses,
         sources={
             "pod rate": f"min({workers} streams x {catalog.HUB_STREAM_ASSUMED_MBPS} MB/s assumed "
                         f"(catalog.HUB_STREAM_ASSUMED_MBPS), {POD_CPU} CPU x {COPIER_MBPS_PER_CPU} MB/s measured "
                         "(tests/bench_staging.py))",
             "target": f"{checkpoint_bytes / 1e12:.2f} TB in {TARGET_SECONDS // 60} min (design target)",
-            "Hub per-address limit": f"{NAT_ADDRESSES} NAT address x {HUB_PER_ADDRESS_MBPS} MB/s (unsloth-zoo#972)",
+            "Hub per-address limit": f"min({pods} pods, {addresses} NAT addresses) x {HUB_PER_ADDRESS_MBPS} MB/s "
+                                     "(unsloth-zoo#972)",
             "Cloud Storage ingest": "200 Gbps per project and region (cloud.google.com/storage/docs/bandwidth-usage)",
         })
+
 
 LISTER_ROLE = "roles/storage.objectViewer"
 """List and read the bucket: listing is checked on the bucket, so it cannot be limited to a prefix."""
@@ -115,6 +136,8 @@ TAINT_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSch
 """GKE node pool taint effects (NodePool API) as Kubernetes spells them in a toleration."""
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 """Label GKE puts on every node with its pool's name."""
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+"""Well-known node label (https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetesiohostname)."""
 
 
 def shipped_code() -> dict[str, str]:
@@ -149,7 +172,7 @@ class CheckpointStagingArgs(Args):
     project_number: StrInput
     workload_pool: StrInput
     node_pool: StrInput
-    """Name of the CPU pool the Job runs on (the transfer pool)."""
+    """Name of the CPU pool the Job runs on (the staging pool, one node per pod)."""
     tolerations: tuple[tuple[str, str, str], ...] = ()
     """(key, value, effect) of that pool's taints."""
     hf_token_secret: StrInput
@@ -247,6 +270,11 @@ class CheckpointStaging(Component):
                         restart_policy="Never",
                         service_account_name=self.account.metadata.name,
                         node_selector={NODE_POOL_LABEL: args.node_pool},
+                        # One pod per node: each node leaves from its own NAT address (components/network.py).
+                        affinity=k8s.core.v1.AffinityArgs(pod_anti_affinity=k8s.core.v1.PodAntiAffinityArgs(
+                            required_during_scheduling_ignored_during_execution=[k8s.core.v1.PodAffinityTermArgs(
+                                label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=contract.STAGING_LABELS),
+                                topology_key=HOSTNAME_LABEL)])),
                         tolerations=[k8s.core.v1.TolerationArgs(key=k, operator="Equal", value=v,
                                                                 effect=TAINT_EFFECTS[e])
                                      for k, v, e in args.tolerations] or None,

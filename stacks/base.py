@@ -17,14 +17,23 @@ from components.loading import MIB
 from components.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
 from components.naming import label_value, resource_labels
 from components.netpol import NetworkPolicies, NetworkPoliciesArgs
-from components.network import Network, NetworkArgs
-from components.nodepools import CpuPoolArgs, CpuPools, PoolCommon, transfer_pool
+from components.network import STAGING_PODS_RANGE, Network, NetworkArgs
+from components.nodepools import (
+    STAGING_POOL,
+    STAGING_TAINT,
+    CpuPoolArgs,
+    CpuPools,
+    PoolCommon,
+    staging_pool,
+    transfer_pool,
+)
 from components.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
 from components.platform import Platform, PlatformArgs
 from components.revision import HubRevision, HubRevisionArgs
 from components.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
 from components.services import ProjectServices, ProjectServicesArgs
-from components.staging import CheckpointStaging, CheckpointStagingArgs, staging_model
+from components.staging import MACHINE_TYPE as STAGING_MACHINE_TYPE
+from components.staging import CheckpointStaging, CheckpointStagingArgs, staging_addresses, staging_model, staging_pods
 from components.storage import CheckpointBucket, CheckpointBucketArgs
 from components.weights import WeightStaging, WeightStagingArgs
 
@@ -66,12 +75,14 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     network = Network("net", NetworkArgs(
         name=cfg.cluster_name, region=cfg.gcp.region, nodes_cidr=cfg.network.nodesCidr,
         pods_cidr=cfg.network.podsCidr, services_cidr=cfg.network.servicesCidr,
-        proxy_only_cidr=cfg.network.proxyOnlyCidr), after_apis)
+        proxy_only_cidr=cfg.network.proxyOnlyCidr, staging_nodes_cidr=cfg.network.stagingNodesCidr,
+        staging_pods_cidr=cfg.network.stagingPodsCidr, staging_addresses=staging_addresses(cfg)), after_apis)
     nodes = NodeIdentity("nodes", NodeIdentityArgs(project=cfg.gcp.project, account_id=f"{cfg.cluster_name}-nodes"),
                          after_apis)
     cluster = GkeCluster("cluster", GkeClusterArgs(
         name=cfg.cluster_name, project=cfg.gcp.project, region=cfg.gcp.region, zone=cfg.gcp.zone,
-        network=network.vpc.id, subnetwork=network.subnet.id, release_channel=cfg.cluster.releaseChannel,
+        network=network.vpc.id, subnetwork=network.subnet.id, staging_subnetwork=network.staging_subnet.id,
+        release_channel=cfg.cluster.releaseChannel,
         version_prefix=cfg.cluster.versionPrefix, authorized_networks=tuple(cfg.cluster.authorizedNetworks),
         dns_endpoint=cfg.cluster.controlPlaneAccess == "dns",
         maintenance_window_start=cfg.cluster.maintenanceWindowStart,
@@ -84,10 +95,11 @@ def build_foundation(cfg: StackConfig) -> Foundation:
 
     common = PoolCommon(cluster=cluster.cluster.id, project=cfg.gcp.project, region=cfg.gcp.region,
                         zone=cfg.gcp.zone, service_account=nodes.email, labels=labels,
-                        name_prefix=cfg.cluster_name)
+                        name_prefix=cfg.cluster_name, subnetwork=network.subnet.id)
     cpu_pools = CpuPools("cpu", common, [
         CpuPoolArgs(pool_name="system", machine_type=cfg.systemPool.machineType, node_count=cfg.systemPool.nodeCount),
         transfer_pool(cfg.transferPool.machineType, cfg.transferPool.nodeCount),
+        staging_pool(STAGING_MACHINE_TYPE, staging_pods(cfg), network.staging_subnet.id, STAGING_PODS_RANGE),
     ], in_project)
 
     project_number = gcp.organizations.get_project_output(
@@ -120,17 +132,18 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     # name an architecture the pinned engine registers (components/geometry.py).
     geometry = CheckpointGeometry("model-geometry", CheckpointGeometryArgs(
         repo_id=cfg.model.repoId, revision=revision, token=hf_token, config=cfg))
-    # Hugging Face -> bucket on the transfer pool (idle until hydration): it waits for the cluster, the CPU pools
-    # and the token Secret only, so it copies while the accelerator pools are still being created.
-    transfer = transfer_pool(cfg.transferPool.machineType, cfg.transferPool.nodeCount)
+    # Hugging Face -> bucket on the staging pool, one pod per node, each leaving from its own NAT address: it waits
+    # for the cluster, the CPU pools, the staging NAT and the token Secret only, so it copies while the accelerator
+    # pools are still being created.
     staged = CheckpointStaging("weights-staging", CheckpointStagingArgs(
         namespace=platform.namespace.metadata.name, bucket=bucket.bucket.name, prefix=cfg.storage.checkpointPrefix,
         repo_id=cfg.model.repoId, revision=revision, workers=cfg.storage.stagingWorkers,
-        pods=staging_model(cfg).pods, project_number=project_number, workload_pool=pool,
-        node_pool=cpu_pools.pools[transfer.pool_name].name, tolerations=transfer.taints,
+        pods=staging_pods(cfg), project_number=project_number, workload_pool=pool,
+        node_pool=cpu_pools.pools[STAGING_POOL].name, tolerations=(STAGING_TAINT,),
         hf_token_secret=platform.hf_token.metadata.name, image=images.ref(cfg.images, "staging")),
         pulumi.ResourceOptions(providers=[provider, cluster.provider],
-                               depends_on=[cpu_pools.pools["system"], cpu_pools.pools[transfer.pool_name]]))
+                               depends_on=[cpu_pools.pools["system"], cpu_pools.pools[STAGING_POOL],
+                                           network.staging_nat]))
     staging = capacity.weight_staging(cfg)
     weights = WeightStaging("weights-volume", WeightStagingArgs(
         namespace=platform.namespace.metadata.name, zone=cfg.gcp.zone, checkpoint_uri=staged.uri, revision=revision,
@@ -265,7 +278,8 @@ def summary(cfg: StackConfig) -> list[str]:
 def staging_line(cfg: StackConfig) -> str:
     model = staging_model(cfg)
     return (f"staging: {catalog.KIMI.checkpoint_bytes / 1e12:.2f} TB from the Hugging Face Hub in "
-            f"{model.seconds / 60:.1f} min: {model.pods} pods x {model.workers_per_pod} streams on the transfer pool, "
+            f"{model.seconds / 60:.1f} min: {model.pods} pods x {model.workers_per_pod} streams, one per staging node, "
+            f"leaving from {model.addresses} NAT addresses, "
             f"aggregate {model.aggregate_mbps / 1000:.2f} GB/s (limited by {model.limit}; pod rate "
             f"{model.pod_mbps:.0f} MB/s = {model.sources['pod rate']}); 0 when the bucket already holds the revision")
 

@@ -42,7 +42,9 @@ def test_gpu_pool_hardware_matches_fact_sheet(gpu, gke_md):
 
 def test_gpu_pool_dranet_and_network_profile(gpu, gke_md):
     pool = gpu.one(NODE_POOL, "gpu-0")["inputs"]
-    assert pool["networkConfig"] == {"acceleratorNetworkProfile": "auto"}
+    nodes = gpu.one("gcp:compute/subnetwork:Subnetwork", "net-nodes")["inputs"]["name"]
+    assert pool["networkConfig"] == {"acceleratorNetworkProfile": "auto",
+                                     "subnetwork": f"projects/{PROJECT}/regions/us-central1/subnetworks/{nodes}"}
     labels = pool["nodeConfig"]["labels"]
     expected = re.search(r"--node-labels=([^` ]+)`", gke_md).group(1)
     # The DRANET labels upstream sets, and the slice index every accelerator node carries (contract.SLICE_NODE_LABEL).
@@ -192,8 +194,12 @@ def test_cluster_is_wired_to_its_network(plans, stack):
     proxy = plan.one("gcp:compute/subnetwork:Subnetwork", "net-proxy-only")["inputs"]
     assert (proxy["purpose"], proxy["role"], proxy["region"]) == ("REGIONAL_MANAGED_PROXY", "ACTIVE", "us-central1")
     assert proxy["network"] == c["network"]
-    nat = plan.one("gcp:compute/routerNat:RouterNat")["inputs"]
-    assert nat["sourceSubnetworkIpRangesToNat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
+    nats = plan.of_type("gcp:compute/routerNat:RouterNat")
+    # A section naming all subnets would exclude the staging NAT (catalog.NAT_ONE_SECTION_RULE).
+    assert {n["inputs"]["sourceSubnetworkIpRangesToNat"] for n in nats} == {"LIST_OF_SUBNETWORKS"}
+    served = [s["name"].rsplit("/", 1)[1] for n in nats for s in n["inputs"]["subnetworks"]]
+    assert sorted(served) == sorted([subnet["name"], plan.one("gcp:compute/subnetwork:Subnetwork",
+                                                              "net-staging")["inputs"]["name"]]), "each subnet once"
 
 
 # ----------------------------------------------------------------------------------------- identity

@@ -32,7 +32,8 @@ def test_staging_gates_hydration_and_does_not_wait_for_accelerator_pools(plans, 
     before = plan.closure(staged["name"])
     assert {"cluster-gke", "cpu-system", "platform-hf-token", "weights-staging-writer"} <= before
     assert accelerator_pools(plan) and not accelerator_pools(plan) & before, "copies while accelerator pools create"
-    assert "cpu-weights-transfer" in before, "its pods run on the transfer pool, idle until hydration"
+    assert {"cpu-weights-staging", "net-staging-nat"} <= before, "its pods run on the staging pool, behind its NAT"
+    assert "cpu-weights-transfer" not in before, "the copy does not wait for the hydration pool"
     for kind in ("kubernetes:core/v1:PersistentVolumeClaim", "datalayer.gke.io/v1:GCPDataSource"):
         hydration = [r for r in plan.resources if r["type"] == kind or
                      f"{r['inputs'].get('apiVersion')}:{r['inputs'].get('kind')}" == kind]
@@ -75,8 +76,8 @@ def test_the_job_runs_the_copier_of_this_repository(plans, stack):
     source = next(m for m in plan.manifests if m["kind"] == "GCPDataSource")
     assert source["spec"]["cloudStorage"]["uri"] == args["--dest"], "hydration reads exactly the staged folder"
     assert args["--repo-id"] == "moonshotai/Kimi-K3.1-Pro" and args["--workers"] == "16"
-    assert spec["nodeSelector"] == {staging.NODE_POOL_LABEL: "weights-transfer"}
-    pool = next(p for p in plan.of_type("gcp:container/nodePool:NodePool") if p["inputs"]["name"] == "weights-transfer")
+    assert spec["nodeSelector"] == {staging.NODE_POOL_LABEL: "weights-staging"}
+    pool = next(p for p in plan.of_type("gcp:container/nodePool:NodePool") if p["inputs"]["name"] == "weights-staging")
     assert [{"key": t["key"], "value": t["value"], "effect": staging.TAINT_EFFECTS[t["effect"]]}
             for t in pool["inputs"]["nodeConfig"]["taints"]] == [
         {k: v for k, v in t.items() if k != "operator"} for t in spec["tolerations"]]
@@ -117,11 +118,11 @@ def test_a_pinned_revision_needs_no_hub_at_plan_or_up_time(variants):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_plan_summary_prints_the_staging_time_and_the_critical_path(plans, stack):
-    """Hand-worked in the test above: 11.8 min, on the critical path between the CPU pools and hydration
+    """Hand-worked in the test below: 9.0 min, on the critical path between the CPU pools and hydration
     (tests/test_loading.py checks the path's arithmetic)."""
     summary = plans[stack].summary
-    assert "staging: 1.56 TB from the Hugging Face Hub in 11.8 min" in summary
-    assert re.search(r"critical path \(min\): .*cpu-system 4\.0 -> .*weights-staging-job 11\.8 -> "
+    assert "staging: 1.56 TB from the Hugging Face Hub in 9.0 min" in summary
+    assert re.search(r"critical path \(min\): .*cpu-system 4\.0 -> .*weights-staging-job 9\.0 -> "
                      r".*weights-volume-pvc \d+\.\d", summary), summary
 
 
@@ -156,20 +157,68 @@ def test_the_job_installs_the_libraries_the_tests_ran():
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_job_is_split_over_the_pods_the_staging_model_sizes(plans, stack):
-    """Hand-worked: a pod brings min(16 x 60, 4 x 400) = 960 MB/s; the target is 1.56e12 / 600 s = 2,600 MB/s,
-    one NAT address carries 2,200 MB/s, so 3 pods (2,880 MB/s) and 2,200 MB/s aggregate: 709 s = 11.8 min."""
+    """Hand-worked: a pod brings min(16 x 60, 4 x 350) = 960 MB/s; the target is 1.56e12 / 600 s = 2,600 MB/s, so
+    3 pods; each leaves from its own NAT address (2,200 MB/s each), so the pods bind: 2,880 MB/s, 542 s = 9.0 min."""
     plan = plans[stack]
     spec = job(plan)["inputs"]["spec"]
     model = staging.staging_model(parse(stack))
-    assert (model.pods, model.pod_mbps, model.aggregate_mbps, model.limit) == (3, 960, 2200, "Hub per-address limit")
+    assert (model.pods, model.addresses, model.pod_mbps, model.aggregate_mbps, model.limit) == (3, 3, 960, 2880, "pods")
     assert set(model.sources) == {"pod rate", "target", "Hub per-address limit", "Cloud Storage ingest"}
     assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == model.pods
     [container] = spec["template"]["spec"]["containers"]
     assert container["args"][container["args"].index("--shards") + 1] == str(model.pods)
     assert container["resources"]["requests"]["cpu"] == str(staging.POD_CPU)
-    assert ("staging: 1.56 TB from the Hugging Face Hub in 11.8 min: 3 pods x 16 streams on the transfer pool, "
-            "aggregate 2.20 GB/s (limited by Hub per-address limit") in plan.summary
-    assert "weights-staging-job 11.8" in plan.summary, "the critical path reads the same model"
+    assert ("staging: 1.56 TB from the Hugging Face Hub in 9.0 min: 3 pods x 16 streams, one per staging node, "
+            "leaving from 3 NAT addresses, aggregate 2.88 GB/s (limited by pods") in plan.summary
+    assert "weights-staging-job 9.0" in plan.summary, "the critical path reads the same model"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_staging_pod_leaves_from_an_address_of_its_own(plans, stack):
+    """One pod per node (required anti-affinity on the hostname), one node per pod in a subnet of its own, and
+    that subnet's NAT holds exactly one program-owned address per pod with ports that pin each VM to one."""
+    plan = plans[stack]
+    pods = staging.staging_model(parse(stack)).pods
+    template = job(plan)["inputs"]["spec"]["template"]
+    [term] = template["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == staging.HOSTNAME_LABEL
+    assert term["labelSelector"]["matchLabels"] == template["metadata"]["labels"] == contract.STAGING_LABELS
+    pool = plan.one("gcp:container/nodePool:NodePool", "cpu-weights-staging")["inputs"]
+    subnet = plan.one("gcp:compute/subnetwork:Subnetwork", "net-staging")["inputs"]
+    assert (pool["initialNodeCount"], pool["autoscaling"]) == (pods, {"minNodeCount": 0, "maxNodeCount": pods})
+    assert pool["networkConfig"]["subnetwork"].endswith(f"/subnetworks/{subnet['name']}")
+    assert pool["networkConfig"]["podRange"] == subnet["secondaryIpRanges"][0]["rangeName"]
+    addresses = plan.of_type("gcp:compute/address:Address")
+    assert len(addresses) == pods and {a["inputs"]["addressType"] for a in addresses} == {"EXTERNAL"}
+    nat = plan.one("gcp:compute/routerNat:RouterNat", "net-staging-nat")
+    inputs = nat["inputs"]
+    assert inputs["natIpAllocateOption"] == "MANUAL_ONLY" and len(inputs["natIps"]) == pods
+    assert sorted(link.split("/regions/us-central1/addresses/")[1] for link in inputs["natIps"]) == sorted(
+        a["inputs"]["name"] for a in addresses)
+    assert {a["name"] for a in addresses} <= set(nat["dependsOn"]), "destroy releases the addresses after the NAT"
+    assert (inputs["enableDynamicPortAllocation"], inputs["minPortsPerVm"]) == (False, 32768)
+    assert [s["name"].rsplit("/", 1)[1] for s in inputs["subnetworks"]] == [subnet["name"]]
+    assert not [r for r in plan.resources if (r["inputs"].get("deletionPolicy") or "DELETE") != "DELETE"
+                and r["type"] in ("gcp:compute/address:Address", "gcp:compute/routerNat:RouterNat")]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_rest_of_the_cluster_keeps_its_own_egress(plans, stack):
+    """Accelerator and CPU pools stay in the default subnet, whose NAT allocates addresses as needed: a pool
+    without a subnet of its own could land in the staging subnet and take one of its few addresses."""
+    plan = plans[stack]
+    nodes = plan.one("gcp:compute/subnetwork:Subnetwork", "net-nodes")["inputs"]["name"]
+    nat = plan.one("gcp:compute/routerNat:RouterNat", "net-nat")["inputs"]
+    assert (nat["natIpAllocateOption"], nat["sourceSubnetworkIpRangesToNat"]) == ("AUTO_ONLY", "LIST_OF_SUBNETWORKS")
+    assert [(s["name"].rsplit("/", 1)[1], s["sourceIpRangesToNats"]) for s in nat["subnetworks"]] == [
+        (nodes, ["ALL_IP_RANGES"])]
+    others = [p for p in plan.of_type("gcp:container/nodePool:NodePool") if p["name"] != "cpu-weights-staging"]
+    assert others and all(p["inputs"]["networkConfig"]["subnetwork"].endswith(f"/subnetworks/{nodes}")
+                          for p in others), [p["name"] for p in others]
+    cluster = plan.one("gcp:container/cluster:Cluster")["inputs"]["ipAllocationPolicy"]
+    [extra] = cluster["additionalIpRangesConfigs"]
+    assert extra["subnetwork"].endswith("/subnetworks/" + plan.one(
+        "gcp:compute/subnetwork:Subnetwork", "net-staging")["inputs"]["name"])
 
 
 def test_the_staging_model_scales_pods_to_the_reachable_rate():
@@ -179,6 +228,36 @@ def test_the_staging_model_scales_pods_to_the_reachable_rate():
     assert model.seconds == pytest.approx(1.56e12 / (staging.MAX_PODS * 240e6), rel=0.01)
     small = staging.staging_model(cfg, checkpoint_bytes=10**11)
     assert small.pods == 1 and small.limit == "pods" and small.aggregate_mbps == 960
+    assert staging.staging_model(parse("tpu", storage__stagingPods=5)).pods == 5, "storage.stagingPods wins"
+
+
+@pytest.mark.parametrize(("pods", "addresses", "aggregate", "limit"), [
+    (3, 3, 3 * 960, "pods"),
+    (3, 1, 2200, "Hub per-address limit"),
+    (8, 2, 2 * 2200, "Hub per-address limit"),
+    (8, 8, 8 * 960, "pods"),
+    (8, 20, 8 * 960, "pods"),
+])
+def test_the_hub_limit_is_min_of_pods_and_addresses_times_the_per_address_rate(pods, addresses, aggregate, limit):
+    """More addresses than pods buy nothing: a pod leaves from one address."""
+    model = staging.staging_model(parse("gpu", storage__stagingPods=pods), addresses=addresses)
+    assert (model.aggregate_mbps, model.limit) == (aggregate, limit)
+    assert staging.staging_addresses(parse("gpu", storage__stagingPods=pods)) == pods
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"storage__stagingPods": -1}, "kimi-k3-1:storage.stagingPods = '-1': input should be greater than or equal to 1"),
+    ({"storage__stagingPods": 9}, "kimi-k3-1:storage.stagingPods = '9': input should be less than or equal to 8"),
+    ({"network__stagingNodesCidr": "10.9.2.0/29"},
+     "kimi-k3-1:network.stagingNodesCidr = '10.9.2.0/29': a /29 holds 4 node addresses but storage.stagingPods "
+     "may ask for 8 staging nodes; use a /28 or wider"),
+    ({"network__stagingPodsCidr": "10.9.16.0/22"},
+     "kimi-k3-1:network.stagingPodsCidr = '10.9.16.0/22': GKE gives each node a /24 of it"),
+    ({"network__stagingNodesCidr": "10.0.1.0/24"},
+     "kimi-k3-1:network.stagingNodesCidr = '10.0.1.0/24': overlaps network.nodesCidr '10.0.0.0/20'"),
+])
+def test_the_staging_egress_keys_are_checked(changes, message):
+    assert error("gpu", **changes).startswith(message)
 
 
 def test_the_command_line_takes_its_shard_from_the_indexed_job(monkeypatch):

@@ -33,6 +33,7 @@ ROLE_FOR_TYPE = {
     "gcp:compute/subnetwork:Subnetwork": "roles/compute.networkAdmin",
     "gcp:compute/router:Router": "roles/compute.networkAdmin",
     "gcp:compute/routerNat:RouterNat": "roles/compute.networkAdmin",
+    "gcp:compute/address:Address": "roles/compute.networkAdmin",
     "gcp:compute/resourcePolicy:ResourcePolicy": "roles/compute.instanceAdmin.v1",
     "gcp:container/cluster:Cluster": "roles/container.admin",
     "gcp:container/nodePool:NodePool": "roles/container.admin",

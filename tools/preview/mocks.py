@@ -152,11 +152,15 @@ class PlanMocks(mocks.Mocks):
             rid = f"projects/{project}/global/networks/{name}"
             state.update(selfLink=f"{compute}/global/networks/{name}")
         elif kind in ("gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router",
-                      "gcp:compute/resourcePolicy:ResourcePolicy"):
-            collection = {"Subnetwork": "subnetworks", "Router": "routers", "ResourcePolicy": "resourcePolicies"}
+                      "gcp:compute/resourcePolicy:ResourcePolicy", "gcp:compute/address:Address"):
+            collection = {"Subnetwork": "subnetworks", "Router": "routers", "ResourcePolicy": "resourcePolicies",
+                          "Address": "addresses"}
             plural = collection[kind.rsplit(":", 1)[1]]
             rid = f"projects/{project}/regions/{state.get('region')}/{plural}/{name}"
             state.update(selfLink=f"{compute}/regions/{state.get('region')}/{plural}/{name}")
+            if plural == "addresses":
+                state.update(address=stand_in(f"203.0.113.{int(_digest(name)[:2], 16) % 250 + 1}",
+                                              "the external address Compute Engine reserves"))
         elif kind == "gcp:container/cluster:Cluster":
             rid = f"projects/{project}/locations/{state.get('location')}/clusters/{name}"
             octet = int(_digest(name)[:2], 16) % 200 + 20

@@ -248,9 +248,14 @@ def pools_of(resources: list[dict[str, Any]], region: str = "") -> list[Pool]:
                   for t in config.get("taints") or []]
         if machine and machine.arch == "arm64" and ARM_TAINT not in taints:
             taints.append(ARM_TAINT)
-        pools.append(Pool(inputs["name"], config.get("machineType", ""), int(inputs.get("nodeCount", 0)), labels,
+        pools.append(Pool(inputs["name"], config.get("machineType", ""), _node_count(inputs), labels,
                           taints, machines.allocatable(machine, hugepages) if machine else None))
     return pools
+
+
+def _node_count(inputs: dict) -> int:
+    """Nodes a pool starts with: nodeCount, or initialNodeCount for a pool under the cluster autoscaler."""
+    return int(inputs.get("nodeCount", inputs.get("initialNodeCount", 0)))
 
 
 SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
