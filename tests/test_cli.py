@@ -251,6 +251,15 @@ def _run_in_process(argv: list[str], tmp: Path, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
+def test_a_missing_tool_is_a_usage_error_with_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi, kubectl or checkov
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gpu" / "manifests.yaml").write_text("")
+    for argv in (["ask", "--stack", "gpu", "hi"], ["scan", "--plan", str(tmp_path), "--checkov", "checkov"]):
+        code, err = _run_in_process(argv, tmp_path, capsys)
+        assert code == 2 and "Traceback" not in err and err.strip(), (argv, err)
+
+
 @pytest.mark.parametrize("name", MISSING_INPUT)
 def test_a_missing_input_is_a_usage_error_with_one_line(name, tmp_path, capsys):
     code, err = _run_in_process([name, *MISSING_INPUT[name]], tmp_path, capsys)

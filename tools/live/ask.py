@@ -48,6 +48,10 @@ class AskError(Exception):
     """A failure reported to the user as one line."""
 
 
+class MissingToolError(AskError):
+    """A CLI the lookup needs is not installed: nothing was started (exit 2, tools/__main__.py)."""
+
+
 class Cluster(Protocol):
     """What the endpoint lookup needs from kubectl (tools.live.bench.KubectlCluster provides it)."""
 
@@ -62,7 +66,7 @@ def stack_outputs(stack: str, cwd: Path = ROOT) -> dict[str, Any]:
         proc = subprocess.run(["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack],
                               cwd=cwd, capture_output=True, text=True, timeout=OUTPUTS_TIMEOUT_S)
     except FileNotFoundError:
-        raise AskError("the pulumi CLI is not on PATH (https://www.pulumi.com/docs/install/); "
+        raise MissingToolError("the pulumi CLI is not on PATH (https://www.pulumi.com/docs/install/); "
                        "or give --endpoint") from None
     except subprocess.TimeoutExpired:
         raise AskError(f"pulumi stack output --stack {stack} took over {OUTPUTS_TIMEOUT_S} s") from None
@@ -246,7 +250,10 @@ def main(argv: Sequence[str] | None = None, cluster_factory: Callable[[], Cluste
         return 0
     except AskError as problem:
         err.write(f"error: {problem}\n")
-        return 1
+        return 2 if isinstance(problem, MissingToolError) else 1
+    except FileNotFoundError as problem:  # kubectl (or its auth plugin) for the port-forward
+        err.write(f"error: {problem.filename or problem} is not on PATH; or give --endpoint\n")
+        return 2
     except Exception as problem:  # kubectl and Pulumi failures surface as one line too
         err.write(f"error: {type(problem).__name__}: {str(problem).strip().splitlines()[0] if str(problem) else ''}\n")
         return 1

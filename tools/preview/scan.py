@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                              '{"passed", "failed", "unlisted": [{"check", "resource"}]}}, "unused_exceptions": [...]}')
     args = parser.parse_args(argv)
     names = args.stack or (sorted(p.name for p in args.plan.iterdir() if p.is_dir()) if args.plan.is_dir() else [])
-    absent = [name for name in names if not (args.plan / name).is_dir()]
+    absent = [name for name in names if not (args.plan / name / "manifests.yaml").is_file()]
     if not names or absent:
         print(f"{parser.prog}: error: no plan of {', '.join(absent) or 'any stack'} in {args.plan}: run "
               f"`{prog('plan')}` first", file=sys.stderr)
