@@ -31,6 +31,8 @@ GKE_VERSION_GATES: tuple[VersionGate, ...] = (
     VersionGate("GKE-managed DRANET", "1.34.1-gke.1829001", "https://docs.cloud.google.com/kubernetes-engine/docs/how-to/allocate-network-resources-dra"),
     VersionGate("Volume Populator to Hyperdisk ML", "1.33.2-gke.4780000", "https://docs.cloud.google.com/kubernetes-engine/docs/concepts/about-volume-populator"),
     VersionGate("Inference Extension CRDs installed by GKE", "1.34.0-gke.1626000", "https://llm-d.ai/docs/resources/gateway/gke"),
+    VersionGate("additional subnet for the staging pool", "1.30.3-gke.1211000",
+                "https://cloud.google.com/kubernetes-engine/docs/how-to/multi-subnet-cluster"),
 )
 
 
