@@ -27,13 +27,13 @@ import sys
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import google_crc32c
 
-from tests.fakehub import FakeFile, FakeHub, FakeRepo
+from tests.fakehub import FakeFile, FakeHub, FakeRepo, LoopbackServer
 from tests.gcsemulator import GcsEmulator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,8 +50,7 @@ class NullGcs:
         self.sessions: dict[str, dict] = {}
         self.lock = threading.RLock()
         self.generation = 1000
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
+        self.server = LoopbackServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

@@ -109,7 +109,7 @@ class Stats:
         return sum(self.served.values())
 
 
-class _Server(ThreadingHTTPServer):
+class LoopbackServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def handle_error(self, request, client_address) -> None:
@@ -158,7 +158,7 @@ class FakeHub:
         self.window: Optional[list] = None
         self.per_client_bytes_s = per_client_bytes_s
         self._client_budget: dict[str, list[float]] = {}
-        self.server = _Server((host, 0), _handler(self))
+        self.server = LoopbackServer((host, 0), _handler(self))
         self.url = f"http://{host}:{self.server.server_port}"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)

@@ -239,18 +239,18 @@ class HubStream(io.RawIOBase):
     """A file's bytes, fetched once and hashed as they are handed out; read() raises IntegrityError instead of
     returning the last bytes when size or hash is wrong, so an upload built on it never completes.
 
-    Three threads per file, so that on two cores no stage waits for another: a reader thread fetches
-    `block_bytes` at a time (the upload's request size); the caller (the upload) takes a block, computes its
-    CRC32C and sends it; a hashing thread computes the SHA-256 of the same block meanwhile (hashlib and
-    google-crc32c release the GIL). A block that arrives whole goes to the upload as it came from the socket, no
-    copy. Memory: the block being fetched, `read_ahead` blocks queued, the last block handed out (the upload
-    may ask for it again: google-resumable-media seeks back to the last byte the server confirmed) and at most
-    one block waiting to be hashed.
+    Three threads per file, so that on two cores no stage waits for another: a reader thread fetches the
+    file 1 MiB at a time, computes the CRC32C and joins the pieces into blocks of `block_bytes` (the upload's
+    request size); a hashing thread computes the SHA-256 of each piece as it arrives, while it is still in the
+    CPU's cache; the caller (the upload) sends one block while the next ones are fetched and hashed (hashlib,
+    google-crc32c and socket I/O release the GIL). Memory: the block being fetched, `read_ahead` blocks
+    queued, the last block handed out (the upload may ask for it again: google-resumable-media seeks back to
+    the last byte the server confirmed), and at most one block of pieces waiting to be hashed.
 
     The bytes come through `requests` (urllib3), not huggingface_hub's httpx2 session: httpcore2 reads the
     socket 64 KiB at a time (httpcore2 2.16.2 `_sync/http11.py`, READ_NUM_BYTES) and h11 and httpx2's chunker
-    copy each byte again; urllib3 reads a block in one call with one copy (docs/weights.md has the CPU per GB
-    of each). Headers, URL and error mapping are huggingface_hub's."""
+    copy each byte again; urllib3 reads 1 MiB a call with one copy (docs/weights.md has the CPU per GB of
+    each). Headers, URL and error mapping are huggingface_hub's."""
 
     def __init__(self, hub: Hub, url: str, file: HubFile, commit: str, cancelled: threading.Event,
                  on_bytes: Callable[[int], None], block_bytes: int, read_ahead: int = READ_AHEAD_BYTES):
@@ -363,11 +363,10 @@ class HubStream(io.RawIOBase):
             self._disconnect()
 
     def _hash_all(self) -> None:
-        """SHA-256, CRC32C (and the git blob id) of every byte received, in order, each piece as it arrives
-        (still in the CPU's cache); None stops."""
+        """SHA-256 (and the git blob id) of every byte received, in order, each piece as it arrives (still in the
+        CPU's cache); None stops."""
         while (piece := self._hashing.get()) is not None:
             self.sha256.update(piece)
-            self.crc32c.update(piece)
             if self.git_sha1 is not None:
                 self.git_sha1.update(piece)
             self._hashing.task_done()
@@ -396,6 +395,7 @@ class HubStream(io.RawIOBase):
                 if not piece:
                     raise _RetryError(f"connection ended at byte {self.fetched} of {self.file.size}")
                 self._hashing.put(piece)
+                self.crc32c.update(piece)  # here: the SHA-256 alone keeps the hashing thread busy
                 parts.append(piece)
                 got += len(piece)
                 self.fetched += len(piece)
