@@ -126,10 +126,16 @@ def test_json_is_where_the_architecture_doc_says(helps):
         SHARED_OPTIONS["--json"])
 
 
+METAVARS = {"--stack": {"NAME"}, "--out": {"FOLDER", "FILE"}}
+
+
 def test_shared_options_are_spelled_the_same_everywhere(helps):
     for option, commands in SHARED_OPTIONS.items():
         for name in commands:
-            assert f"{option} " in helps[name]["out"], (name, option)
+            assert re.search(rf"^  {option}\b", helps[name]["out"], re.M), (name, option)
+    for name, answer in helps.items():
+        for option, metavar in re.findall(r"^  (--stack|--out)(?![\w-])(?: ([A-Z_]+))?", answer["out"], re.M):
+            assert metavar in METAVARS[option], (name, option, metavar)
 
 
 def test_every_duration_is_seconds_and_named_by_the_scheme(helps):

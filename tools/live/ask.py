@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("prompt", help="the question")
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--stack", help="Pulumi stack to find the router from (its outputs)")
+    where.add_argument("--stack", metavar="NAME", help="Pulumi stack to find the router from (its outputs)")
     where.add_argument("--endpoint", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8080")
     parser.add_argument("--model", default=None, help=f"served model name (default: the stack's, else "
                                                       f"{catalog.KIMI.hf_id})")

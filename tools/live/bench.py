@@ -381,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="SIGINT, SIGTERM, SIGHUP or a closed stdout tear the stack down; a second SIGINT/SIGTERM stops waiting "
                "and prints how to resume. The smoke check runs as a subprocess under --smoke-timeout, so neither its "
                "output nor a hung endpoint can hold the teardown. " + EXIT_CODES)
-    parser.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml), e.g. gpu or tpu")
+    parser.add_argument("--stack", required=True, metavar="NAME",
+                        help="stack name (Pulumi.<stack>.yaml), e.g. gpu or tpu")
     parser.add_argument("--work-dir", type=Path, default=Path("."), help="the Pulumi project folder (default .)")
     parser.add_argument("--out", type=Path, default=Path("bench-results"), metavar="FOLDER",
                         help="output folder: results go to <out>/<stack>/<UTC timestamp>/ (default %(default)s; "

@@ -103,7 +103,7 @@ def _config(stack: str, key: str) -> str | None:
 def main(argv: Sequence[str] | None = None, billing: GcloudBilling | None = None,
          config: Callable[[str, str], str | None] = _config) -> int:
     parser = argparse.ArgumentParser(prog=prog("leftovers"), description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stack", required=True)
+    parser.add_argument("--stack", required=True, metavar="NAME", help="the destroyed stack (Pulumi.<NAME>.yaml)")
     parser.add_argument("--project", help="default: the stack's gcp.project")
     parser.add_argument("--network", help="the stack's VPC (default: cluster.name or kimi-k3-1-<track>)")
     parser.add_argument("--json", action="store_true",

@@ -149,7 +149,7 @@ def render(folders: Sequence[Path], out: Path | None = None, hourly_usd: float |
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog("report"), description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="one run folder, or two to compare")
-    parser.add_argument("--out", type=Path, help="where to write (default: the run folder, or "
+    parser.add_argument("--out", type=Path, metavar="FOLDER", help="where to write (default: the run folder, or "
                                                  "RUN_DIR/compare-<RUN_DIR2 name> when comparing)")
     parser.add_argument("--hourly-usd", type=float, help="stack cost per hour, instead of outputs.json's estimate")
     return parser

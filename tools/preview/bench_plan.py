@@ -23,7 +23,8 @@ def runs(value: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog("bench-plan"), description=__doc__)
     parser.add_argument("--runs", type=runs, default=7, help="plans timed per stack (default %(default)s)")
-    parser.add_argument("--stack", action="append", default=[], help="stack to time (repeatable; default: all)")
+    parser.add_argument("--stack", action="append", default=[], metavar="NAME",
+                        help="stack to time (repeatable; default: all)")
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object instead of the lines: {"<stack>": {"median_s", "max_s", '
                              '"runs_s"}}')

@@ -177,9 +177,11 @@ def summarize(stack: str, document: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog("plan"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stack", action="append", default=[], help="stack to render (repeatable; default: all)")
+    parser.add_argument("--stack", action="append", default=[], metavar="NAME",
+                        help="stack to render (repeatable; default: all)")
     parser.add_argument("--stack-file", action="append", default=[], type=Path, help="stack file to render")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: build/plan)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="FOLDER",
+                        help="output folder (default: build/plan)")
     parser.add_argument("--quiet", action="store_true", help="print errors only")
     args = parser.parse_args(argv)
     stacks = [ROOT / f"Pulumi.{name}.yaml" for name in args.stack] + [p.resolve() for p in args.stack_file]

@@ -896,9 +896,10 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("base", help="plan folder or git ref of the state before the change")
     parser.add_argument("head", help="plan folder or git ref of the state after the change")
-    parser.add_argument("--stack", action="append", default=[], help="compare only this stack (repeatable)")
+    parser.add_argument("--stack", action="append", default=[], metavar="NAME",
+                        help="compare only this stack (repeatable)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="git repository the refs are in (default: this one)")
-    parser.add_argument("--out", type=Path, help="write the report to this file instead of stdout")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="write the report to this file instead of stdout")
     parser.add_argument("--max-chars", type=int, default=0, help="cut the report to this length (a job summary "
                         "holds 1 MiB)")
     parser.add_argument("--comment", type=Path, help="also write a copy for a pull-request comment: cut to "

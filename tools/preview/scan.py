@@ -296,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkov", default=str(CHECKOV),
                         help="checkov executable (default: .venv-checkov/bin/checkov, from `make checkov`)")
     parser.add_argument("--plan", type=Path, default=PLAN, help="plan folder (default: build/plan)")
-    parser.add_argument("--stack", action="append", help="stack folder name in the plan folder (default: all)")
+    parser.add_argument("--stack", action="append", metavar="NAME",
+                        help="stack folder name in the plan folder (default: all)")
     parser.add_argument("--with-benchmark", action="store_true",
                         help="also render and scan each Pulumi.<stack>.yaml with the benchmark Jobs on")
     parser.add_argument("--write-doc", action="store_true",
