@@ -249,6 +249,25 @@ _RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt](\d\d):(\d\d):(\d\d)(\.\d+)?([Z
 _GO_TIME_TEXT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? [+-]\d{4} \S+")
 
 
+def _check_ranges(nodes_key: str, nodes_cidr: str, pods_key: str, pods_cidr: str, nodes: int, demand: str) -> None:
+    """A subnet's primary range holds `nodes` nodes and its pod range a per-node range for each."""
+    node_net = ipaddress.IPv4Network(nodes_cidr)
+    usable = node_net.num_addresses - cidrs.SUBNET_RESERVED_ADDRESSES
+    if usable < nodes:
+        _fail(nodes_key, nodes_cidr,
+              f"a /{node_net.prefixlen} holds {usable} node addresses ({cidrs.SUBNET_RESERVED_ADDRESSES} of "
+              f"{node_net.num_addresses} are reserved) but {demand}; use a /"
+              f"{cidrs.prefix_for(nodes + cidrs.SUBNET_RESERVED_ADDRESSES)} or wider")
+    pods = ipaddress.IPv4Network(pods_cidr)
+    per_node = 2 ** (32 - cidrs.POD_RANGE_PREFIX_PER_NODE)
+    if pods.num_addresses // per_node < nodes:
+        _fail(pods_key, pods_cidr,
+              f"GKE gives each node a /{cidrs.POD_RANGE_PREFIX_PER_NODE} of it ({cidrs.MAX_PODS_PER_NODE} pods "
+              f"per node, {cidrs.POD_RANGE_SOURCE}), so a /{pods.prefixlen} serves "
+              f"{pods.num_addresses // per_node} nodes but {demand}; use a /{cidrs.prefix_for(nodes * per_node)} "
+              "or wider")
+
+
 def _check_rfc3339(key: str, value: str) -> None:
     """RFC 3339 date-time (https://www.rfc-editor.org/rfc/rfc3339#section-5.6), any offset or fraction, as GKE's
     maintenance exclusions take it."""
@@ -911,42 +930,13 @@ class StackConfig(BaseModel):
     def _check_address_space(self) -> None:
         """The node range must hold every node, the pod range one per-node range per node; the staging ranges
         as many staging nodes as storage.stagingPods may ask for."""
-        self._check_staging_space()
         nodes = self.systemPool.nodeCount + self.transferPool.nodeCount + (
             self.gpu.node_count if self.track == "gpu" else self.tpu.slices * self.tpu.hosts_per_slice)
-        net = self.network
-        node_net = ipaddress.IPv4Network(net.nodesCidr)
-        usable = node_net.num_addresses - cidrs.SUBNET_RESERVED_ADDRESSES
-        if usable < nodes:
-            _fail("network.nodesCidr", net.nodesCidr,
-                  f"a /{node_net.prefixlen} holds {usable} node addresses ({cidrs.SUBNET_RESERVED_ADDRESSES} of "
-                  f"{node_net.num_addresses} are reserved) but the stack creates {nodes} nodes; use a /"
-                  f"{cidrs.prefix_for(nodes + cidrs.SUBNET_RESERVED_ADDRESSES)} or wider")
-        pods = ipaddress.IPv4Network(net.podsCidr)
-        per_node = 2 ** (32 - cidrs.POD_RANGE_PREFIX_PER_NODE)
-        if pods.num_addresses // per_node < nodes:
-            _fail("network.podsCidr", net.podsCidr,
-                  f"GKE gives each node a /{cidrs.POD_RANGE_PREFIX_PER_NODE} of it ({cidrs.MAX_PODS_PER_NODE} pods "
-                  f"per node, {cidrs.POD_RANGE_SOURCE}), so a /{pods.prefixlen} serves "
-                  f"{pods.num_addresses // per_node} nodes but the stack creates {nodes}; use a /"
-                  f"{cidrs.prefix_for(nodes * per_node)} or wider")
-
-    def _check_staging_space(self) -> None:
+        _check_ranges("network.nodesCidr", self.network.nodesCidr, "network.podsCidr", self.network.podsCidr,
+                      nodes, f"the stack creates {nodes} nodes")
         most = catalog.STAGING_MAX_PODS
-        net = self.network
-        nodes = ipaddress.IPv4Network(net.stagingNodesCidr)
-        usable = nodes.num_addresses - cidrs.SUBNET_RESERVED_ADDRESSES
-        if usable < most:
-            _fail("network.stagingNodesCidr", net.stagingNodesCidr,
-                  f"a /{nodes.prefixlen} holds {usable} node addresses but storage.stagingPods may ask for {most} "
-                  f"staging nodes; use a /{cidrs.prefix_for(most + cidrs.SUBNET_RESERVED_ADDRESSES)} or wider")
-        pods = ipaddress.IPv4Network(net.stagingPodsCidr)
-        per_node = 2 ** (32 - cidrs.POD_RANGE_PREFIX_PER_NODE)
-        if pods.num_addresses // per_node < most:
-            _fail("network.stagingPodsCidr", net.stagingPodsCidr,
-                  f"GKE gives each node a /{cidrs.POD_RANGE_PREFIX_PER_NODE} of it ({cidrs.POD_RANGE_SOURCE}), so a "
-                  f"/{pods.prefixlen} serves {pods.num_addresses // per_node} staging nodes but storage.stagingPods "
-                  f"may ask for {most}; use a /{cidrs.prefix_for(most * per_node)} or wider")
+        _check_ranges("network.stagingNodesCidr", self.network.stagingNodesCidr, "network.stagingPodsCidr",
+                      self.network.stagingPodsCidr, most, f"storage.stagingPods may ask for {most} staging nodes")
 
     def _check_session(self) -> None:
         b = self.benchmark

@@ -54,19 +54,8 @@ class Network(Component):
             routing_mode="REGIONAL",
             opts=self.child(),
         )
-        self.subnet = gcp.compute.Subnetwork(
-            f"{name}-nodes",
-            name=f"{args.name}-nodes",
-            network=self.vpc.id,
-            region=args.region,
-            ip_cidr_range=args.nodes_cidr,
-            private_ip_google_access=True,
-            secondary_ip_ranges=[
-                gcp.compute.SubnetworkSecondaryIpRangeArgs(range_name=PODS_RANGE, ip_cidr_range=args.pods_cidr),
-                gcp.compute.SubnetworkSecondaryIpRangeArgs(range_name=SERVICES_RANGE, ip_cidr_range=args.services_cidr),
-            ],
-            opts=self.child(),
-        )
+        self.subnet = self._subnet(name, "nodes", args, args.nodes_cidr,
+                                   {PODS_RANGE: args.pods_cidr, SERVICES_RANGE: args.services_cidr})
         self.proxy_only_subnet = gcp.compute.Subnetwork(
             f"{name}-proxy-only",
             name=f"{args.name}-proxy-only",
@@ -80,51 +69,50 @@ class Network(Component):
         self.router = gcp.compute.Router(
             f"{name}-router", name=f"{args.name}-router", network=self.vpc.id, region=args.region, opts=self.child()
         )
-        self.nat = gcp.compute.RouterNat(
-            f"{name}-nat",
-            name=f"{args.name}-nat",
-            router=self.router.name,
-            region=args.region,
-            nat_ip_allocate_option="AUTO_ONLY",
-            source_subnetwork_ip_ranges_to_nat="LIST_OF_SUBNETWORKS",
-            subnetworks=[gcp.compute.RouterNatSubnetworkArgs(name=self.subnet.self_link,
-                                                             source_ip_ranges_to_nats=["ALL_IP_RANGES"])],
-            log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter="ERRORS_ONLY"),
-            opts=self.child(),
-        )
-        self.staging_subnet = gcp.compute.Subnetwork(
-            f"{name}-staging",
-            name=f"{args.name}-staging",
-            network=self.vpc.id,
-            region=args.region,
-            ip_cidr_range=args.staging_nodes_cidr,
-            private_ip_google_access=True,
-            secondary_ip_ranges=[gcp.compute.SubnetworkSecondaryIpRangeArgs(
-                range_name=STAGING_PODS_RANGE, ip_cidr_range=args.staging_pods_cidr)],
-            opts=self.child(),
-        )
+        self.nat = self._nat(name, "nat", args, self.subnet, nat_ip_allocate_option="AUTO_ONLY")
+        self.staging_subnet = self._subnet(name, "staging", args, args.staging_nodes_cidr,
+                                           {STAGING_PODS_RANGE: args.staging_pods_cidr})
         # Owned by the stack: `pulumi destroy` releases them after the NAT section that uses them.
         self.staging_addresses = [
             gcp.compute.Address(f"{name}-staging-ip-{i}", name=f"{args.name}-staging-{i}", region=args.region,
                                 address_type="EXTERNAL", opts=self.child())
             for i in range(args.staging_addresses)
         ]
-        self.staging_nat = gcp.compute.RouterNat(
-            f"{name}-staging-nat",
-            name=f"{args.name}-staging-nat",
-            router=self.router.name,
-            region=args.region,
-            nat_ip_allocate_option="MANUAL_ONLY",
-            nat_ips=[address.self_link for address in self.staging_addresses],
-            source_subnetwork_ip_ranges_to_nat="LIST_OF_SUBNETWORKS",
-            subnetworks=[gcp.compute.RouterNatSubnetworkArgs(name=self.staging_subnet.self_link,
-                                                             source_ip_ranges_to_nats=["ALL_IP_RANGES"])],
+        self.staging_nat = self._nat(
+            name, "staging-nat", args, self.staging_subnet,
+            nat_ip_allocate_option="MANUAL_ONLY", nat_ips=[address.self_link for address in self.staging_addresses],
             # Static allocation: each VM keeps the ports it reserved, on one address (catalog).
-            enable_dynamic_port_allocation=False,
-            min_ports_per_vm=catalog.NAT_MIN_PORTS_PER_VM_ONE_ADDRESS,
-            log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter="ERRORS_ONLY"),
-            opts=self.child(),
-        )
+            enable_dynamic_port_allocation=False, min_ports_per_vm=catalog.NAT_MIN_PORTS_PER_VM_ONE_ADDRESS)
         self.finish(network=self.vpc.self_link, subnetwork=self.subnet.self_link,
                     staging_subnetwork=self.staging_subnet.self_link,
                     staging_addresses=[a.address for a in self.staging_addresses])
+
+    def _subnet(self, name: str, suffix: str, args: NetworkArgs, cidr: str,
+                secondary: dict[str, str]) -> gcp.compute.Subnetwork:
+        return gcp.compute.Subnetwork(
+            f"{name}-{suffix}",
+            name=f"{args.name}-{suffix}",
+            network=self.vpc.id,
+            region=args.region,
+            ip_cidr_range=cidr,
+            private_ip_google_access=True,
+            secondary_ip_ranges=[gcp.compute.SubnetworkSecondaryIpRangeArgs(range_name=r, ip_cidr_range=c)
+                                 for r, c in secondary.items()],
+            opts=self.child(),
+        )
+
+    def _nat(self, name: str, suffix: str, args: NetworkArgs, subnet: gcp.compute.Subnetwork,
+             **allocation) -> gcp.compute.RouterNat:
+        """A NAT section for all ranges of one subnet (catalog.NAT_ONE_SECTION_RULE: none may name them all)."""
+        return gcp.compute.RouterNat(
+            f"{name}-{suffix}",
+            name=f"{args.name}-{suffix}",
+            router=self.router.name,
+            region=args.region,
+            source_subnetwork_ip_ranges_to_nat="LIST_OF_SUBNETWORKS",
+            subnetworks=[gcp.compute.RouterNatSubnetworkArgs(name=subnet.self_link,
+                                                             source_ip_ranges_to_nats=["ALL_IP_RANGES"])],
+            log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter="ERRORS_ONLY"),
+            opts=self.child(),
+            **allocation,
+        )

@@ -249,8 +249,8 @@ def test_the_hub_limit_is_min_of_pods_and_addresses_times_the_per_address_rate(p
     ({"storage__stagingPods": -1}, "kimi-k3-1:storage.stagingPods = '-1': input should be greater than or equal to 1"),
     ({"storage__stagingPods": 9}, "kimi-k3-1:storage.stagingPods = '9': input should be less than or equal to 8"),
     ({"network__stagingNodesCidr": "10.9.2.0/29"},
-     "kimi-k3-1:network.stagingNodesCidr = '10.9.2.0/29': a /29 holds 4 node addresses but storage.stagingPods "
-     "may ask for 8 staging nodes; use a /28 or wider"),
+     "kimi-k3-1:network.stagingNodesCidr = '10.9.2.0/29': a /29 holds 4 node addresses (4 of 8 are reserved) but "
+     "storage.stagingPods may ask for 8 staging nodes; use a /28 or wider"),
     ({"network__stagingPodsCidr": "10.9.16.0/22"},
      "kimi-k3-1:network.stagingPodsCidr = '10.9.16.0/22': GKE gives each node a /24 of it"),
     ({"network__stagingNodesCidr": "10.0.1.0/24"},
