@@ -227,8 +227,9 @@ HYPERDISK_ML_MAX_MIBPS = 2_097_152
 """Hyperdisk ML limits: 4 GiB-64 TiB (https://cloud.google.com/compute/docs/disks/hd-types/hyperdisk-ml), and
 400-2,097,152 MiB/s per volume: "The maximum throughput for a Hyperdisk ML disk is increased to 2,097,152 MiB/s
 from 1,200,000 MiB/s" (Compute Engine release notes, March 31, 2026,
-https://docs.cloud.google.com/compute/docs/release-notes; the Hyperdisk ML page still said 1,200,000 in the copy
-we read)."""
+https://docs.cloud.google.com/compute/docs/release-notes; the Hyperdisk overview lists "Throughput : 2,097,152
+MiB/s" and read-only attachment "to up to 2,500 instances", https://docs.cloud.google.com/compute/docs/disks/hyperdisks;
+the Hyperdisk ML page still said 1,200,000 in the copy we read)."""
 
 HYPERDISK_PER_VM_READ_MIBPS = 2400
 """Assumption, not a published limit: how fast one node reads a Hyperdisk ML volume. Google publishes per-instance
