@@ -6,6 +6,17 @@ Endpoints (shapes as huggingface_hub 2.4.0 reads them, `hf_api.py` ModelInfo/Rep
   GET|HEAD /<repo>/resolve/<rev>/<path>               -> the bytes, 206 for a Range request
 Errors carry X-Error-Code (GatedRepo, RepoNotFound, RevisionNotFound, EntryNotFound) like the real Hub,
 which `huggingface_hub.utils.hf_raise_for_status` maps to typed errors.
+
+With `xet=True` the LFS files are also Xet-backed, as the Hub serves them today, and the same server is their
+Xet CAS (what hf_xet 1.8.0 calls, shapes from huggingface/xet-core `spec/api.md`, `spec/download_protocol.md`,
+`spec/xorb.md`):
+  resolve answers carry X-Xet-Hash and X-Xet-Refresh-Route (huggingface_hub `utils/_xet.py`
+  parse_xet_file_data_from_response)
+  GET /api/models/<repo>/xet-read-token/<rev>          -> X-Xet-Cas-Url, X-Xet-Access-Token, X-Xet-Token-Expiration
+  GET /v1/reconstructions/<file hash> [Range]          -> {offset_into_first_range, terms, fetch_info}
+  GET /xorbs/<xorb hash> Range                         -> the xorb's bytes: uncompressed chunks, 8-byte headers
+(/v2/reconstructions answers 404: hf_xet then asks v1.) Each file is its own xorbs of XORB_CHUNKS chunks of
+XET_CHUNK bytes, built on the fly from the file's bytes.
 """
 
 from __future__ import annotations
@@ -21,11 +32,17 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.loopback_http import send_json
 
 BLOCK = 1 << 16
+XET_CHUNK = 1 << 16
+"""Bytes per Xet chunk (the protocol's target chunk size is 64 KiB, huggingface/xet-core `spec/xorb.md`)."""
+XORB_CHUNKS = 64
+"""Chunks per xorb: 4 MiB xorbs, so a test file spans several."""
+XET_TOKEN = "xet-read-token-for-tests"
+XET_URL_SIGNATURE = "signed-for-tests"
 _BASE = hashlib.shake_256(b"fake hub content").digest(BLOCK)
 _TAIL = _BASE[16:]
 
@@ -100,6 +117,10 @@ class Stats:
     """Hub clock time of every 429 answered inside a rate-limit window."""
     first_after_window: Optional[float] = None
     """Hub clock time of the first request answered after the window closed."""
+    xet_served: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """Bytes of file content sent per path through the Xet CAS (chunk payloads, headers not counted)."""
+    xet_reconstructions: list[tuple[str, Optional[str]]] = field(default_factory=list)
+    """(path, Range header) of every reconstruction query."""
     first_file_at: Optional[float] = None
     last_file_end_at: Optional[float] = None
     """time.monotonic() of the first file request and of the end of the last file body sent."""
@@ -150,8 +171,11 @@ class FakeHub:
     egress IPs)."""
 
     def __init__(self, repos: dict[str, FakeRepo], tokens: set[str] = frozenset(), host: str = "127.0.0.1",
-                 per_client_bytes_s: Optional[float] = None):
+                 per_client_bytes_s: Optional[float] = None, xet: bool = False):
         self.repos, self.tokens = repos, set(tokens)
+        self.xet = xet
+        self.xet_faults: list = []
+        """Actions for the next xorb requests, one each: a status (500, 503), or "corrupt" to flip a byte."""
         self.faults: dict[str, list] = defaultdict(list)
         self.stats = Stats()
         self._lock = threading.Lock()
@@ -204,6 +228,19 @@ class FakeHub:
         if delay > 0:
             time.sleep(delay)
 
+    def xet_file(self, file_hash: str) -> Optional[tuple[str, FakeFile]]:
+        for repo in self.repos.values():
+            for path, file in repo.files.items():
+                if file.lfs and xet_hash(file) == file_hash:
+                    return path, file
+        return None
+
+    def next_xet_fault(self):
+        with self._lock:
+            if not self.xet_faults:
+                return None
+            return self.xet_faults[0] if self.xet_faults[0] == "fail" else self.xet_faults.pop(0)
+
     def next_fault(self, path: str):
         with self._lock:
             queue = self.faults.get(path)
@@ -249,7 +286,29 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return
             api = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/([^/]+)", path)
             resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
-            if api:
+            token = re.fullmatch(r"/api/models/([^/]+/[^/]+)/xet-read-token/([^/]+)", path)
+            reconstruction = re.fullmatch(r"/v1/reconstructions/([0-9a-f]{64})", path)
+            xorb = re.fullmatch(r"/xorbs/([0-9a-f]{64})/(\d+)", path)
+            signed = parse_qs(urlsplit(self.path).query).get("sig") == [XET_URL_SIGNATURE]
+            if hub.xet and token:
+                if self._repo(token.group(1), token.group(2)):
+                    self.send_response(200)
+                    self.send_header("X-Xet-Cas-Url", hub.url)
+                    self.send_header("X-Xet-Access-Token", XET_TOKEN)
+                    self.send_header("X-Xet-Token-Expiration", str(int(time.time()) + 3600))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+            elif hub.xet and reconstruction:
+                if self.headers.get("Authorization") != f"Bearer {XET_TOKEN}":
+                    self._error(401, None, "Xet token missing or invalid")
+                else:
+                    self._reconstruction(reconstruction.group(1))
+            elif hub.xet and xorb:
+                if not signed:  # presigned URLs carry their authorization (spec/download_protocol.md)
+                    self._error(403, None, "URL not signed")
+                else:
+                    self._xorb(xorb.group(1), int(xorb.group(2)))
+            elif api:
                 with hub._lock:
                     hub.stats.api_requests += 1
                 repo = self._repo(api.group(1), api.group(2))
@@ -267,7 +326,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             else:
                 self._error(404, None, "Not Found")
 
+        _repo_id = ""
+
         def _repo(self, repo_id: str, revision: str) -> Optional[FakeRepo]:
+            self._repo_id = repo_id
             auth = self.headers.get("Authorization", "")
             token = auth[len("Bearer "):] if auth.startswith("Bearer ") else None
             if token is not None and token not in hub.tokens:
@@ -303,6 +365,59 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if self.command != "HEAD":
                 self.wfile.write(data)
 
+        # Xet CAS -------------------------------------------------------------------------
+        def _reconstruction(self, file_hash: str) -> None:
+            found = hub.xet_file(file_hash)
+            if found is None:
+                self._error(404, None, "File not found")
+                return
+            path, file = found
+            with hub._lock:
+                hub.stats.xet_reconstructions.append((path, self.headers.get("Range")))
+            start, end = 0, file.size - 1
+            match = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+            if match:
+                start, end = int(match.group(1)), min(int(match.group(2)), file.size - 1)
+            first, last = start // XET_CHUNK, end // XET_CHUNK
+            terms, fetch_info = [], {}
+            for index in range(first // XORB_CHUNKS, last // XORB_CHUNKS + 1):
+                lo = index * XORB_CHUNKS
+                a, b = max(lo, first) - lo, min(lo + XORB_CHUNKS - 1, last) - lo + 1
+                name = xorb_hash(file, index)
+                sizes = _chunk_sizes(file, index)
+                terms.append({"hash": name, "unpacked_length": sum(sizes[a:b]), "range": {"start": a, "end": b}})
+                fetch_info[name] = [{"range": {"start": a, "end": b},
+                                     "url": f"{hub.url}/xorbs/{name}/{index}?sig={XET_URL_SIGNATURE}",
+                                     "url_range": {"start": sum(8 + n for n in sizes[:a]),
+                                                   "end": sum(8 + n for n in sizes[:b]) - 1}}]
+            self._json(200, {"offset_into_first_range": start - first * XET_CHUNK, "terms": terms,
+                             "fetch_info": fetch_info})
+
+        def _xorb(self, name: str, index: int) -> None:
+            found = next(((p, f) for p, f in ((p, f) for r in hub.repos.values() for p, f in r.files.items())
+                          if f.lfs and xorb_hash(f, index) == name), None)
+            match = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+            if found is None or match is None:
+                self._error(404 if found is None else 403, None, "xorbs are read by range")
+                return
+            fault = hub.next_xet_fault()
+            if fault in (500, 503, "fail"):
+                self._error(500 if fault == "fail" else fault, None, "injected")
+                return
+            path, file = found
+            data = _xorb_bytes(file, index)
+            a, b = int(match.group(1)), min(int(match.group(2)), len(data) - 1)
+            body = data[a:b + 1]
+            if fault == "corrupt":  # a byte of the first chunk's data (ranges start at a chunk header)
+                body = body[:100] + bytes([body[100] ^ 0xFF]) + body[101:]
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {a}-{b}/{len(data)}")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            with hub._lock:
+                hub.stats.xet_served[path] += len(body) - 8 * _headers_in(file, index, a, b)
+
         def _file(self, repo: FakeRepo, path: str, file: FakeFile, head: bool) -> None:
             range_header = self.headers.get("Range")
             fault = None if head else hub.next_fault(path)
@@ -331,6 +446,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if file.lfs:
                 self.send_header("X-Linked-Size", str(file.size))
                 self.send_header("X-Linked-Etag", f'"{file.sha256}"')
+            if file.lfs and hub.xet:
+                self.send_header("X-Xet-Hash", xet_hash(file))
+                self.send_header("X-Xet-Refresh-Route",
+                                 f"{hub.url}/api/models/{self._repo_id}/xet-read-token/{repo.commit}")
             self.end_headers()
             if head:
                 return
@@ -353,3 +472,38 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             hub.count(path, sent)
 
     return Handler
+
+
+def xet_hash(file: FakeFile) -> str:
+    """The file's Xet hash in this fake (the real one is a Merkle hash over its chunks; hf_xet only passes it on)."""
+    return hashlib.sha256(f"xet file {file.sha256}".encode()).hexdigest()
+
+
+def xorb_hash(file: FakeFile, index: int) -> str:
+    return hashlib.sha256(f"xorb {index} of {file.sha256}".encode()).hexdigest()
+
+
+def _chunk_sizes(file: FakeFile, index: int) -> list[int]:
+    start = index * XORB_CHUNKS * XET_CHUNK
+    end = min(file.size, start + XORB_CHUNKS * XET_CHUNK)
+    return [min(XET_CHUNK, file.size - offset) for offset in range(start, end, XET_CHUNK)]
+
+
+def _xorb_bytes(file: FakeFile, index: int) -> bytes:
+    """Chunks stored uncompressed: version 0, 3-byte little-endian sizes, compression type 0 (spec/xorb.md)."""
+    parts, offset = [], index * XORB_CHUNKS * XET_CHUNK
+    for size in _chunk_sizes(file, index):
+        parts += [bytes([0]) + size.to_bytes(3, "little") + bytes([0]) + size.to_bytes(3, "little"),
+                  file.data(offset, size)]
+        offset += size
+    return b"".join(parts)
+
+
+def _headers_in(file: FakeFile, index: int, start: int, end: int) -> int:
+    """Chunk headers inside bytes start..end of a xorb."""
+    count, position = 0, 0
+    for size in _chunk_sizes(file, index):
+        if start <= position <= end:
+            count += 1
+        position += 8 + size
+    return count

@@ -111,10 +111,10 @@ def assert_not_verified(bucket: str, dest: str) -> None:
     assert sidecar(dest) + "manifest.json" not in objects(bucket, sidecar(dest)), "no manifest, no claim of a copy"
 
 
-def fake_hub(gated: bool = True, **file_changes) -> FakeHub:
+def fake_hub(gated: bool = True, xet: bool = False, **file_changes) -> FakeHub:
     repo_files = files()
     repo_files.update(file_changes)
-    return FakeHub({REPO: FakeRepo(repo_files, gated=gated, allowed={TOKEN})}, tokens={TOKEN, OTHER_TOKEN})
+    return FakeHub({REPO: FakeRepo(repo_files, gated=gated, allowed={TOKEN})}, tokens={TOKEN, OTHER_TOKEN}, xet=xet)
 
 
 def test_full_copy_is_verified_and_a_rerun_transfers_nothing(gcs):
@@ -162,6 +162,52 @@ def test_interrupted_run_resumes_with_only_the_missing_files(gcs):
         assert report.copied_files == len(missing) and report.copied_bytes == sum(missing.values())
         assert {p: n - before.get(p, 0) for p, n in hub.stats.served.items() if n != before.get(p, 0)} == missing
         assert_exactly_the_commit(hub, dest)
+
+
+def lfs_sizes(hub: FakeHub) -> dict[str, int]:
+    return {p: f.size for p, f in hub.repos[REPO].files.items() if f.lfs}
+
+
+def test_xet_backed_files_come_through_hf_xet_and_are_verified(gcs):
+    """The Hub serves LFS files through Xet: the copier reads them with hf_xet's stream (the real client against a
+    loopback CAS), hashes them as it does HTTP bytes, and reads the files stored in git over HTTP."""
+    bucket = new_bucket(gcs)
+    with fake_hub(xet=True) as hub:
+        dest = f"gs://{bucket}/x/{hub.repos[REPO].commit}/"
+        report, lines = run(hub, dest)
+        assert_exactly_the_commit(hub, dest)
+        assert dict(hub.stats.xet_served) == lfs_sizes(hub), "every LFS byte once, through Xet"
+        assert {p for p, _ in hub.stats.requests} == {p for p, f in hub.repos[REPO].files.items() if not f.lfs}
+        assert "files read through Xet 3 (fell back to HTTP 0), over HTTP 2" in lines[-1], lines[-1]
+        served = dict(hub.stats.xet_served)
+        again, _ = run(hub, dest)
+        assert again.copied_bytes == 0 and dict(hub.stats.xet_served) == served
+
+
+def test_a_failing_xet_cas_falls_back_to_http_and_the_copy_completes(gcs, monkeypatch):
+    monkeypatch.setenv("HF_XET_CLIENT_RETRY_MAX_ATTEMPTS", "1")  # hf_xet's own retries, kept short here
+    monkeypatch.setenv("HF_XET_CLIENT_RETRY_BASE_DELAY", "10ms")
+    bucket = new_bucket(gcs)
+    with fake_hub(xet=True) as hub:
+        hub.xet_faults = ["fail"]  # every xorb request answers 500
+        dest = f"gs://{bucket}/f/"
+        report, lines = run(hub, dest)
+        assert_exactly_the_commit(hub, dest)
+        assert not hub.stats.xet_served and dict(hub.stats.served) == {
+            p: f.size for p, f in hub.repos[REPO].files.items()}
+        assert "files read through Xet 3 (fell back to HTTP 3), over HTTP 2" in lines[-1], lines[-1]
+
+
+def test_corrupted_xet_bytes_fail_the_run_and_write_nothing(gcs):
+    from tools.staging import IntegrityError
+
+    bucket = new_bucket(gcs)
+    with fake_hub(xet=True) as hub:
+        hub.xet_faults = ["corrupt"]  # one flipped byte in the first xorb served
+        with pytest.raises(IntegrityError, match=r": SHA-256 of the bytes received is"):
+            run(hub, f"gs://{bucket}/c/", workers=1)
+    assert not [n for n in objects(bucket, "c/") if n.endswith(".safetensors") or n.endswith(".model")]
+    assert_not_verified(bucket, f"gs://{bucket}/c/")
 
 
 def test_429s_5xx_and_cut_connections_resume_mid_file(gcs):

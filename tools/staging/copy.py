@@ -118,8 +118,10 @@ def stage(repo_id: str, revision: str, dest_uri: str, *, workers: int = 8, token
                                "into the folder?")
     ledger.write_manifest(repo_id, files, sidecar)
     seconds = time.monotonic() - started
+    via = hub.transfers
     log(f"staged: {dest.uri} holds exactly the verified files of {repo_id}@{commit}; {human_bytes(copied_bytes)} "
         f"transferred by this copier in {human_seconds(seconds)} ({human_bytes(copied_bytes / max(seconds, 1e-6))}/s); "
+        f"files read through Xet {via['xet']} (fell back to HTTP {via['xet_fell_back']}), over HTTP {via['http']}; "
         f"manifest {_uri(dest, ledger.manifest_name)}")
     return Report(commit, len(files), copied_files, copied_bytes, total, seconds, _uri(dest, ledger.manifest_name))
 

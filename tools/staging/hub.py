@@ -1,5 +1,10 @@
 """Hugging Face Hub side of the copier: one revision's files with the hashes the Hub publishes, and each
-file's bytes as a stream that resumes cut connections with HTTP Range requests and verifies what it hands on.
+file's bytes as a stream that resumes cut connections and verifies what it hands on.
+
+LFS files the Hub serves through Xet are read with hf_xet's ordered stream (XetDownloadStreamGroup, hf_xet
+1.8.0, the pinned huggingface_hub's transfer path), resumed from the last byte received; every other file, and
+the rest of a file whose Xet stream keeps failing, comes over HTTP `resolve` with Range requests. Either way the
+copier computes the SHA-256 and CRC32C of the bytes itself.
 
 Error mapping follows `huggingface_hub.utils.hf_raise_for_status` (the Hub's `X-Error-Code` header:
 GatedRepo, RepoNotFound, RevisionNotFound), huggingface_hub 2.4.0 `utils/_http.py`.
@@ -15,6 +20,7 @@ import random
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -31,7 +37,9 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+from huggingface_hub.file_download import get_hf_file_metadata
 from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
+from huggingface_hub.utils._runtime import is_xet_available
 
 from . import IntegrityError, StagingError
 
@@ -41,6 +49,14 @@ RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 READ_BYTES = 1 << 20
 """Bytes taken from the socket at a time: hashed right away, while they are in the CPU's cache (16 MiB blocks
 are not: hashing them afterwards costs half as much again per byte on the development machine)."""
+XET_TRIES = 3
+"""Failed Xet streams in a row (hf_xet retries inside each) before the rest of a file comes over HTTP."""
+XET_CONFIG = (("reconstruction.download_buffer_size", 256_000_000),
+              ("reconstruction.download_buffer_limit", 512_000_000),
+              ("reconstruction.download_buffer_perfile_size", 64_000_000),
+              ("reconstruction.min_prefetch_buffer", 64_000_000))
+"""hf_xet's download buffers, bounded for the copier (hf_xet 1.8.0 defaults: 1.58 GB, 6.31 GB, 392 MB and
+1 GB, XetConfig().items()), so memory stays bounded whatever the file size."""
 READ_AHEAD_BYTES = 16 << 20
 """Bytes fetched ahead of the upload per file (one 16 MiB upload request), so download and upload overlap."""
 TIMEOUT = httpx2.Timeout(connect=30.0, read=120.0, write=60.0, pool=60.0)
@@ -140,8 +156,13 @@ class Hub:
     """The Hub at `endpoint` (default: HF_ENDPOINT, else huggingface.co) with an optional token (default: HF_TOKEN)."""
 
     def __init__(self, repo_id: str, token: Optional[str] = None, endpoint: Optional[str] = None,
-                 backoff: Backoff = Backoff()):
+                 backoff: Backoff = Backoff(), xet: bool = True):
         self.repo_id = repo_id
+        self.xet_enabled = xet and is_xet_available()
+        self.transfers: Counter[str] = Counter()
+        """Files opened through Xet ("xet") or HTTP ("http"), and Xet streams that fell back to HTTP."""
+        self._xet_lock = threading.Lock()
+        self._group: Any = None
         self.api = HfApi(endpoint=endpoint, token=token)
         self.endpoint = self.api.endpoint
         self.token = token
@@ -212,7 +233,53 @@ class Hub:
     def open(self, commit: str, file: HubFile, cancelled: threading.Event, on_bytes: Callable[[int], None],
              block_bytes: int) -> HubStream:
         url = hf_hub_url(self.repo_id, file.path, revision=commit, endpoint=self.endpoint)
-        return HubStream(self, url, file, commit, cancelled, on_bytes, block_bytes)
+        xet = self.xet_file(url, file)
+        self.count("xet" if xet is not None else "http")
+        return HubStream(self, url, file, commit, cancelled, on_bytes, block_bytes, xet)
+
+    # Xet ---------------------------------------------------------------------------------------
+    def xet_file(self, url: str, file: HubFile) -> Any:
+        """The Xet hash and token route of an LFS file the Hub serves through Xet, from a HEAD of its resolve URL
+        (huggingface_hub's get_hf_file_metadata, as hf_hub_download finds it: `file_download.py` HfFileMetadata
+        xet_file_data); None for files in git, without hf_xet, with HF_HUB_DISABLE_XET, or when the HEAD fails
+        (the HTTP path then meets the same answer and explains or waits it out)."""
+        if file.lfs_sha256 is None or not self.xet_enabled:
+            return None
+        try:
+            return get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint,
+                                        timeout=TIMEOUT.read).xet_file_data
+        except Exception:  # noqa: BLE001 - any failure here leaves the file to the HTTP path
+            return None
+
+    def xet_stream(self, data: Any, file: HubFile, start: int) -> Any:
+        """The file's bytes from `start` on, in order, from the Xet CAS (hf_xet XetDownloadStreamGroup)."""
+        from hf_xet import XetFileInfo  # noqa: PLC0415 - only where the Hub serves Xet
+
+        return self._xet_group(data).download_stream(XetFileInfo(data.file_hash, file.size), start=start or None)
+
+    def _xet_group(self, data: Any) -> Any:
+        """One stream group per copier (one CAS connection pool), with a read token for the commit that hf_xet
+        refreshes from the Hub's token route; its download buffers bounded (XET_CONFIG)."""
+        with self._xet_lock:
+            if self._group is None:
+                from hf_xet import XetConfig, XetSession  # noqa: PLC0415
+                from huggingface_hub.utils._xet import (  # noqa: PLC0415
+                    refresh_xet_connection_info,
+                    xet_headers_without_auth,
+                )
+
+                headers = build_hf_headers(token=self.token)
+                info = refresh_xet_connection_info(file_data=data, headers=headers)
+                session = XetSession(config=XetConfig().with_config(dict(XET_CONFIG)))
+                self._group = session.new_download_stream_group(
+                    endpoint=info.endpoint, token=info.access_token, token_expiry_unix_secs=info.expiration_unix_epoch,
+                    token_refresh_url=data.refresh_route, token_refresh_headers=headers,
+                    custom_headers=xet_headers_without_auth(headers))
+            return self._group
+
+    def count(self, what: str) -> None:
+        with self._xet_lock:
+            self.transfers[what] += 1
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:
@@ -253,7 +320,8 @@ class HubStream(io.RawIOBase):
     each). Headers, URL and error mapping are huggingface_hub's."""
 
     def __init__(self, hub: Hub, url: str, file: HubFile, commit: str, cancelled: threading.Event,
-                 on_bytes: Callable[[int], None], block_bytes: int, read_ahead: int = READ_AHEAD_BYTES):
+                 on_bytes: Callable[[int], None], block_bytes: int, xet: Any = None,
+                 read_ahead: int = READ_AHEAD_BYTES):
         super().__init__()
         self.hub, self.url, self.file, self.commit = hub, url, file, commit
         self.cancelled, self.on_bytes = cancelled, on_bytes
@@ -270,6 +338,13 @@ class HubStream(io.RawIOBase):
         self.requests = 0
         self._session: Any = None
         self._response: Any = None
+        self.xet = xet
+        """The file's Xet hash and token route when the Hub serves it through Xet; None: HTTP."""
+        self._xet_stream: Any = None
+        self._xet_leftover = b""
+        self._xet_failures = 0
+        self.xet_error = ""
+        """The last failure of the Xet stream, if any."""
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, read_ahead // block_bytes))
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -389,27 +464,71 @@ class HubStream(io.RawIOBase):
             if self.cancelled.is_set() or self._stop.is_set():
                 raise StagingError(f"{self.file.path}: cancelled")
             try:
-                if self._response is None:
-                    self._connect()
-                piece = self._response.raw.read(min(READ_BYTES, count - got), decode_content=True)
-                if not piece:
-                    raise _RetryError(f"connection ended at byte {self.fetched} of {self.file.size}")
-                self._hashing.put(piece)
-                self.crc32c.update(piece)  # here: the SHA-256 alone keeps the hashing thread busy
-                parts.append(piece)
-                got += len(piece)
-                self.fetched += len(piece)
-                self.on_bytes(len(piece))
-                retrier.progressed()
-            except (_RetryError, requests.RequestException, urllib3.exceptions.HTTPError, OSError) as err:
+                piece = self._xet_read(count - got) if self.xet is not None else self._http_read(count - got)
+            except StagingError:
+                raise
+            except Exception as err:  # noqa: BLE001 - hf_xet raises its own kinds (it retries inside)
+                if self.xet is not None:
+                    self._xet_failed(err)
+                    continue
+                if not isinstance(err, (_RetryError, requests.RequestException, urllib3.exceptions.HTTPError,
+                                        OSError)):
+                    raise
                 self._disconnect()
                 retrier.failed(getattr(err, "status", None), getattr(err, "retry_after", None),
                                f"{self.file.path} at byte {self.fetched} of {self.file.size} ({err})")
+                continue
+            self._hashing.put(piece)
+            self.crc32c.update(piece)  # here: the SHA-256 alone keeps the hashing thread busy
+            parts.append(piece)
+            got += len(piece)
+            self.fetched += len(piece)
+            self.on_bytes(len(piece))
+            retrier.progressed()
+            self._xet_failures = 0
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _http_read(self, limit: int) -> bytes:
+        if self._response is None:
+            self._connect()
+        piece = self._response.raw.read(min(READ_BYTES, limit), decode_content=True)
+        if not piece:
+            raise _RetryError(f"connection ended at byte {self.fetched} of {self.file.size}")
+        return piece
+
+    def _xet_read(self, limit: int) -> bytes:
+        """Up to `limit` bytes from the file's Xet stream (opened at the first byte not yet received): a piece as
+        hf_xet hands it over (xorb-sized, already out of the cache), cut only at a block boundary."""
+        if not self._xet_leftover:
+            if self._xet_stream is None:
+                self._xet_stream = self.hub.xet_stream(self.xet, self.file, self.fetched)
+            chunk = next(self._xet_stream, None)
+            if not chunk:
+                raise _RetryError(f"the Xet stream ended at byte {self.fetched} of {self.file.size}")
+            self._xet_leftover = chunk
+        if len(self._xet_leftover) <= limit:
+            piece, self._xet_leftover = self._xet_leftover, b""
+        else:
+            piece, self._xet_leftover = self._xet_leftover[:limit], self._xet_leftover[limit:]
+        return piece
+
+    def _xet_failed(self, err: Exception) -> None:
+        """A failed Xet stream is opened again from the last byte received; after XET_TRIES failures in a row the
+        rest of the file comes over HTTP (Range from the same byte)."""
+        self._disconnect()
+        self._xet_failures += 1
+        self.xet_error = f"{type(err).__name__}: {err}"
+        if self._xet_failures >= XET_TRIES:
+            self.xet = None
+            self.hub.count("xet_fell_back")
 
     def _check_end(self) -> None:
         """The Hub sent the size it publishes and not a byte more."""
-        if self._response is not None and self._response.raw.read(1, decode_content=True):
+        if self.xet is not None:
+            more = bool(self._xet_leftover) or next(self._xet_stream, None) if self._xet_stream is not None else False
+        else:
+            more = self._response is not None and self._response.raw.read(1, decode_content=True)
+        if more:
             raise IntegrityError(f"{self.file.path}: the Hub sent more than the {self.file.size} bytes it "
                                  "publishes; nothing was written for this file")
 
@@ -459,6 +578,9 @@ class HubStream(io.RawIOBase):
             count -= len(piece)
 
     def _disconnect(self) -> None:
+        stream, self._xet_stream, self._xet_leftover = self._xet_stream, None, b""
+        if stream is not None:
+            stream.cancel()
         response, self._response = self._response, None
         if response is not None:
             try:
