@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import background
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("KIMI_SHARED_DIR", ROOT.parent / "shared"))
 STACKS = ("gpu", "tpu")
@@ -102,12 +104,25 @@ def rendered(plan: Plan) -> Plan:
     return plan
 
 
+PLAN_JOB, VARIANTS_JOB = "plan", "variants"
+PLAN_FIXTURES = {"plan_root", "plans", "gpu", "tpu"}
+
+
+def start_fixture_plan() -> None:
+    """`python -m tools plan` of the fixture stacks, in a fresh interpreter exactly as users start it, once per
+    session (tests/background.py)."""
+    job = background.Job(PLAN_JOB)
+    job.start_once([sys.executable, "-m", "tools", "plan", "--quiet", "--out", str(job.folder / "out"),
+                    *fixture_stack_args()], cwd=ROOT)
+
+
 @pytest.fixture(scope="session")
-def plan_root(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("plan")
-    proc = run_plan_cli(out, *fixture_stack_args())
+def plan_root() -> Path:
+    start_fixture_plan()  # a no-op when collection started it
+    job = background.Job(PLAN_JOB)
+    proc = job.wait()
     assert proc.returncode == 0, proc.stderr
-    return out
+    return job.folder / "out"
 
 
 @pytest.fixture(scope="session")
@@ -199,24 +214,50 @@ class Variants:
         return Plan(self.out / name)
 
 
-@pytest.fixture(scope="session")
-def variants(tmp_path_factory) -> Variants:
-    folder = tmp_path_factory.mktemp("variants")
-    files = []
+def _write_variant_stacks(folder: Path) -> None:
     for name, (base, changes) in VARIANTS.items():
         config = dict(stack_document(base)["config"])
         config.update({f"kimi-k3-1:{key}": value for key, value in changes.items()})
-        files += ["--stack-file", str(write_stack(folder, name, config))]
-    proc = run_plan(folder / "out", *files)
+        write_stack(folder, name, config)
+
+
+def start_variants() -> None:
+    """Every variant in one `python -m tools plan` (one preload, a forked child per stack), once per session."""
+    job = background.Job(VARIANTS_JOB)
+    files = [arg for name in VARIANTS for arg in ("--stack-file", str(job.folder / f"Pulumi.{name}.yaml"))]
+    job.start_once([sys.executable, "-m", "tools", "plan", "--quiet", "--out", str(job.folder / "out"), *files],
+                   prepare=_write_variant_stacks, cwd=ROOT)
+
+
+@pytest.fixture(scope="session")
+def variants() -> Variants:
+    start_variants()  # a no-op when collection started it
+    job = background.Job(VARIANTS_JOB)
+    proc = job.wait()
     assert proc.returncode == 0, proc.stderr
-    return Variants(folder / "out", proc)
+    return Variants(job.folder / "out", proc)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's first process makes the folder its background jobs share (tests/background.py); pytest-xdist
+    workers, started after this, inherit it through the environment."""
+    if background.SHARED_ENV not in os.environ:
+        folder = tempfile.mkdtemp(prefix="kimi-tests-")
+        os.environ[background.SHARED_ENV] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start tests/test_report.py's real inference-perf run now, so it overlaps the plan rendering."""
+    """Start the session's shared background work (tests/background.py) the tests about to run need: the fixture
+    plan, the variants and tests/test_report.py's real inference-perf run, so they overlap the first tests."""
+    if session.config.option.collectonly:
+        return
+    needed = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    if needed & PLAN_FIXTURES:
+        start_fixture_plan()
+    if "variants" in needed:
+        start_variants()
     if any(item.nodeid.startswith("tests/test_report.py") for item in session.items):
         from tests import test_report
 
-        work = Path(tempfile.mkdtemp(prefix="kimi-perf-run-"))
-        session.config.add_cleanup(lambda: shutil.rmtree(work, ignore_errors=True))
-        test_report.start_run(work)
+        test_report.start_run()

@@ -7,12 +7,13 @@ import json
 import os
 import shutil
 import subprocess
-import threading
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import background
 from tests.conftest import ROOT
 from tests.fake_openai import FakeOpenAI
 from tools.live import report, report_runs
@@ -66,65 +67,57 @@ def perf_config(base_url: str, tokenizer: Path, out: Path) -> dict:
     }
 
 
-class PerfRun:
-    """One inference-perf run against the fake server, in a thread: tests/conftest.py starts it as soon as
-    collection ends, so it overlaps the plan rendering instead of adding its seconds to the suite."""
+PERF_JOB = "inference-perf"
+RUN_NAME = "gpu-20261130T060000Z"
 
-    def __init__(self, work: Path):
-        self.work, self.run = work, work / "gpu-20261130T060000Z"
-        self.error: str | None = None
-        self.requests = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> PerfRun:
-        self.thread.start()
-        return self
-
-    def _run(self) -> None:
-        python = PERF_VENV / "bin" / "python"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+def perf_run(work: Path) -> None:
+    """One inference-perf run against the fake server, in this process (`python -m tests.test_report WORK`, a
+    background job tests/conftest.py starts as soon as collection ends, so it overlaps the first tests instead of
+    adding its seconds to the suite). Writes WORK/result.json: the requests the server saw and any error."""
+    python = PERF_VENV / "bin" / "python"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    requests, error = 0, None
+    try:
+        subprocess.run([str(python), "-c", TOKENIZER, str(work / "tokenizer")], check=True, timeout=60,
+                       env={**env, "PYTHONPATH": str(ROOT / "tools" / "live")}, capture_output=True)
+        server = FakeOpenAI()
         try:
-            subprocess.run([str(python), "-c", TOKENIZER, str(self.work / "tokenizer")], check=True, timeout=60,
-                           env={**env, "PYTHONPATH": str(ROOT / "tools" / "live")}, capture_output=True)
-            server = FakeOpenAI()
-            try:
-                config = self.work / "config.yml"
-                config.write_text(yaml.safe_dump(perf_config(server.url, self.work / "tokenizer", self.run)))
-                proc = subprocess.run([str(python.with_name("inference-perf")), "--config_file", str(config)],
-                                      cwd=self.work, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-            finally:
-                server.close()
-            self.requests = server.requests
-            if proc.returncode != 0:
-                self.error = f"inference-perf exited {proc.returncode}: {proc.stdout[-3000:]}{proc.stderr[-3000:]}"
-        except (OSError, subprocess.SubprocessError) as err:
-            self.error = f"{type(err).__name__}: {err}"
-
-    def result(self) -> Path:
-        self.thread.join(RUN_TIMEOUT_S + 70)
-        assert not self.thread.is_alive(), "inference-perf run did not finish"
-        assert self.error is None, self.error
-        return self.run
+            config = work / "config.yml"
+            config.write_text(yaml.safe_dump(perf_config(server.url, work / "tokenizer", work / RUN_NAME)))
+            proc = subprocess.run([str(python.with_name("inference-perf")), "--config_file", str(config)],
+                                  cwd=work, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        finally:
+            server.close()
+        requests = server.requests
+        if proc.returncode != 0:
+            error = f"inference-perf exited {proc.returncode}: {proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    except (OSError, subprocess.SubprocessError) as err:
+        error = f"{type(err).__name__}: {err}"
+    (work / "result.json").write_text(json.dumps({"requests": requests, "error": error}))
 
 
-_started: list[PerfRun] = []
-
-
-def start_run(work: Path) -> PerfRun | None:
-    """Start the run if the inference-perf virtualenv exists (conftest calls this once)."""
-    if not (PERF_VENV / "bin" / "inference-perf").is_file() or _started:
-        return None
-    _started.append(PerfRun(work).start())
-    return _started[0]
+def start_run() -> None:
+    """Start the run once per session if the inference-perf virtualenv exists (conftest calls this)."""
+    if (PERF_VENV / "bin" / "inference-perf").is_file():
+        job = background.Job(PERF_JOB)
+        job.start_once([sys.executable, "-m", "tests.test_report", str(job.folder / "work")], cwd=ROOT,
+                       prepare=lambda folder: (folder / "work").mkdir())
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     perf_python()  # skip, or fail in CI, without the virtualenv
-    perf = _started[0] if _started else start_run(tmp_path_factory.mktemp("perf"))
-    assert perf is not None
-    run = perf.result()
-    assert perf.requests == CONVERSATIONS * TURNS
+    start_run()  # a no-op when collection started it
+    job = background.Job(PERF_JOB)
+    proc = job.wait(RUN_TIMEOUT_S + 120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((job.folder / "work" / "result.json").read_text())
+    assert result["error"] is None, result["error"]
+    assert result["requests"] == CONVERSATIONS * TURNS
+    # The run is shared by the session's processes; the report is written into a copy of it.
+    run = tmp_path_factory.mktemp("perf") / RUN_NAME
+    shutil.copytree(job.folder / "work" / RUN_NAME, run)
     (run / "outputs.json").write_text(json.dumps({"hourlyCostUsd": HOURLY_USD, "hourlyCostComplete": True}))
     return run
 
@@ -230,3 +223,7 @@ def test_percentile_matches_linear_interpolation():
     assert report.percentile([5], 99) == 5
     assert report.percentile([3, 1, 2], 0) == 1 and report.percentile([3, 1, 2], 100) == 3
     assert report.percentile([], 50) is None
+
+
+if __name__ == "__main__":
+    perf_run(Path(sys.argv[1]))

@@ -72,6 +72,13 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
+def program_names(root: Path) -> list[tuple[str, str]]:
+    """(package, name) for each `gcp.compute.X` / `gcp.container.X` the program at `root` names: what a render
+    will look up, so a parent process can place them before it forks its renderers."""
+    text = "\n".join(p.read_text() for folder in ("components", "stacks") for p in sorted((root / folder).glob("*.py")))
+    return sorted({(f"pulumi_gcp.{m[1]}", m[2]) for m in re.finditer(r"\bgcp\.(compute|container)\.(\w+)", text)})
+
+
 def install() -> None:
     """Before the packages are first imported (a no-op for one already loaded, or when installed already)."""
     if not any(isinstance(finder, _Finder) for finder in sys.meta_path):

@@ -265,13 +265,9 @@ def render_trees(trees: list[tuple[Path, Path, list[str] | None]]) -> list[str]:
 
 
 def _preload() -> None:
-    import importlib
+    from tools.preview.render import preload_providers
 
-    from tools.preview.render import PRELOAD
-
-    for package, modules in PRELOAD:
-        for module in modules:
-            dir(importlib.import_module(f"{package}.{module}"))
+    preload_providers()
 
 
 PROJECT_PACKAGES = ("tools", "stacks", "components", "policy", "tests")

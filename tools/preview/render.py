@@ -290,21 +290,36 @@ def chart_lines(charts: dict[str, Any]) -> list[str]:
 PRELOAD = (
     # Provider modules the program touches; importing them is most of a render's time, so a parent that
     # renders several stacks imports them once and forks a child per stack (tools.preview.plan).
-    ("pulumi_gcp", ("compute", "container", "storage", "projects", "serviceaccount", "organizations")),
+    ("pulumi_gcp", ("compute", "container", "storage", "projects", "serviceaccount", "organizations", "monitoring")),
     ("pulumi_kubernetes", ("core.v1", "apps.v1", "batch.v1", "storage.v1", "resource.v1", "meta.v1", "helm.v4",
-                           "apiextensions")),
+                           "apiextensions", "networking.v1", "policy.v1", "rbac.v1")),
 )
+
+
+def preload_providers(root: Path = ROOT) -> None:
+    """Load every provider module a render of the checkout at `root` uses, in this process, so forked children
+    start with them in memory. A bare import loads neither kind of lazy module: pulumi's submodules run their body
+    on first attribute access, and tools.preview.lazy_packages places a name on its first lookup; both are
+    touched here."""
+    import importlib
+    import warnings
+
+    lazy_packages.install()
+    with warnings.catch_warnings():
+        # pulumi_gcp.monitoring announces a deprecated function it defines, at import, whether or not it is used.
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"pulumi_gcp\.")
+        for package, modules in PRELOAD:
+            for module in modules:
+                hasattr(importlib.import_module(f"{package}.{module}"), "__preload__")
+    for package, name in lazy_packages.program_names(root):
+        getattr(importlib.import_module(package), name)
 
 
 def preload() -> None:
     import importlib
 
     sys.path.insert(0, str(ROOT))
-    lazy_packages.install()
-    for package, modules in PRELOAD:
-        for module in modules:
-            loaded = importlib.import_module(f"{package}.{module}")
-            dir(loaded)  # lazily loaded modules resolve on first attribute access
+    preload_providers()
     # Not helm_python: its Go runtime does not survive a fork, so each child loads it.
     for module in ("stacks.gpu", "stacks.tpu", "tools.preview.mocks", "tools.preview.helm_render",
                    "tools.preview.scheduling"):
