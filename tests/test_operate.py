@@ -88,12 +88,12 @@ def test_hourly_cost_with_overrides(variants):
     """bench variant: 16 A4X Max nodes x $42.50 = $680; 3 CPU nodes x $0.50 = $1.50; Hyperdisk ML
     1800 GiB x $0.084 / 730 = $0.207 and 38400 MiB/s x $0.12 / 730 = $6.312; bucket 1560 GB x $0.02 / 730 =
     $0.043; boot disks 16 x 500 + 3 x 100 = 8,300 GB x $0.08 / 730 = $0.910; GKE $0.10; NAT 19 VMs x $0.0014 =
-    $0.0266. Total $689.10/h."""
+    $0.0266; 3 staging NAT addresses x $0.005 = $0.015. Total $689.11/h."""
     lines = cost.hourly_costs(parse("gpu", benchmark__enabled="true", cost__gpuNodeHourUsd="42.50",
                                     cost__cpuNodeHourUsd="0.50"))
     amount, complete = cost.total(lines)
-    assert complete and amount == pytest.approx(689.10, abs=0.01)
-    assert variants["bench"].outputs["hourlyCostUsd"] == pytest.approx(689.10, abs=0.01)
+    assert complete and amount == pytest.approx(689.113, abs=0.001)
+    assert variants["bench"].outputs["hourlyCostUsd"] == 689.11  # rounded to cents
     assert variants["bench"].outputs["hourlyCostComplete"] is True
 
 
