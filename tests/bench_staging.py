@@ -1,18 +1,20 @@
 """Benchmark of the weight copier on loopback (not a test): throughput against a plain download of the same
 bytes from the same fake Hub, and the copier's peak memory while it copies a file several times larger.
 
-    .venv/bin/python -m tests.bench_staging [--size-mib 1024] [--sink null|emulator] [--rounds 3]
+    .venv/bin/python -m tests.bench_staging [--size-mib 1024] [--sink null|emulator] [--rounds 3] [--xet]
     .venv/bin/python -m tests.bench_staging --pods 1,2,4 [--per-address-mbps 40]
 
 Sharded mode runs that many copiers ("pods") on one folder at once, each bound to its own loopback address
-(127.0.0.10, .11, ...) through huggingface_hub's client factory, against a fake Hub that serves each client
-address at most --per-address-mbps, and reports the speed-up and how many copies the Hub sent (1.00: leases
-kept every file to one download).
+(127.0.0.10, .11, ...) through huggingface_hub's client factory and requests' connection pools, against a fake
+Hub that serves each client address at most --per-address-mbps, and reports the speed-up and how many copies
+the Hub sent (1.00: leases kept every file to one download).
 
 The copier runs as `python -m tools.live.stage_weights` (as the Job runs it) in a child process (its peak
-RSS from wait4); the plain download is a streamed GET of the same file that keeps nothing, in a child process
-too. Sinks: `null` is a minimal Cloud Storage JSON API on loopback that checks CRC32C and discards the bytes
-(what the copier costs itself); `emulator` is fake-gcs-server (its ingest, ~50 MB/s here, bounds the copy).
+RSS from wait4); the plain download is a streamed GET of the same file through huggingface_hub's own HTTP
+session that keeps nothing (as its http_get does, with 1 MiB reads; measured faster here than http_get's
+10 MiB ones), in a child process too; with --xet both read the file through hf_xet from the fake Hub's CAS.
+Sinks: `null` is a minimal Cloud Storage JSON API on loopback that checks CRC32C and discards the bytes (what
+the copier costs itself); `emulator` is fake-gcs-server (its ingest, ~50 MB/s here, bounds the copy).
 """
 
 from __future__ import annotations
@@ -181,6 +183,22 @@ with get_session().stream("GET", sys.argv[1]) as response:
         count += len(block)
 print(count, time.monotonic() - start)
 """
+XET_DOWNLOAD = """
+import sys, time
+from hf_xet import XetFileInfo, XetSession
+from huggingface_hub.file_download import get_hf_file_metadata
+from huggingface_hub.utils import build_hf_headers
+from huggingface_hub.utils._xet import refresh_xet_connection_info
+data = get_hf_file_metadata(sys.argv[1]).xet_file_data
+info = refresh_xet_connection_info(file_data=data, headers=build_hf_headers())
+start, count = time.monotonic(), 0
+group = XetSession().new_download_stream_group(endpoint=info.endpoint, token=info.access_token,
+                                               token_expiry_unix_secs=info.expiration_unix_epoch)
+for block in group.download_stream(XetFileInfo(data.file_hash, int(sys.argv[2]))):
+    count += len(block)
+print(count, time.monotonic() - start)
+"""
+"""--xet: hf_xet's own ordered stream of the same file from the same CAS, keeping nothing (hf_xet's defaults)."""
 
 
 def process_cpu(pid: int) -> float:
@@ -291,6 +309,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mib", type=int, default=1024, help="size of the file copied (default 1024)")
     parser.add_argument("--sink", choices=("null", "emulator"), default="null")
+    parser.add_argument("--xet", action="store_true",
+                        help="the fake Hub serves the file through Xet too; both sides read it with hf_xet")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3, help="alternating download/copy rounds (default 3)")
     parser.add_argument("--pods", default="", help="sharded mode: pod counts to run, e.g. 1,2,4")
@@ -308,7 +328,8 @@ def main() -> int:
     size = args.size_mib << 20
     print(f"fake Hub file: {args.size_mib} MiB (hashing it first) ...; {load()}", flush=True)
     big = FakeFile(size, seed=7)
-    hub = FakeHub({REPO: FakeRepo({"model.safetensors": big, "config.json": FakeFile(1500, seed=8, lfs=False)})})
+    hub = FakeHub({REPO: FakeRepo({"model.safetensors": big, "config.json": FakeFile(1500, seed=8, lfs=False)})},
+                  xet=args.xet)
     rows = []
     with hub:
         env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONWARNINGS": "ignore"}
@@ -328,7 +349,9 @@ def main() -> int:
         env["STORAGE_EMULATOR_HOST"] = sink_url
         try:
             for round_ in range(args.rounds):  # alternating, so both see the same share of a busy machine
-                download_s, download_rss, out = run_child([sys.executable, "-c", DOWNLOAD, url], env)
+                download_s, download_rss, out = run_child(
+                    [sys.executable, "-c", XET_DOWNLOAD, url, str(size)] if args.xet else
+                    [sys.executable, "-c", DOWNLOAD, url], env)
                 count, inner_s = out.split()
                 assert int(count) == size
                 download_cpu, download_hub_cpu = CPU["download"], CPU["hub"]
