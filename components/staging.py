@@ -42,11 +42,13 @@ TIMEOUT_S = 8 * 3600
 """How long `pulumi up` waits for the copy (pulumi.com/timeoutSeconds). The expected time is in the plan
 summary (staging_model); this leaves room for a Hub far slower than assumed."""
 POD_CPU = 4
-"""CPU each staging pod requests: the copier's per-byte work (SHA-256, CRC32C, TLS, HTTP) runs on about two
-threads per file in flight; four cores keep COPIER_MBPS_PER_CPU x 4 above what 16 Hub streams bring."""
+"""CPU each staging pod requests: the copier's per-byte work (SHA-256, CRC32C, TLS, HTTP or hf_xet) runs on
+three threads per file in flight (tools/staging/hub.py HubStream); four cores keep COPIER_MBPS_PER_CPU x 4
+above what 16 Hub streams bring."""
 POD_MEMORY = "3Gi"
-"""Per pod: about two 16 MiB upload chunks per worker (tools/staging/bucket.py CHUNK_BYTES) plus the
-interpreter; the benchmark's peak RSS is in docs/weights.md."""
+"""Per pod: about four 16 MiB blocks per file in flight (tools/staging/hub.py HubStream, bucket.py
+CHUNK_BYTES), hf_xet's download buffers (at most 512 MB, hub.py XET_CONFIG) and the interpreter; the
+benchmark's peak RSS is in docs/weights.md."""
 TARGET_SECONDS = 600
 """Design target for a first-run copy of the checkpoint: 10 minutes, so staging is not longer than creating
 the accelerator pools (components/timeline.py)."""
@@ -54,9 +56,10 @@ MAX_PODS = catalog.STAGING_MAX_PODS
 MACHINE_TYPE = "n2-standard-8"
 """Staging node: 8 vCPU keep POD_CPU allocatable beside GKE's daemons; one pod per node, so the node's NAT
 address is the pod's."""
-COPIER_MBPS_PER_CPU = 350
-"""Measured: MB/s the copier moves per CPU-second on loopback (tests/bench_staging.py, 2026-12-01: 2.81 CPU
-seconds per GB; without TLS, so an upper bound; docs/weights.md has the run)."""
+COPIER_MBPS_PER_CPU = 450
+"""Measured: MB/s the copier moves per CPU-second on loopback through hf_xet, the path the Job takes for
+Xet-backed files and the costlier one (tests/bench_staging.py --xet, 2026-12-01: 2.22 CPU seconds per GB with
+start-up, 3 GiB file; over HTTP 1.52); without TLS, so an upper bound; docs/weights.md has the runs."""
 HUB_PER_ADDRESS_MBPS = 2200
 """Measured elsewhere: one large host downloads from the Hub with hf_xet at about 2.2 GB/s
 (https://github.com/unslothai/unsloth-zoo/issues/972). The Hub limits per client address, token or not

@@ -11,8 +11,8 @@ the Hub sent (1.00: leases kept every file to one download).
 
 The copier runs as `python -m tools.live.stage_weights` (as the Job runs it) in a child process (its peak
 RSS from wait4); the plain download is a streamed GET of the same file through huggingface_hub's own HTTP
-session that keeps nothing (as its http_get does, with 1 MiB reads; measured faster here than http_get's
-10 MiB ones), in a child process too; with --xet both read the file through hf_xet from the fake Hub's CAS.
+session that keeps nothing (as its http_get does, with 1 MiB reads instead of 10 MiB: a little faster here),
+in a child process too; with --xet both read the file through hf_xet from the fake Hub's CAS.
 Sinks: `null` is a minimal Cloud Storage JSON API on loopback that checks CRC32C and discards the bytes (what
 the copier costs itself); `emulator` is fake-gcs-server (its ingest, ~50 MB/s here, bounds the copy).
 """

@@ -157,7 +157,7 @@ def test_the_job_installs_the_libraries_the_tests_ran():
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_job_is_split_over_the_pods_the_staging_model_sizes(plans, stack):
-    """Hand-worked: a pod brings min(16 x 60, 4 x 350) = 960 MB/s; the target is 1.56e12 / 600 s = 2,600 MB/s, so
+    """Hand-worked: a pod brings min(16 x 60, 4 x 450) = 960 MB/s; the target is 1.56e12 / 600 s = 2,600 MB/s, so
     3 pods; each leaves from its own NAT address (2,200 MB/s each), so the pods bind: 2,880 MB/s, 542 s = 9.0 min."""
     plan = plans[stack]
     spec = job(plan)["inputs"]["spec"]
