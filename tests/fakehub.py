@@ -162,7 +162,8 @@ class ScaledClock:
 class FakeHub:
     """`faults[path]` is a list of actions taken by the next requests of that file, one each:
     an HTTP status (429, 500, 503), ("cut", n) to close the connection after n bytes of the body,
-    or "fail" for a 500 on every request from then on.
+    "ignore-range" to answer 200 with the whole file, "extra" to send bytes beyond the file (and count them in
+    Content-Length), or "fail" for a 500 on every request from then on.
 
     `rate_limit(seconds, retry_after, clock, after_files)`: once `after_files` file requests were answered,
     every request (API and files) is answered 429 with that `Retry-After` for `seconds` on `clock`.
@@ -433,13 +434,16 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return
             start, end = 0, file.size - 1
             match = re.fullmatch(r"bytes=(\d+)-(\d*)", range_header or "")
+            if fault == "ignore-range":
+                match = None
             if match:
                 start = int(match.group(1))
                 end = min(int(match.group(2)), end) if match.group(2) else end
+            extra = b"trailing bytes" if fault == "extra" else b""
             self.send_response(206 if match else 200)
             if match:
                 self.send_header("Content-Range", f"bytes {start}-{end}/{file.size}")
-            self.send_header("Content-Length", str(end - start + 1))
+            self.send_header("Content-Length", str(end - start + 1 + len(extra)))
             self.send_header("Accept-Ranges", "bytes")
             self.send_header("X-Repo-Commit", repo.commit)
             self.send_header("ETag", f'"{file.sha256 if file.lfs else file.blob_sha1}"')
@@ -469,6 +473,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(file.data(offset, length))
                 offset += length
                 sent += length
+            self.wfile.write(extra)
             hub.count(path, sent)
 
     return Handler

@@ -229,6 +229,32 @@ def test_429s_5xx_and_cut_connections_resume_mid_file(gcs):
         assert report.copied_files == len(hub.repos[REPO].files)
 
 
+def test_a_resume_the_hub_answers_with_the_whole_file_keeps_the_bytes_right(gcs):
+    """A server that ignores Range (200, the whole file) on a resume: the copier drops what it already has."""
+    bucket = new_bucket(gcs)
+    big = "model-00001-of-00002.safetensors"
+    with fake_hub() as hub:
+        hub.faults[big] = [("cut", 3 * MIB + 5), "ignore-range"]
+        report, _ = run(hub, f"gs://{bucket}/i/")
+        file = hub.repos[REPO].files[big]
+        assert content_sha256(bucket, f"i/{big}") == file.sha256
+        assert hub.stats.served[big] == file.size + 3 * MIB + 5
+        assert report.copied_files == len(hub.repos[REPO].files)
+
+
+def test_a_hub_serving_more_bytes_than_it_publishes_fails_and_writes_nothing(gcs):
+    from tools.staging import IntegrityError
+
+    bucket = new_bucket(gcs)
+    path = "model-00002-of-00002.safetensors"
+    with fake_hub() as hub:
+        hub.faults[path] = ["extra"]
+        with pytest.raises(IntegrityError, match=rf"{path}: the Hub serves {2 * MIB + 14} bytes, it publishes"):
+            run(hub, f"gs://{bucket}/m/", workers=1)
+    assert f"m/{path}" not in objects(bucket)
+    assert_not_verified(bucket, f"gs://{bucket}/m/")
+
+
 @pytest.mark.parametrize("path", ["model-00002-of-00002.safetensors", "config.json"])
 def test_corrupted_bytes_fail_the_run_and_write_nothing(gcs, path):
     from tools.staging import IntegrityError
