@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any, Optional
 
@@ -54,9 +55,12 @@ XET_TRIES = 3
 XET_CONFIG = (("reconstruction.download_buffer_size", 256_000_000),
               ("reconstruction.download_buffer_limit", 512_000_000),
               ("reconstruction.download_buffer_perfile_size", 64_000_000),
-              ("reconstruction.min_prefetch_buffer", 64_000_000))
+              ("reconstruction.min_prefetch_buffer", 64_000_000),
+              ("client.retry_max_duration", timedelta(seconds=120)))
 """hf_xet's download buffers, bounded for the copier (hf_xet 1.8.0 defaults: 1.58 GB, 6.31 GB, 392 MB and
-1 GB, XetConfig().items()), so memory stays bounded whatever the file size."""
+1 GB, XetConfig().items()), so memory stays bounded whatever the file size; and its retries of one stream cut
+from 6 min to 2, so a failing CAS hands the file to HTTP (which waits out rate limits itself) within
+XET_TRIES x 2 min."""
 READ_AHEAD_BYTES = 16 << 20
 """Bytes fetched ahead of the upload per file (one 16 MiB upload request), so download and upload overlap."""
 TIMEOUT = httpx2.Timeout(connect=30.0, read=120.0, write=60.0, pool=60.0)
