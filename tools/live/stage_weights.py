@@ -4,8 +4,9 @@
         --dest gs://<bucket>/<prefix>/<commit>/ [--workers 16]
 
 The staging Job `pulumi up` creates runs this same command. Environment: HF_TOKEN (token for gated
-models), HF_ENDPOINT (another Hub), STORAGE_EMULATOR_HOST (a Cloud Storage emulator); Cloud Storage
-credentials are the application-default ones. Exit status 0 only when the destination holds exactly the
+models), HF_ENDPOINT (another Hub), HF_HUB_DISABLE_XET=1 (read Xet-backed files over HTTP too; by default
+they come through hf_xet), STORAGE_EMULATOR_HOST (a Cloud Storage emulator); Cloud Storage credentials are
+the application-default ones. Exit status 0 only when the destination holds exactly the
 files the Hub lists for the commit, each proven by the CRC32C Cloud Storage computed over it; 1 on a staging
 failure, with one line saying what to do (also for a file name from the Hub that is not a safe object name,
 and for objects in the folder that the copier did not write: it refuses them instead of deleting them); 2 on
