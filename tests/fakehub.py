@@ -176,7 +176,10 @@ class FakeHub:
         self.repos, self.tokens = repos, set(tokens)
         self.xet = xet
         self.xet_faults: list = []
-        """Actions for the next xorb requests, one each: a status (500, 503), or "corrupt" to flip a byte."""
+        """Actions for the next xorb requests, one each: a status (500, 503), "corrupt" to flip a byte, or "fail"
+        for a 500 on every request from then on."""
+        self.xet_failing_xorbs: dict[int, int] = {}
+        """Xorb index -> how many more requests for it answer 500 (a stream that fails past its start)."""
         self.faults: dict[str, list] = defaultdict(list)
         self.stats = Stats()
         self._lock = threading.Lock()
@@ -402,6 +405,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self._error(404 if found is None else 403, None, "xorbs are read by range")
                 return
             fault = hub.next_xet_fault()
+            with hub._lock:
+                if hub.xet_failing_xorbs.get(index, 0) > 0:
+                    hub.xet_failing_xorbs[index] -= 1
+                    fault = 500
             if fault in (500, 503, "fail"):
                 self._error(500 if fault == "fail" else fault, None, "injected")
                 return

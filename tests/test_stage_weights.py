@@ -184,6 +184,25 @@ def test_xet_backed_files_come_through_hf_xet_and_are_verified(gcs):
         assert again.copied_bytes == 0 and dict(hub.stats.xet_served) == served
 
 
+def test_a_xet_stream_that_fails_midway_is_opened_again_where_the_bytes_end(gcs, monkeypatch):
+    monkeypatch.setenv("HF_XET_CLIENT_RETRY_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("HF_XET_CLIENT_RETRY_BASE_DELAY", "10ms")
+    bucket = new_bucket(gcs)
+    big = "model-00001-of-00002.safetensors"  # three xorbs
+    with fake_hub(xet=True) as hub:
+        hub.xet_failing_xorbs = {1: 2}  # the second xorb fails twice: hf_xet gives the stream up
+        dest = f"gs://{bucket}/r/"
+        report, lines = run(hub, dest)
+        assert_exactly_the_commit(hub, dest)
+        queries = [r for p, r in hub.stats.xet_reconstructions if p == big]
+        starts = [int(r[len("bytes="):].split("-")[0]) for r in queries]
+        # when hf_xet reports the failure (before or after it hands over the first xorb's 4 MiB) is its own
+        # business; each new stream opens at a byte already received and verified, never past it
+        assert len(queries) >= 2 and starts == sorted(starts) and {s % MIB for s in starts} == {0}, queries
+        assert starts[-1] <= 4 * MIB
+        assert hub.stats.served.get(big, 0) == 0 and "fell back to HTTP 0" in lines[-1], lines[-1]
+
+
 def test_a_failing_xet_cas_falls_back_to_http_and_the_copy_completes(gcs, monkeypatch):
     monkeypatch.setenv("HF_XET_CLIENT_RETRY_MAX_ATTEMPTS", "1")  # hf_xet's own retries, kept short here
     monkeypatch.setenv("HF_XET_CLIENT_RETRY_BASE_DELAY", "10ms")
