@@ -26,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -41,6 +42,8 @@ from tests.gcsemulator import GcsEmulator
 ROOT = Path(__file__).resolve().parent.parent
 REPO = "bench/Big-Model"
 CPU: dict[str, float] = {}
+HF_HOME = {"dir": ""}
+"""The children's HF_HOME, a temporary folder for the run: hf_xet's caches and logs stay out of the user's."""
 
 
 class NullGcs:
@@ -272,6 +275,7 @@ def sharded(args: argparse.Namespace) -> int:
     try:
         with hub:
             env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONWARNINGS": "ignore",
+                   "HF_HOME": HF_HOME["dir"],
                    "STORAGE_EMULATOR_HOST": sink_url}
             env.pop("HF_TOKEN", None)
             windows: dict[int, float] = {}
@@ -323,8 +327,13 @@ def main() -> int:
         print(NullGcs().url, flush=True)
         threading.Event().wait(3600)  # the benchmark terminates it
         return 0
-    if args.pods:
-        return sharded(args)
+    with tempfile.TemporaryDirectory(prefix="bench-hf-home-") as home:
+        HF_HOME["dir"] = home
+        return sharded(args) if args.pods else single(args)
+
+
+def single(args: argparse.Namespace) -> int:
+    """Copier against plain download of one file, alternating rounds."""
     size = args.size_mib << 20
     print(f"fake Hub file: {args.size_mib} MiB (hashing it first) ...; {load()}", flush=True)
     big = FakeFile(size, seed=7)
@@ -332,7 +341,8 @@ def main() -> int:
                   xet=args.xet)
     rows = []
     with hub:
-        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONWARNINGS": "ignore"}
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONWARNINGS": "ignore",
+               "HF_HOME": HF_HOME["dir"]}
         env.pop("HF_TOKEN", None)
         commit = hub.repos[REPO].commit
         url = f"{hub.url}/{REPO}/resolve/{commit}/model.safetensors"
