@@ -540,6 +540,9 @@ class Trickle(BaseHTTPRequestHandler):
             time.sleep(0.02)
 
     def handle_one_request(self) -> None:
+        # One request per connection: handle() calls this until close_connection is set, and a closed client's
+        # empty reads would otherwise spin that loop on a core for the rest of the session.
+        self.close_connection = True
         self.raw_requestline = self.rfile.readline(65537)
         if not self.raw_requestline or not self.parse_request():
             return
