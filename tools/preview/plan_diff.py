@@ -231,6 +231,8 @@ def render_trees(trees: list[tuple[Path, Path, list[str] | None]]) -> list[str]:
     for _, out, args in trees:
         if args is None:
             out.mkdir(parents=True, exist_ok=True)
+    if not jobs:  # both sides are plan folders: nothing to render, nothing to preload
+        return errors
     if not hasattr(os, "fork"):
         for i, source, args in jobs:
             try:
