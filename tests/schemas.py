@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 import kubernetes_validate
+import kubernetes_validate.utils
 import yaml
 
 from components import catalog
@@ -32,6 +33,11 @@ NO_SCHEMA_ALLOWED: dict[tuple[str, str], str] = {
 
 OBJECT_META_FIELDS = {"name", "namespace", "labels", "annotations", "finalizers", "ownerReferences",
                       "generateName"}
+
+
+# kubernetes-validate reads and decodes its schema files (the 2 MB _definitions.json among them) on every call;
+# they never change, so each is decoded once per process. The validation itself is still the library's own.
+kubernetes_validate.utils.schema_contents = cache(kubernetes_validate.utils.schema_contents)
 
 
 class MissingSchemaError(Exception):
