@@ -247,6 +247,17 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
+SHARED_FIXTURES = PLAN_FIXTURES | {"variants"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files that need none of the session's plans run first (their order otherwise kept), so the background
+    renders (tests/background.py) finish while the workers run the servers, signals and deadlines of the live
+    commands' tests, instead of a worker waiting on them from its first test."""
+    needs = {item.path for item in items if SHARED_FIXTURES & set(getattr(item, "fixturenames", ()))}
+    items.sort(key=lambda item: item.path in needs)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the session's shared background work (tests/background.py) the tests about to run need: the fixture
     plan, the variants and tests/test_report.py's real inference-perf run, so they overlap the first tests."""

@@ -79,7 +79,7 @@ class Handler(BaseHTTPRequestHandler):
 def server() -> Iterator[tuple[Fake, str]]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.fake = Fake()  # type: ignore[attr-defined]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     thread.start()
     try:
         yield httpd.fake, f"http://127.0.0.1:{httpd.server_address[1]}"  # type: ignore[attr-defined]

@@ -1022,7 +1022,7 @@ class _SliceMetrics(ThreadingHTTPServer):
 
 def test_benchmark_writes_the_load_of_every_slice(tmp_path):
     server = _SliceMetrics()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     world = World()
     world.extra_outputs = {"servingSlices": 2}
