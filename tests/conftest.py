@@ -241,7 +241,7 @@ def variants() -> Variants:
 def pytest_configure(config: pytest.Config) -> None:
     """The session's first process makes the folder its background jobs share (tests/background.py); pytest-xdist
     workers, started after this, inherit it through the environment."""
-    if background.SHARED_ENV not in os.environ:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist), never a worker
         folder = tempfile.mkdtemp(prefix="kimi-tests-")
         os.environ[background.SHARED_ENV] = folder
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
