@@ -147,6 +147,15 @@ def shared() -> Path:
     return SHARED
 
 
+def required_tool(present: bool, message: str) -> None:
+    """A test needs a pinned tool `make test` builds: without it the test skips saying how to get it, and fails
+    in CI (which sets CI), where a missing tool is a broken build, not a choice."""
+    if not present:
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 def fixture_stack(stack: str) -> Path:
     return FIXTURE_STACKS / f"Pulumi.{stack}.yaml"
 

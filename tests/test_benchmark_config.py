@@ -16,7 +16,7 @@ import yaml
 
 from components import benchmark, catalog
 from components.versions import INFERENCE_PERF_IMAGE
-from tests.conftest import ROOT, STACKS
+from tests.conftest import ROOT, STACKS, required_tool
 from tests.test_config import parse
 from tests.test_operate import manifest
 
@@ -26,11 +26,7 @@ IP_PYTHON = Path(os.environ.get("INFERENCE_PERF_VENV", ROOT / ".venv-inference-p
 @pytest.fixture(scope="module")
 def probe_python() -> Path:
     """The pinned inference-perf's interpreter, or a skip that says how to get it (a failure in CI, which sets CI)."""
-    if not IP_PYTHON.exists():
-        message = f"{IP_PYTHON} is missing: run `make inference-perf` (needs Python >= 3.12)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    required_tool(IP_PYTHON.exists(), f"{IP_PYTHON} is missing: run `make inference-perf` (needs Python >= 3.12)")
     return IP_PYTHON
 
 

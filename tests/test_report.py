@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests import background
-from tests.conftest import ROOT
+from tests.conftest import ROOT, required_tool
 from tests.fake_openai import FakeOpenAI
 from tools.live import report, report_runs
 
@@ -30,12 +30,9 @@ PERF_VENV = Path(os.environ.get("INFERENCE_PERF_VENV", ROOT / ".venv-inference-p
 def perf_python() -> Path:
     """The inference-perf virtualenv `make test` builds (requirements-inference-perf.txt), or a skip that says
     why; in CI, which sets CI, a missing one fails."""
-    if (PERF_VENV / "bin" / "inference-perf").is_file():
-        return PERF_VENV / "bin" / "python"
-    message = f"{PERF_VENV} has no inference-perf: run `make inference-perf` (needs Python >= 3.12)"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    required_tool((PERF_VENV / "bin" / "inference-perf").is_file(),
+                  f"{PERF_VENV} has no inference-perf: run `make inference-perf` (needs Python >= 3.12)")
+    return PERF_VENV / "bin" / "python"
 
 
 TOKENIZER = ("import sys, pathlib; from inference_perf_probe import write_tokenizer; "

@@ -11,18 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, fixture_stack, rendered
+from tests.conftest import ROOT, fixture_stack, rendered, required_tool
 
 CHECKOV = Path(os.environ.get("CHECKOV", ROOT / ".venv-checkov" / "bin" / "checkov"))
 
 
 @pytest.fixture(scope="module")
 def checkov() -> str:
-    if not CHECKOV.exists():
-        message = f"{CHECKOV} is missing: run `make checkov` (pinned in requirements-checkov.txt)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    required_tool(CHECKOV.exists(), f"{CHECKOV} is missing: run `make checkov` (pinned in requirements-checkov.txt)")
     return str(CHECKOV)
 
 
