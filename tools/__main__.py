@@ -38,7 +38,7 @@ COMMANDS: dict[str, Command] = {
     "schema": Command("tools.preview.schema", "check (or --write) Pulumi.yaml's config block and README's table"),
     "alignment": Command("tools.preview.alignment", "hold the generated pods against docs/upstream-alignment.md"),
     "bench-plan": Command("tools.preview.bench_plan", "time the offline plan of each stack (median and max)"),
-    "weights-doc": Command("tools.preview.weights_doc", "rewrite docs/weights.md's figures from the plan"),
+    "doc-figures": Command("tools.preview.doc_figures", "rewrite the plan figures in README.md, docs/weights.md"),
     "charts": Command("tools.preview.helm_render", "fetch the pinned Helm charts or print a chart's digest"),
     "lock-tpu-engine": Command("tools.preview.lock_tpu_engine", "write the TPU pods' hash-pinned vLLM-TorchTPU lock"),
     "lock-staging": Command("tools.preview.lock_staging", "write the staging Job's hash-pinned library lock"),

@@ -62,7 +62,7 @@ def config_schema() -> dict[str, Any]:
 def project_document() -> dict[str, Any]:
     return {
         "name": PROJECT,
-        "description": "Kimi K3.1 Pro served with llm-d on GKE: A4X Max (vLLM P/D) or Ironwood (SGLang) track.",
+        "description": "Kimi K3.1 Pro served with llm-d on GKE: A4X Max (vLLM P/D) or Ironwood (vLLM-TorchTPU) track.",
         "runtime": {"name": "python", "options": {"toolchain": "pip", "virtualenv": ".venv"}},
         "config": config_schema(),
     }
