@@ -13,6 +13,8 @@ IP_STAMP  := $(IP_VENV)/.installed
 # checkov pins packages .venv has newer releases of: a third virtualenv (requirements-checkov.txt).
 CK_VENV   ?= .venv-checkov
 CK_STAMP  := $(CK_VENV)/.installed
+# How `make test` starts pytest (.ci/run wraps it to count the run's wall and CPU seconds).
+PYTEST    ?= $(PY) -m pytest
 
 .PHONY: plan charts test lint schema bench-plan actionlint clean inference-perf
 
@@ -61,7 +63,7 @@ charts: $(STAMP)
 ## test: the whole suite: lint, config schema in sync, tests (which render and validate the plan, run the
 ## pinned inference-perf from .venv-inference-perf and the pinned checkov from .venv-checkov)
 test: lint schema $(IP_STAMP) $(CK_STAMP)
-	$(PY) -m pytest
+	$(PYTEST)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
