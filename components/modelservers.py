@@ -174,6 +174,10 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
             # Keep-alive above the routing sidecar's 90 s idle timeout
             # (https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml).
             _env("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "120"),
+            # K3's KDA layers are Mamba-type: vLLM's NIXL worker asserts the dim-first conv-state layout, unset
+            # means "SD" (vllm 0.33.0 distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py:705,
+            # model_executor/layers/mamba/mamba_utils.py:29; docs/engine-preconditions.md GPU-NIXL-1).
+            _env("VLLM_SSM_CONV_STATE_LAYOUT", "DS"),
             _env("USER", "llm-d"),  # vLLM >= 0.20 needs a user name (https://github.com/vllm-project/vllm/issues/44548)
             _env("GLOO_SOCKET_IFNAME", "eth0"),
             _env("NCCL_SOCKET_IFNAME", "eth0"),
