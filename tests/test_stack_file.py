@@ -197,3 +197,63 @@ def test_project_file_reads_the_same_way():
     """Pulumi.yaml's defaults reach the program through the same loader (project.go, mergeConfig)."""
     project = load_yaml(Path(__file__).resolve().parent.parent / "Pulumi.yaml")
     assert project["config"]["cluster.maintenanceWindowStart"]["default"] == "03:00"
+
+
+# --------------------------------------------------------------------------- explicit tags, anchors, key spellings
+@pytest.mark.parametrize(("line", "text"), [
+    # yaml.v3 resolve.go resolve(): a resolvable explicit tag must hold such a value; decode.go scalar() hands an
+    # interface{} the resolved value (a time.Time for !!timestamp, which object.go turns into Time.String()).
+    ("kimi-k3-1:note: !!timestamp 2001-12-14", "2001-12-14 00:00:00 +0000 UTC"),
+    # decode.go scalar(): !!binary is base64-decoded into a string.
+    ("kimi-k3-1:note: !!binary aGVsbG8=", "hello"),
+    # resolve(): "Any data is accepted as a !!str"; an unresolvable tag keeps the text (resolvableTag).
+    ("kimi-k3-1:note: !!str 8", "8"),
+    ("kimi-k3-1:note: !secret hunter2", "hunter2"),
+    ("kimi-k3-1:note: !!float 1", "1"),
+    ("kimi-k3-1:note: !!int '8'", "8"),
+    ("kimi-k3-1:note: !custom {b: 1, a: 2}", '{"a":2,"b":1}'),
+])
+def test_explicit_tags_reach_the_program_as_the_cli_hands_them(tmp_path: Path, line: str, text: str):
+    path = write(tmp_path, "tags", stack_text("gpu", line))
+    config = load_stack(path, "kimi-k3-1", {})
+    assert config.values["kimi-k3-1:note"] == text
+
+
+@pytest.mark.parametrize(("line", "verdict"), [
+    # resolve()'s deferred check: "cannot decode %s `%s` as a %s" stops the CLI's load of the file.
+    ("kimi-k3-1:benchmark.enabled: !!bool yes", "cannot decode !!str `yes` as a !!bool"),
+    ("kimi-k3-1:gpu.slices: !!int two", "cannot decode !!str `two` as a !!int"),
+    ("kimi-k3-1:note: !!timestamp soon", "cannot decode !!str `soon` as a !!timestamp"),
+    # decode.go scalar(): "!!binary value contains invalid base64 data".
+    ("kimi-k3-1:note: !!binary '***'", "!!binary value contains invalid base64 data"),
+])
+def test_explicit_tags_the_cli_refuses_are_one_line(tmp_path: Path, line: str, verdict: str):
+    path = write(tmp_path, "badtag", stack_text("gpu", line))
+    message = plan_error(tmp_path, path)
+    assert message.startswith("plan badtag: error: Pulumi.badtag.yaml:"), message
+    assert verdict in message and "gopkg.in/yaml.v3" in message
+
+
+def test_anchors_kept_under_a_key_the_cli_ignores_are_merged(tmp_path: Path):
+    """ProjectStack has no field for `x-shared`, so the CLI ignores the key (sdk/go/common/workspace/project.go), but
+    yaml.v3 resolves the alias and the merge key before that: the settings reach the program."""
+    config = stack_document("gpu")["config"]
+    body = ("x-shared: &shared\n  kimi-k3-1:monitoring.alertKvCachePercent: 90\nconfig:\n  <<: *shared\n"
+            + "".join(f"  {key}: {yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}\n"
+                      for key, value in config.items()))
+    path = write(tmp_path, "anchored", body)
+    assert accepted(path)[f"{NS}monitoring.alertKvCachePercent"] == "90"
+    # A top-level key that no alias reaches is still a typo that would drop its settings.
+    stray = write(tmp_path, "stray", body.replace("<<: *shared", "kimi-k3-1:monitoring.alertKvCachePercent: 80"))
+    assert "unknown top-level key 'x-shared'" in plan_error(tmp_path, stray)
+
+
+def test_a_key_with_and_without_the_project_prefix_is_refused(tmp_path: Path):
+    """Map.UnmarshalYAML (sdk/go/common/resource/config/map.go) parses each spelling into the same config.Key while
+    ranging over a Go map: which value wins differs from run to run. Refused, naming both spellings."""
+    path = write(tmp_path, "twice", stack_text("gpu", "monitoring.alertKvCachePercent: 90",
+                                                    "kimi-k3-1:monitoring.alertKvCachePercent: 80"))
+    message = plan_error(tmp_path, path)
+    assert ("'monitoring.alertKvCachePercent' and 'kimi-k3-1:monitoring.alertKvCachePercent' are the same key"
+            in message), message
+    assert "at random" in message

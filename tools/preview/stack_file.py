@@ -10,7 +10,13 @@ which is why this module exists:
 - plain scalars resolve as yaml.v3 resolves them (`resolve.go`): only true/True/TRUE and false/False/FALSE are
   booleans (`on`, `yes` are text), there are no base-60 numbers (`13:30` is text), `0x`/`0o`/`0b`/legacy `0777`
   integers and underscores are read, `1e3` is a number;
-- a mapping key given twice is an error (`decode.go` mapping: "mapping key ... already defined at line N");
+- a mapping key given twice is an error (`decode.go` mapping: "mapping key ... already defined at line N"), and so
+  is one config key written twice, with and without the project prefix: the CLI keeps one of them at random
+  (`sdk/go/common/resource/config/map.go` Map.UnmarshalYAML ranges over a Go map), so it is refused here;
+- an explicit tag resolves as yaml.v3 resolves it (`resolve.go` resolve, `decode.go` scalar): `!!str` is text,
+  `!!int`/`!!float`/`!!bool`/`!!null`/`!!timestamp` must hold such a value (`!!bool yes` stops the CLI: "cannot
+  decode !!str `yes` as a !!bool"), `!!binary` is base64 decoded to text, and any other tag (`!secret`) is
+  ignored, the value kept as written;
 - an unquoted timestamp becomes a time, and reaches the program as Go's `Time.String()` text
   (`object.go` `case time.Time: newObject(v.String())`); one that is not a real date stays text;
 - booleans and numbers reach the program as JSON text (`true`, `8`, `1e+21`), objects and arrays as compact JSON,
@@ -38,7 +44,8 @@ import yaml
 PULUMI_SOURCE = "github.com/pulumi/pulumi"
 TOP_LEVEL_KEYS = ("secretsprovider", "encryptedkey", "encryptionsalt", "config", "environment")
 """ProjectStack's fields (sdk/go/common/workspace/project.go); the CLI ignores any other top-level key, so a typo
-such as `configs:` would silently drop every setting: refused here."""
+such as `configs:` would silently drop every setting: refused here, unless the key only holds anchors that `config`
+uses (a common way to share values: the CLI merges them like any alias)."""
 
 
 class StackFileError(Exception):
@@ -148,6 +155,50 @@ def resolve_plain(text: str) -> Any:
     return text
 
 
+_SHORT = {f"tag:yaml.org,2002:{name}": f"!!{name}" for name in
+          ("str", "int", "float", "bool", "null", "timestamp", "binary", "map", "seq", "merge")}
+_RESOLVABLE = {"!!str", "!!bool", "!!int", "!!float", "!!null", "!!timestamp"}
+
+
+def _resolved_tag(value: Any) -> str:
+    if value is None:
+        return "!!null"
+    if isinstance(value, bool):
+        return "!!bool"
+    if isinstance(value, int):
+        return "!!int"
+    if isinstance(value, float):
+        return "!!float"
+    if isinstance(value, GoTime):
+        return "!!timestamp"
+    return "!!str"
+
+
+def resolve_tagged(tag: str, text: str) -> Any:
+    """yaml.v3 resolve() and decode.go scalar() for a scalar with an explicit tag (the long form PyYAML gives)."""
+    short = _SHORT.get(tag, tag)
+    if short == "!!binary":
+        import base64
+        import binascii
+
+        try:  # Go's base64.StdEncoding skips \r and \n, nothing else
+            data = base64.b64decode(text.replace("\n", "").replace("\r", ""), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("!!binary value contains invalid base64 data") from None
+        return data.decode("utf-8", errors="replace")
+    if short not in _RESOLVABLE or short == "!!str":
+        return text  # resolve(): an unresolvable tag (`!secret`, `!`) keeps the text; any text is a !!str
+    value = resolve_plain(text)
+    if isinstance(value, GoTime) and short != "!!timestamp":
+        value = text  # resolve() tries a timestamp only untagged or under !!timestamp
+    found = _resolved_tag(value)
+    if found == short:
+        return value
+    if short == "!!float" and found == "!!int":
+        return float(value)
+    raise ValueError(f"cannot decode {found} `{text}` as a {short}")
+
+
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """PyYAML's parser (libyaml's, where PyYAML was built with it: every plan reads Pulumi.yaml's config block,
     several times faster in C) with yaml.v3's scalar resolution and duplicate-key refusal, both still here."""
@@ -168,8 +219,29 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         return super().construct_mapping(node, deep=deep)
 
 
+def _construct_tagged(loader: _Loader, tag_suffix: str, node: yaml.Node) -> Any:
+    """Any node with an explicit tag: a scalar as yaml.v3 resolves its tag, a mapping or sequence as if untagged
+    (decode.go unmarshal decodes by node kind)."""
+    if isinstance(node, yaml.ScalarNode):
+        try:
+            return resolve_tagged(node.tag, node.value)
+        except ValueError as err:
+            raise StackFileError(f"{node.start_mark.line + 1}: {err} (the Pulumi CLI refuses the file: "
+                                 f"gopkg.in/yaml.v3 resolve.go)") from None
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_mapping(node, deep=True)
+
+
+# Only the untagged forms keep their constructors; every explicit tag (PyYAML's own !!bool, !!timestamp, !!binary,
+# !!set ... read YAML 1.1) goes through yaml.v3's rules.
+_Loader.yaml_constructors = {}
+_Loader.yaml_multi_constructors = {}
 _Loader.add_constructor(_PLAIN, lambda loader, node: resolve_plain(node.value))
+_Loader.add_constructor("tag:yaml.org,2002:str", lambda loader, node: node.value)
 _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _Loader.construct_yaml_seq)
+_Loader.add_multi_constructor("", _construct_tagged)
 
 
 def load_yaml(path: Path) -> Any:
@@ -303,6 +375,30 @@ def project_config(project_file: Path) -> tuple[str, dict[str, dict[str, Any]]]:
     return document["name"], {k: v for k, v in schema.items() if isinstance(v, dict)}
 
 
+def _anchor_holders(path: Path) -> set[str]:
+    """Top-level keys other than ProjectStack's whose value holds a node that `config` reaches through an alias:
+    places to keep anchors, which the CLI ignores as keys but merges where they are used."""
+    root = yaml.compose(path.read_text(), Loader=_Loader)
+    if not isinstance(root, yaml.MappingNode):
+        return set()
+
+    def reach(node: yaml.Node, seen: set[int]) -> set[int]:
+        if id(node) not in seen:
+            seen.add(id(node))
+            children = node.value if isinstance(node, yaml.SequenceNode) else (
+                [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else [])
+            for child in children:
+                reach(child, seen)
+        return seen
+
+    used: set[int] = set()
+    for key, value in root.value:
+        if key.value in TOP_LEVEL_KEYS:
+            reach(value, used)
+    return {key.value for key, value in root.value
+            if key.value not in TOP_LEVEL_KEYS and reach(value, set()) & used}
+
+
 def load_stack(path: Path, project: str, schema: dict[str, dict[str, Any]]) -> StackConfig:
     """The stack's config as `pulumi preview` hands it to the program, or StackFileError where the CLI stops."""
     if not path.is_file():
@@ -316,7 +412,7 @@ def load_stack(path: Path, project: str, schema: dict[str, dict[str, Any]]) -> S
     import difflib
 
     for key in document:
-        if key not in TOP_LEVEL_KEYS:
+        if key not in TOP_LEVEL_KEYS and key not in _anchor_holders(path):
             close = difflib.get_close_matches(str(key), TOP_LEVEL_KEYS, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise StackFileError(f"{path.name}: unknown top-level key {key!r}: {hint}the Pulumi CLI ignores it, so "
@@ -326,12 +422,18 @@ def load_stack(path: Path, project: str, schema: dict[str, dict[str, Any]]) -> S
     if not isinstance(raw, dict):
         raise StackFileError(f"{path.name}: 'config' must be a mapping of keys to values")
     values: dict[str, str] = {}
+    spelled: dict[str, str] = {}
     objects: set[str] = set()
     secure: list[str] = []
     empty: list[str] = []
     for key, value in raw.items():
         key = str(key)
         full = key if ":" in key else f"{project}:{key}"  # stackConfigNamespacedWithProject
+        if full in spelled:
+            raise StackFileError(f"{path.name}: {spelled[full]!r} and {key!r} are the same key {full}: the Pulumi CLI "
+                                 f"keeps one of the two values at random (sdk/go/common/resource/config/map.go "
+                                 f"Map.UnmarshalYAML ranges over a Go map); keep one")
+        spelled[full] = key
         if isinstance(value, dict) and set(value) == {SECURE} and isinstance(value[SECURE], str):
             values[full] = value[SECURE]
             secure.append(full)
