@@ -193,6 +193,11 @@ VOLUME_POPULATOR_COMPUTE_CLASS = "gcs-to-hdml-compute-class"
 carry it as label and NoSchedule taint under `cloud.google.com/compute-class`
 (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/about-volume-populator)."""
 COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
+TRANSFER_JOB_CPU_REQUEST = 24
+"""vCPUs the Volume Populator's transfer Job requests unless the PVC annotation
+`volume-populator.datalayer.gke.io/cpu-request` says otherwise (the program leaves it unset): the transfer pool's
+nodes must offer that much allocatable CPU
+(https://docs.cloud.google.com/kubernetes-engine/docs/how-to/persistent-volumes/volume-populator)."""
 
 # https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/modules/compute/gke-node-pool/reservation_definitions.tf
 RESERVATION_AFFINITY_KEY = "compute.googleapis.com/reservation-name"

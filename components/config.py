@@ -146,20 +146,39 @@ class GcpConfig(Section):
         _check_project_id(self.key("project"), self.project)
         if not re.fullmatch(r"[a-z]+-[a-z]+[0-9]+", self.region):
             _fail(self.key("region"), self.region, "expected a region such as 'us-central1'")
-        zone_region = re.sub(r"-(ai)?[0-9]*[a-z]$", "", self.zone)
-        if zone_region != self.region:
-            _fail(self.key("zone"), self.zone, f"must be a zone of gcp.region {self.region!r}, "
-                                                f"e.g. '{self.region}-c'")
-        zones = catalog.COMPUTE_ZONES.get(self.region)
-        if zones is None:
+        if catalog.COMPUTE_ZONES.get(self.region) is None:
             _fail(self.key("region"), self.region,
                   f"this program's zone table (components/catalog.py COMPUTE_ZONES, from "
                   f"{catalog.COMPUTE_ZONES_SOURCE}) has no zones of this region; it knows "
                   f"{', '.join(catalog.COMPUTE_ZONES)}, add the region there")
+        return self
+
+    def check_zone(self, accelerator: str, accelerator_zones: tuple[str, ...]) -> None:
+        """The zone is one of the region's, and a suggestion is one the track's accelerator check accepts too
+        (the track is known only to the whole stack's check)."""
+        zones = catalog.COMPUTE_ZONES[self.region]
+        fitting = [z for z in zones if z in accelerator_zones]
+        hint = (f"{accelerator} is known in {', '.join(fitting)}" if fitting else
+                f"{accelerator} is known in no zone of {self.region} ({', '.join(accelerator_zones)}: change "
+                f"gcp.region too, or set kimi-k3-1:gcp.allowUnlistedZone=true for your reservation's zone)")
+        zone_region = re.sub(r"-(ai)?[0-9]*[a-z]$", "", self.zone)
+        if zone_region != self.region:
+            _fail(self.key("zone"), self.zone, f"must be a zone of gcp.region {self.region!r}; {hint}")
         if self.zone not in zones:
             _fail(self.key("zone"), self.zone, f"not a zone of {self.region}: {', '.join(zones)} "
-                                                f"({catalog.COMPUTE_ZONES_SOURCE})")
-        return self
+                                                f"({catalog.COMPUTE_ZONES_SOURCE}); {hint}")
+
+
+def _ipv4_cidr(key: str, value: str, example: str) -> ipaddress.IPv4Network:
+    """An IPv4 range written with its prefix length (a bare address would be read as a /32)."""
+    try:
+        net = ipaddress.IPv4Network(value)
+    except ValueError:
+        _fail(key, value, f"expected an IPv4 CIDR such as '{example}'")
+    if "/" not in value:
+        _fail(key, value, f"give the prefix length, e.g. '{value}/{example.rsplit('/', 1)[1]}': an address alone is a "
+                          "single address (/32)")
+    return net
 
 
 class NetworkConfig(Section):
@@ -180,10 +199,7 @@ class NetworkConfig(Section):
         nets: dict[str, ipaddress.IPv4Network] = {}
         for field in type(self).model_fields:
             value = getattr(self, field)
-            try:
-                nets[field] = ipaddress.IPv4Network(value)
-            except ValueError:
-                _fail(self.key(field), value, "expected an IPv4 CIDR such as '10.0.0.0/20'")
+            nets[field] = _ipv4_cidr(self.key(field), value, "10.0.0.0/20")
         if nets["proxyOnlyCidr"].prefixlen > 26:
             _fail(self.key("proxyOnlyCidr"), self.proxyOnlyCidr,
                   "a proxy-only subnet needs at least a /26 (/23 recommended)")
@@ -191,8 +207,10 @@ class NetworkConfig(Section):
         for i, a in enumerate(fields):
             for b in fields[i + 1:]:
                 if nets[a].overlaps(nets[b]):
-                    _fail(self.key(b), getattr(self, b), f"overlaps network.{a} {getattr(self, a)!r}; "
-                                                          "ranges must be disjoint")
+                    # Name the range the user set (the other one is then the default it runs into).
+                    mine, other = (b, a) if self.blame(b, a) == b else (a, b)
+                    _fail(self.key(mine), getattr(self, mine), f"overlaps network.{other} "
+                                                               f"{getattr(self, other)!r}; ranges must be disjoint")
         return self
 
 
@@ -228,10 +246,7 @@ class ClusterConfig(Section):
             _fail(self.key("authorizedNetworks"), self.authorizedNetworks,
                   "controlPlaneAccess=ip needs at least one CIDR you run pulumi from, e.g. [\"203.0.113.7/32\"]")
         for cidr in self.authorizedNetworks:
-            try:
-                net = ipaddress.IPv4Network(cidr)
-            except ValueError:
-                _fail(self.key("authorizedNetworks"), cidr, "expected IPv4 CIDRs such as '203.0.113.7/32'")
+            net = _ipv4_cidr(self.key("authorizedNetworks"), cidr, "203.0.113.7/32")
             if net.prefixlen == 0:
                 _fail(self.key("authorizedNetworks"), cidr, "0.0.0.0/0 opens the control plane to the internet")
             if cidrs.reaches_internet(cidr):
@@ -315,6 +330,20 @@ class TransferPoolConfig(NodePoolConfig):
     machineType: str = Field(
         "c3-standard-44", description="Pool for the Volume Populator transfer Job (24 vCPU request).")
     nodeCount: int = Field(1, ge=0, le=16, description="Nodes in the transfer pool (0 once the volume is hydrated).")
+
+    @model_validator(mode="after")
+    def _check_fits_the_job(self) -> TransferPoolConfig:
+        """The populator's Job is created by GKE, not by this program, so the plan's scheduling proof cannot see it:
+        a node too small for its CPU request leaves the volume unhydrated and every engine waiting."""
+        if self.nodeCount == 0 or machines.cpu_series(self.machineType) is None:
+            return self
+        offered = machines.allocatable(machines.MACHINES[self.machineType]).cpu_milli / 1000
+        if offered < catalog.TRANSFER_JOB_CPU_REQUEST:
+            _fail(self.key("machineType"), self.machineType,
+                  f"the Volume Populator's transfer Job requests {catalog.TRANSFER_JOB_CPU_REQUEST} vCPU and a "
+                  f"{self.machineType} node offers {offered:.2f} allocatable, so the Job never schedules; use a "
+                  f"machine type with at least {catalog.TRANSFER_JOB_CPU_REQUEST + 4} vCPUs (default c3-standard-44)")
+        return self
 
 
 class GpuConfig(Section):
@@ -486,6 +515,9 @@ class TpuConfig(Section):
         if not self.spot and not self.reservation:
             _fail(self.key("reservation"), None, "Ironwood capacity comes from a reservation: set "
                                                   "tpu.reservation, or tpu.spot=true for Spot capacity")
+        if self.spot and self.reservationProject is not None:
+            _fail(self.key("reservationProject"), self.reservationProject,
+                  "tpu.spot=true uses no reservation; unset tpu.reservationProject")
         if self.spot and self.reservationHosts is not None:
             _fail(self.key("reservationHosts"), self.reservationHosts,
                   "tpu.spot=true uses no reservation; unset tpu.reservationHosts")
@@ -582,6 +614,14 @@ class BenchmarkConfig(Section):
         if self.runId is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,62}", self.runId):
             _fail(self.key("runId"), self.runId, "1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or "
                                                  "digit (a folder name and a label value, kept as written)")
+        if self.concurrency > self.conversations:
+            # inference-perf's conversation replay runs at most one session per slot: slots beyond the sessions
+            # stay idle, and the run measures less load than the key says.
+            field = self.blame("concurrency", "conversations")
+            _fail(self.key(field), getattr(self, field),
+                  f"benchmark.concurrency ({self.concurrency}) exceeds benchmark.conversations "
+                  f"({self.conversations}): at most {self.conversations} sessions can be in flight; raise "
+                  f"conversations or lower concurrency")
         return self
 
 
@@ -858,8 +898,9 @@ class StackConfig(BaseModel):
         else:
             self.tpu.check_active()
             zones = catalog.IRONWOOD.zones
+        machine = self.gpu.spec if self.track == "gpu" else catalog.IRONWOOD
+        self.gcp.check_zone(machine.machine_type, zones)
         if self.gcp.zone not in zones and not self.gcp.allowUnlistedZone:
-            machine = self.gpu.spec if self.track == "gpu" else catalog.IRONWOOD
             _fail("gcp.zone", self.gcp.zone, f"{machine.machine_type} is known in {', '.join(zones)} "
                                              f"(source: {machine.zones_source}); if your reservation is elsewhere, "
                                              f"set kimi-k3-1:gcp.allowUnlistedZone=true")

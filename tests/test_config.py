@@ -95,7 +95,8 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
      "that holds them)"),
     # Zones.
     ("tpu", {"gcp__zone": "europe-west4-a"},
-     "kimi-k3-1:gcp.zone = 'europe-west4-a': must be a zone of gcp.region 'us-central1', e.g. 'us-central1-c'"),
+     "kimi-k3-1:gcp.zone = 'europe-west4-a': must be a zone of gcp.region 'us-central1'; tpu7x-standard-4t is known in "
+     "us-central1-c, us-central1-ai1a"),
     ("tpu", {"gcp__zone": "us-central1-b"},
      "kimi-k3-1:gcp.zone = 'us-central1-b': tpu7x-standard-4t is known in us-central1-c, us-central1-ai1a "
      "(source: https://docs.cloud.google.com/tpu/docs/regions-zones (us-central1-c; us-central1-ai1a in one "

@@ -181,3 +181,58 @@ def test_yaml_syntax_error_names_file_and_line(tmp_path: Path):
     proc = run_plan(tmp_path / "out", "--stack-file", str(bad))
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines() == [f"plan typo: error: {line}"], proc.stderr
+
+
+# ------------------------------------------------------------------------ the last corners (new users' stack files)
+@pytest.mark.parametrize("track,changes,expected", [
+    # A CIDR without its prefix length is a single address: named as such, not "a /32 holds -3 node addresses".
+    ("gpu", {"network__nodesCidr": "10.0.0.0"},
+     "kimi-k3-1:network.nodesCidr = '10.0.0.0': give the prefix length, e.g. '10.0.0.0/20': an address alone is a "
+     "single address (/32)"),
+    ("gpu", {"cluster__controlPlaneAccess": "ip", "cluster__authorizedNetworks": ["203.0.113.7"]},
+     "kimi-k3-1:cluster.authorizedNetworks = '203.0.113.7': give the prefix length, e.g. '203.0.113.7/32'"),
+    # An overlap names the range the user changed, not the default it runs into.
+    ("gpu", {"network__nodesCidr": "10.4.0.0/20"},
+     "kimi-k3-1:network.nodesCidr = '10.4.0.0/20': overlaps network.podsCidr '10.4.0.0/14'"),
+    ("gpu", {"network__stagingPodsCidr": "10.0.0.0/20"},
+     "kimi-k3-1:network.stagingPodsCidr = '10.0.0.0/20': overlaps network.nodesCidr '10.0.0.0/20'"),
+    # A zone error suggests a zone the track's accelerator check then accepts.
+    ("gpu", {"gcp__zone": "us-east1-b"},
+     "kimi-k3-1:gcp.zone = 'us-east1-b': must be a zone of gcp.region 'us-central1'; a4x-maxgpu-4g-metal is known "
+     "in us-central1-b"),
+    ("tpu", {"gcp__zone": "us-east1-b"},
+     "kimi-k3-1:gcp.zone = 'us-east1-b': must be a zone of gcp.region 'us-central1'; tpu7x-standard-4t is known in "
+     "us-central1-c, us-central1-ai1a"),
+    # Benchmark settings that cannot run as written.
+    ("gpu", {"benchmark__concurrency": 100},
+     "kimi-k3-1:benchmark.concurrency = 100: benchmark.concurrency (100) exceeds benchmark.conversations (64)"),
+    ("gpu", {"benchmark__conversations": 8},
+     "kimi-k3-1:benchmark.conversations = 8: benchmark.concurrency (32) exceeds benchmark.conversations (8)"),
+    # Spot capacity takes no reservation, so a reservation's project would be dropped without a word.
+    ("tpu", {"tpu__reservation": None, "tpu__spot": True, "tpu__reservationProject": "shared-project"},
+     "kimi-k3-1:tpu.reservationProject = 'shared-project': tpu.spot=true uses no reservation"),
+    # The populator's transfer Job (created by GKE, outside the plan's scheduling proof) requests 24 vCPU.
+    ("gpu", {"transferPool__machineType": "n2-standard-16"},
+     "kimi-k3-1:transferPool.machineType = 'n2-standard-16': the Volume Populator's transfer Job requests 24 vCPU "
+     "and a n2-standard-16 node offers"),
+])
+def test_last_corners_rejected_with_one_line(track, changes, expected):
+    drop = [key.replace("__", ".") for key, value in changes.items() if value is None]
+    message = _error_without(track, drop, **{k: v for k, v in changes.items() if v is not None})
+    assert message.startswith(expected), message
+
+
+def _error_without(track: str, drop: list[str], **changes: Any) -> str:
+    raw = {k: v for k, v in BASE[track].items() if k not in drop}
+    for key, value in changes.items():
+        raw[key.replace("__", ".")] = value if isinstance(value, str) else json.dumps(value)
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    message = str(info.value)
+    assert "\n" not in message, message
+    return message
+
+
+def test_a_transfer_pool_of_zero_nodes_needs_no_size():
+    raw = dict(BASE["gpu"], **{"transferPool.nodeCount": "0", "transferPool.machineType": "n2-standard-8"})
+    parse_config(raw)
