@@ -1,7 +1,7 @@
 """Checkpoint staging inside `pulumi up`: an Indexed Kubernetes Job of several pods, one per node of the staging
 pool, copies the model repository at one commit from the Hugging Face Hub into
 gs://<bucket>/<checkpointPrefix><commit>/, with the same code as `python -m tools stage` (shipped in a ConfigMap,
-its libraries installed from a hash-pinned lock). The pods share the files through the copier's leases;
+its libraries installed from a hash-pinned lock). Each pod proves a balanced share of the files;
 `staging_model` sizes them.
 
 Why a Job on a pool of its own (docs/weights.md): it needs only the cluster and a small CPU pool created
@@ -232,8 +232,8 @@ class CheckpointStaging(Component):
             image=args.image,
             working_dir=APP_DIR,
             command=["sh", "-c", install_and_run(), "stage-weights"],
-            # Each pod starts at its own share of the file list (JOB_COMPLETION_INDEX, set by Kubernetes in an
-            # Indexed Job); leases keep any file from being copied twice.
+            # Each pod proves its own share of the file list (JOB_COMPLETION_INDEX, set by Kubernetes in an
+            # Indexed Job); leases keep any file from being copied twice by other copiers on the folder.
             args=["--repo-id", args.repo_id, "--revision", self.revision, "--dest", self.uri,
                   "--workers", str(args.workers), "--shards", str(args.pods), "--progress-seconds", "30"],
             env=[
@@ -264,8 +264,8 @@ class CheckpointStaging(Component):
                 completion_mode="Indexed",
                 completions=args.pods,
                 parallelism=args.pods,
-                # Per pod: a restarted pod resumes (only files in flight are copied again), and the others take
-                # over a dead pod's files once its leases expire.
+                # Per pod: a failed index is started again with the same share; it reads back what it copied
+                # and takes over its own leases once they expire.
                 backoff_limit=3 * args.pods,
                 template=k8s.core.v1.PodTemplateSpecArgs(
                     metadata=k8s.meta.v1.ObjectMetaArgs(labels=contract.STAGING_LABELS),

@@ -315,7 +315,8 @@ def test_hub_files_named_like_the_copiers_objects_are_just_files(gcs):
 
 def test_a_preseeded_partial_manifest_proves_nothing(gcs):
     """An earlier copier's manifest in the folder and a forged one beside it, each naming two files whose objects
-    carry the right metadata: the copy still proves every file the Hub lists, and clears the old manifest."""
+    carry the right metadata and bytes: the copy still proves every file the Hub lists (those two by reading their
+    bytes back, the rest by copying them), and clears the old manifest."""
     from google.cloud import storage
 
     from tools.staging.bucket import metadata
@@ -337,7 +338,7 @@ def test_a_preseeded_partial_manifest_proves_nothing(gcs):
         old.upload_from_string(document)
         store.blob(sidecar(dest) + "manifest.json").upload_from_string(document)
         report, _ = run(hub, dest)
-        assert report.copied_files == len(hub.repos[REPO].files), "objects without a record are copied again"
+        assert report.copied_files == len(hub.repos[REPO].files) - 2 and report.read_back == 2
         assert_exactly_the_commit(hub, dest)
 
 
@@ -362,6 +363,107 @@ def test_an_object_with_the_right_metadata_and_other_bytes_is_copied_again(gcs):
         report, _ = run(hub, dest)
         assert report.copied_files == 1 and hub.stats.served[target] - before[target] == original.size
         assert_exactly_the_commit(hub, dest)
+
+
+def forge(bucket: str, dest: str, path: str, data: bytes, hub: FakeHub) -> None:
+    """What any writer of the bucket can do: put other bytes under a file's name with the copier's metadata and
+    a record naming exactly the new generation, size, CRC32C and MD5 Cloud Storage reports."""
+    from google.cloud import storage
+
+    from tools.staging.bucket import metadata
+
+    commit, file = hub.repos[REPO].commit, hub.repos[REPO].files[path]
+    store = storage.Client().bucket(bucket)
+    prefix = dest.split("/", 3)[3]
+    oid = file.sha256 if file.lfs else file.blob_sha1
+    blob = store.blob(prefix + path)
+    blob.metadata = metadata(oid, file.sha256, commit)
+    blob.upload_from_string(data)
+    blob.reload()
+    record = store.blob(sidecar(dest) + "done/" + path)
+    record.metadata = {"hub-revision": commit, "hub-oid": oid, "sha256": file.sha256, "size": str(blob.size),
+                       "generation": str(blob.generation), "crc32c": blob.crc32c, "md5": blob.md5_hash or ""}
+    record.upload_from_string(b"", content_type="text/plain")
+
+
+def assert_copied_from_the_hub(lines: list[str], report, forged: set[str], hub: FakeHub, before: dict) -> None:
+    assert not [line for line in lines if "already staged" in line], lines
+    assert report.copied_files == len(forged)
+    assert {p: n - before.get(p, 0) for p, n in hub.stats.served.items() if n != before.get(p, 0)} == {
+        p: hub.repos[REPO].files[p].size for p in forged}, "exactly the forged files came from the Hub again"
+
+
+def test_a_forged_record_after_a_good_copy_is_not_trusted(gcs):
+    bucket = new_bucket(gcs)
+    target = "model-00002-of-00002.safetensors"
+    with fake_hub() as hub:
+        dest = f"gs://{bucket}/fr/{hub.repos[REPO].commit}/"
+        run(hub, dest)
+        forge(bucket, dest, target, bytes(hub.repos[REPO].files[target].size), hub)
+        before = dict(hub.stats.served)
+        report, lines = run(hub, dest)
+        assert_copied_from_the_hub(lines, report, {target}, hub, before)
+        assert report.read_back == len(hub.repos[REPO].files) - 1
+        assert_exactly_the_commit(hub, dest)
+
+
+def test_a_preseeded_folder_with_forged_records_is_copied_from_the_hub(gcs):
+    """Zero-filled objects of the right sizes, the copier's metadata, a record for each and a manifest: nobody
+    staged this folder, so the first run reads every object back, finds none of the Hub's bytes and copies all."""
+    from google.cloud import storage
+
+    bucket = new_bucket(gcs)
+    with fake_hub() as hub:
+        dest = f"gs://{bucket}/seed/{hub.repos[REPO].commit}/"
+        for path, file in hub.repos[REPO].files.items():
+            forge(bucket, dest, path, bytes(file.size), hub)
+        storage.Client().bucket(bucket).blob(sidecar(dest) + "manifest.json").upload_from_string(b"{}")
+        report, lines = run(hub, dest)
+        assert_copied_from_the_hub(lines, report, set(hub.repos[REPO].files), hub, {})
+        assert_exactly_the_commit(hub, dest)
+
+
+def test_a_tampered_staged_config_json_is_copied_again(gcs):
+    """The config.json hydration would copy (the geometry the engines start with) is checked from the stored
+    bytes against the Hub's git blob id, not from the Hub: a changed layer count is replaced by the Hub's file."""
+    from google.cloud import storage
+
+    bucket = new_bucket(gcs)
+    with fake_hub() as hub:
+        dest = f"gs://{bucket}/cfg/{hub.repos[REPO].commit}/"
+        run(hub, dest)
+        size = hub.repos[REPO].files["config.json"].size
+        tampered = json.dumps({"num_hidden_layers": 7}).encode().ljust(size)
+        forge(bucket, dest, "config.json", tampered, hub)
+        before = dict(hub.stats.served)
+        report, lines = run(hub, dest)
+        assert_copied_from_the_hub(lines, report, {"config.json"}, hub, before)
+        stored = storage.Client().bucket(bucket).blob(dest.split("/", 3)[3] + "config.json").download_as_bytes()
+        assert stored == hub.repos[REPO].files["config.json"].data(0, size)
+
+
+def test_a_complete_folder_is_read_back_not_taken_on_trust(gcs):
+    """A rerun on a complete folder downloads nothing from the Hub but reads every stored byte back."""
+    bucket = new_bucket(gcs)
+    with fake_hub() as hub:
+        dest = f"gs://{bucket}/rb/"
+        run(hub, dest)
+        report, lines = run(hub, dest)
+        assert report.copied_files == 0 and report.read_back == len(hub.repos[REPO].files)
+        assert "every byte read back from Cloud Storage" in lines[-1] and lines[-1].startswith("already staged")
+        assert any(line.startswith("progress: ") and "(100.0%)" in line for line in lines), lines
+
+
+def test_shares_are_balanced_and_cover_every_file_once():
+    from tools.staging.copy import share
+    from tools.staging.hub import HubFile
+
+    hub_files = [HubFile(f"f{i}", size, None, "b") for i, size in enumerate([90, 50, 40, 30, 30, 20, 5, 1])]
+    shares = [share(hub_files, (i, 3)) for i in range(3)]
+    assert sorted(f.path for s in shares for f in s) == sorted(f.path for f in hub_files)
+    loads = [sum(f.size for f in s) for s in shares]
+    assert max(loads) - min(loads) <= 30, loads
+    assert share(hub_files, (0, 1)) == sorted(hub_files, key=lambda f: (-f.size, f.path))
 
 
 @pytest.mark.parametrize("path,reason", [

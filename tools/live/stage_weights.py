@@ -7,11 +7,14 @@ The staging Job `pulumi up` creates runs this same command. Environment: HF_TOKE
 models), HF_ENDPOINT (another Hub), HF_HUB_DISABLE_XET=1 (read Xet-backed files over HTTP too; by default
 they come through hf_xet), STORAGE_EMULATOR_HOST (a Cloud Storage emulator); Cloud Storage credentials are
 the application-default ones. Exit status 0 only when the destination holds exactly the
-files the Hub lists for the commit, each proven by the CRC32C Cloud Storage computed over it; 1 on a staging
+files the Hub lists for the commit, each (of this copier's share) proven by this process: streamed from the Hub
+with its SHA-256 checked and stored with a matching CRC32C, or read back from Cloud Storage and found to hash to
+the Hub's SHA-256 or git blob id (records in the bucket are never trusted); 1 on a staging
 failure, with one line saying what to do (also for a file name from the Hub that is not a safe object name,
 and for objects in the folder that the copier did not write: it refuses them instead of deleting them); 2 on
 bad arguments. The copier's records, leases and manifest go to FOLDER.copier/ beside the folder. A rerun
-copies only what is not proven; several copiers may run on one folder at once and share the files (leases).
+reads the stored files back and copies only those whose bytes are not the Hub's; several copiers may run on one
+folder at once (leases), and --shards splits the files into balanced shares, one per copier.
 Rate limits are waited out (Retry-After honoured up to 10 min a wait, for up to 60 min without progress).
 """
 
@@ -41,7 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=8, help="files copied at once (default 8)")
     parser.add_argument("--shards", type=int, default=1,
                         help="copiers started together on this folder, e.g. the pods of an Indexed Job (default 1); "
-                             "each starts at its own share of the file list, the leases share the rest")
+                             "each proves its own share of the file list (balanced by bytes)")
     parser.add_argument("--shard-index", type=int, default=int(os.environ.get("JOB_COMPLETION_INDEX", "0") or 0),
                         help="this copier's index among --shards (default: JOB_COMPLETION_INDEX, else 0)")
     parser.add_argument("--progress-seconds", type=float, default=10.0, metavar="SECONDS",

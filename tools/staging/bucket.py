@@ -9,6 +9,7 @@ Honors STORAGE_EMULATOR_HOST (google-cloud-storage's emulator switch).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 import threading
@@ -112,6 +113,23 @@ class Bucket:
         with self._explained("read"):
             return self.bucket.get_blob(name)
 
+    def stored_digests(self, name: str, generation: int, size: int, git: bool,
+                       on_bytes: Callable[[int], None]) -> tuple[str, Optional[str]]:
+        """(SHA-256, git blob id if `git`) of the bytes Cloud Storage holds for `name` at exactly `generation`,
+        read back in `chunk_bytes` requests (so memory stays one chunk per worker, whatever the size)."""
+        sha256 = hashlib.sha256()
+        sha1 = hashlib.sha1(b"blob %d\0" % size) if git else None
+        sink = _Hashing(sha256, sha1, on_bytes)
+        blob = self.bucket.blob(name, chunk_size=self.chunk_bytes, generation=generation)
+        with self._explained("read"):
+            try:
+                blob.download_to_file(sink, checksum=None, retry=DEFAULT_RETRY)
+            except gexc.NotFound:
+                return "", None  # replaced or deleted meanwhile: not this generation's bytes
+        if sink.count != size:
+            return "", None
+        return sha256.hexdigest(), sha1.hexdigest() if sha1 is not None else None
+
     def check_writable(self) -> None:
         """Fail before downloading anything if the identity cannot create and delete objects here."""
         probe = self.bucket.blob(f"{self.dest.sidecar}write-probe-{uuid.uuid4().hex}")  # one per copier
@@ -156,6 +174,25 @@ class Bucket:
 
     def _explained(self, action: str) -> _Explained:
         return _Explained(self.dest, action)
+
+
+class _Hashing(io.RawIOBase):
+    """A write-only file that hashes what the download writes into it and keeps nothing."""
+
+    def __init__(self, sha256: Any, sha1: Any, on_bytes: Callable[[int], None]):
+        super().__init__()
+        self.sha256, self.sha1, self.on_bytes, self.count = sha256, sha1, on_bytes, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.sha256.update(data)
+        if self.sha1 is not None:
+            self.sha1.update(data)
+        self.count += len(data)
+        self.on_bytes(len(data))
+        return len(data)
 
 
 class _Explained:

@@ -1,11 +1,17 @@
-"""Orchestration: the Hub's file list for the commit, what the folder already proves, leased parallel verified
-copies (several copiers, pods or Jobs, may work on one folder at once), then the manifest.
+"""Orchestration: the Hub's file list for the commit, this copier's share of it, leased parallel copies (several
+copiers, pods or Jobs, may work on one folder at once), then the manifest.
 
-A folder is complete only when every file the Hub lists for the commit has a proven object (ledger.proven)
+Proof is the Hub's hash over the stored bytes, held in this process only: a file of this copier's share counts
+as staged only when this process either streamed it from the Hub (SHA-256 checked against the Hub's) into the
+object's current generation, or read that generation back from Cloud Storage and found the Hub's SHA-256 (LFS)
+or git blob id. Nothing in the bucket is trusted as proof, so no identity that can write the bucket can forge
+it: records, manifests and object metadata are hints for people and for the other copiers' waits. A folder
+already staged costs a re-read of the share (no download from the Hub); a first copy costs no re-read.
+
+A folder is complete when every file the Hub lists for the commit is proven by the copier whose share it is
 and the folder holds nothing else. Objects that are not files of the commit are deleted when a copier wrote
 them (a folder reused for another commit, an old manifest) and refused otherwise (never delete what the
-copier did not write). Every run asks the Hub for the list (one API call); a complete folder costs that call
-and two listings, and no download.
+copier did not write). Every run asks the Hub for the list (one API call).
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ class Report:
     total_bytes: int
     seconds: float
     manifest: str
+    read_back: int = 0
+    """Files of this copier's share proven by reading the stored bytes back (not copied by this run)."""
 
 
 def stage(repo_id: str, revision: str, dest_uri: str, *, workers: int = 8, token: Optional[str] = None,
@@ -70,21 +78,14 @@ def stage(repo_id: str, revision: str, dest_uri: str, *, workers: int = 8, token
     bucket = Bucket(dest, client_factory, chunk_bytes)
     ledger = Ledger(bucket, commit, backoff.clock, lease)
     total = sum(f.size for f in files)
+    mine = share(files, shard)
 
     folder, sidecar = bucket.list(dest.prefix), bucket.list(dest.sidecar)
     stale = _stale(folder, files, dest, f"{repo_id}@{commit}")
-    todo = _unproven(files, folder, ledger.records(sidecar), dest, commit)
-    manifest = sidecar.get(ledger.manifest_name)
-    if not todo and not stale:
-        if manifest is None or (manifest.metadata or {}).get("hub-revision") != commit:
-            ledger.write_manifest(repo_id, files, sidecar)
-        log(f"already staged: {dest.uri} holds exactly the verified files of {repo_id}@{commit} "
-            f"({len(files)} files, {human_bytes(total)}); 0 bytes transferred")
-        return Report(commit, len(files), 0, 0, total, time.monotonic() - started, _uri(dest, ledger.manifest_name))
-
     bucket.check_writable()
-    if manifest is not None:
-        bucket.delete(ledger.manifest_name, manifest.generation)  # the folder changes: no summary until done
+    manifest = sidecar.get(ledger.manifest_name)
+    if manifest is not None and (stale or _unrecorded(files, folder, ledger.records(sidecar), dest, commit)):
+        ledger.drop_manifest()  # the folder changes: no summary until done
     for blob in stale:
         bucket.delete(blob.name, blob.generation)
     names = {f.path for f in files}
@@ -94,36 +95,65 @@ def stage(repo_id: str, revision: str, dest_uri: str, *, workers: int = 8, token
     if stale:
         log(f"cleared {len(stale)} objects that are not files of {repo_id}@{commit} (left by an earlier copy)")
 
-    copied_files = copied_bytes = 0
+    proofs: dict[str, int] = {}
+    copied: list[HubFile] = []
+    todo = list(mine)
+    whose = f"share {shard[0] + 1} of {shard[1]}: " if shard[1] > 1 else ""
     with ledger:
         for _ in range(ROUNDS):
             todo.sort(key=lambda f: -f.size)  # largest first: the tail of the run is many small files at once
-            start = shard[0] * len(todo) // max(shard[1], 1)
-            todo = todo[start:] + todo[:start]
             need = sum(f.size for f in todo)
-            log(f"staging {repo_id}@{commit} into {dest.uri}: {len(todo)} of {len(files)} files to prove "
-                f"({human_bytes(need)} of {human_bytes(total)}), {workers} workers")
+            log(f"staging {repo_id}@{commit} into {dest.uri}: {whose}{len(todo)} of {len(files)} files to prove "
+                f"({human_bytes(need)} of {human_bytes(total)}), {workers} workers; a stored file is read back and "
+                "checked against the Hub's hash, any other is copied from the Hub")
             with Progress(need, len(todo), log, progress_s) as progress:
-                done = _Workers(hub, bucket, ledger, commit, progress, backoff.clock, lease).run(todo, workers)
+                done = _Workers(hub, bucket, ledger, commit, progress, backoff.clock, lease, proofs).run(todo, workers)
                 log(progress.line())
-            copied_files += len(done)
-            copied_bytes += sum(f.size for f in done)
-            sidecar = bucket.list(dest.sidecar)
-            todo = _unproven(files, bucket.list(dest.prefix), ledger.records(sidecar), dest, commit)
+            copied.extend(done)
+            folder = bucket.list(dest.prefix)
+            todo = [f for f in mine if _generation(folder.get(dest.name(f.path))) != proofs.get(f.path)]
             if not todo:
                 break
         else:
             raise StagingError(f"{len(todo)} files of {repo_id}@{commit} are still not proven in {dest.uri} after "
                                f"{ROUNDS} rounds (first: {todo[0].path}); is another copier writing other bytes "
                                "into the folder?")
-    ledger.write_manifest(repo_id, files, sidecar)
+    sidecar = bucket.list(dest.sidecar)
+    if not _unrecorded(files, folder, ledger.records(sidecar), dest, commit):
+        ledger.write_manifest(repo_id, files, sidecar)  # a summary; the last copier of the folder writes it
     seconds = time.monotonic() - started
+    copied_bytes = sum(f.size for f in copied)
+    mine_bytes = sum(f.size for f in mine)
+    read_back = len(mine) - len({f.path for f in copied})
+    if not copied:
+        log(f"already staged: {dest.uri} holds exactly the files of {repo_id}@{commit} ({whose}{len(mine)} files, "
+            f"{human_bytes(mine_bytes)}): every byte read back from Cloud Storage in {human_seconds(seconds)} matches "
+            "the Hub's SHA-256 or git blob id; 0 bytes transferred")
+        return Report(commit, len(files), 0, 0, total, seconds, _uri(dest, ledger.manifest_name), read_back)
     via = hub.transfers
-    log(f"staged: {dest.uri} holds exactly the verified files of {repo_id}@{commit}; {human_bytes(copied_bytes)} "
-        f"transferred by this copier in {human_seconds(seconds)} ({human_bytes(copied_bytes / max(seconds, 1e-6))}/s); "
+    log(f"staged: {dest.uri} holds exactly the verified files of {repo_id}@{commit} ({whose}{len(mine)} files, "
+        f"{read_back} of them read back and checked); {human_bytes(copied_bytes)} transferred by this copier in "
+        f"{human_seconds(seconds)} ({human_bytes(copied_bytes / max(seconds, 1e-6))}/s); "
         f"files read through Xet {via['xet']} (fell back to HTTP {via['xet_fell_back']}), over HTTP {via['http']}; "
         f"manifest {_uri(dest, ledger.manifest_name)}")
-    return Report(commit, len(files), copied_files, copied_bytes, total, seconds, _uri(dest, ledger.manifest_name))
+    return Report(commit, len(files), len(copied), copied_bytes, total, seconds, _uri(dest, ledger.manifest_name),
+                  read_back)
+
+
+def share(files: list[HubFile], shard: tuple[int, int]) -> list[HubFile]:
+    """The files copier `index` of `count` proves: largest first, each onto the share with the fewest bytes so
+    far, so the shares are balanced and every copier computes the same split."""
+    index, count = shard
+    loads, shares = [0] * max(count, 1), [[] for _ in range(max(count, 1))]
+    for file in sorted(files, key=lambda f: (-f.size, f.path)):
+        least = min(range(len(loads)), key=lambda b: (loads[b], b))
+        shares[least].append(file)
+        loads[least] += file.size
+    return shares[index]
+
+
+def _generation(blob: Any) -> Optional[int]:
+    return None if blob is None else blob.generation
 
 
 def check_names(files: list[HubFile], dest: Destination, where: str) -> None:
@@ -154,8 +184,9 @@ def _stale(folder: dict[str, Any], files: list[HubFile], dest: Destination, wher
     return stale
 
 
-def _unproven(files: list[HubFile], folder: dict[str, Any], records: dict[str, Any], dest: Destination,
-              revision: str) -> list[HubFile]:
+def _unrecorded(files: list[HubFile], folder: dict[str, Any], records: dict[str, Any], dest: Destination,
+                revision: str) -> list[HubFile]:
+    """Files without a record matching their object: a hint only (records are written by any writer)."""
     return [f for f in files if not proven(folder.get(dest.name(f.path)), records.get(f.path), f, revision)]
 
 
@@ -164,8 +195,10 @@ class _Workers:
     asked about again, until its record appears or its lease expires and this copier takes it over."""
 
     def __init__(self, hub: Hub, bucket: Bucket, ledger: Ledger, commit: str, progress: Progress, clock: Clock,
-                 lease: Lease):
+                 lease: Lease, proofs: dict[str, int]):
         self.hub, self.bucket, self.ledger, self.commit = hub, bucket, ledger, commit
+        self.proofs = proofs
+        """path -> the generation this process proved (copied, or read back and hashed)."""
         self.progress, self.clock, self.lease = progress, clock, lease
         self.pending: deque[tuple[HubFile, Optional[Busy]]] = deque()
         self.waiting: dict[str, tuple[HubFile, Busy, float]] = {}
@@ -228,24 +261,41 @@ class _Workers:
                 self._finish(file, busy)
 
     def _attempt(self, file: HubFile, seen: Optional[Busy]) -> Optional[Busy]:
-        """None when the file is proven (copied here or by another copier); Busy while another holds it."""
+        """None when this process proved the file (read back, or copied); Busy while another copier holds it."""
         claim = self.ledger.claim(file.path, seen)
         if isinstance(claim, Busy):
             return claim
         try:
-            if self.ledger.proven_now(file) is not None:  # finished by the copier that held it before
+            stored = self.bucket.get(self.bucket.dest.name(file.path))
+            sha256 = self._stored_sha256(file, stored) if stored is not None and stored.size == file.size else None
+            if sha256 is not None:
+                with self.cond:
+                    self.proofs[file.path] = stored.generation
+                self.ledger.write_record(file, stored, sha256)  # for the manifest; never trusted
                 self.progress.file_done()
                 return None
+            self.ledger.drop_manifest()
             sha256, obj = self._copy(file)
             if not self.ledger.still_held(file.path):
-                return Busy(0, self.clock.now())  # taken over meanwhile: the other copier's record decides
+                return Busy(0, self.clock.now())  # taken over meanwhile: read back once the other copier is done
             self.ledger.write_record(file, obj, sha256)
             with self.cond:
+                self.proofs[file.path] = obj.generation
                 self.copied.append(file)
             self.progress.file_done()
             return None
         finally:
             self.ledger.release(file.path)
+
+    def _stored_sha256(self, file: HubFile, stored: Any) -> Optional[str]:
+        """The SHA-256 of the stored generation's bytes when they hash to what the Hub publishes (LFS SHA-256,
+        else the git blob id); None otherwise."""
+        if not file.hub_oid:
+            return None
+        sha256, blob_id = self.bucket.stored_digests(stored.name, stored.generation, file.size,
+                                                     file.lfs_sha256 is None, self.progress.add_bytes)
+        matches = sha256 == file.lfs_sha256 if file.lfs_sha256 else blob_id == file.blob_id
+        return sha256 if matches else None
 
     def _copy(self, file: HubFile) -> tuple[str, Any]:
         """Stream one file into its object; (SHA-256 of the bytes, the object as Cloud Storage stored it)."""

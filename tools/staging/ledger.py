@@ -1,11 +1,12 @@
 """What the copier knows about a revision folder, kept in `<folder>.copier/` beside it: one record per staged
 file, one lease per file being copied, and the manifest.
 
-Proof, not metadata: a file counts as staged only when its record (written after the upload, from what Cloud
-Storage returned once the CRC32C it computed over the stored bytes matched the CRC32C of the bytes verified
-against the Hub's SHA-256) names the object's current generation, size, CRC32C and MD5 as the listing reports
-them. Any later write of the object, whatever metadata it carries, gets a new generation and server-computed
-hashes, so it no longer matches its record and is copied again.
+Hints, not proof: a record (written after the upload, from what Cloud Storage returned once the CRC32C it
+computed over the stored bytes matched the CRC32C of the bytes verified against the Hub's SHA-256) names the
+object's generation, size, CRC32C and MD5. Any identity that may write the objects may write records too, so
+no copier trusts one: each proves its share by the Hub's hash over the stored bytes (copy.py). Records say
+which files are done for the manifest and for people; a record that does not match its object (`proven`)
+means the folder is changing.
 
 Leases: copiers (pods of one Job, or a second Job or a person on the same folder) claim a file by creating
 `claims/<path>` only if it does not exist (ifGenerationMatch=0), renew it by rewriting it only if it is still
@@ -22,7 +23,7 @@ import os
 import socket
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Optional
 
@@ -48,7 +49,7 @@ def holder_id() -> str:
 
 
 def proven(obj: Any, record: Any, file: HubFile, revision: str) -> bool:
-    """The object is the verified copy its record describes (see the module docstring)."""
+    """The object is the copy its record describes (a hint: see the module docstring)."""
     if obj is None or record is None:
         return False
     meta = record.metadata or {}
@@ -63,6 +64,9 @@ def proven(obj: Any, record: Any, file: HubFile, revision: str) -> bool:
 class Held:
     generation: int
     lost: bool = False
+    released: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Orders a renewal and the release: a rewrite after the delete would leave a claim nobody holds."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class Ledger:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._renewer: Optional[threading.Thread] = None
+        self._manifest_dropped = False
 
     # names -------------------------------------------------------------------------------------
     def record_name(self, path: str) -> str:
@@ -104,13 +109,13 @@ class Ledger:
             "hub-revision": self.revision, "hub-oid": file.hub_oid, "sha256": sha256, "size": str(obj.size),
             "generation": str(obj.generation), "crc32c": obj.crc32c, "md5": obj.md5_hash or ""}, "text/plain")
 
-    def proven_now(self, file: HubFile) -> Optional[str]:
-        """The SHA-256 recorded for `file` if its object is proven at this moment (two reads), else None."""
-        record = self.bucket.get(self.record_name(file.path))
-        if record is None:
-            return None
-        obj = self.bucket.get(self.bucket.dest.name(file.path))
-        return record.metadata.get("sha256") if proven(obj, record, file, self.revision) else None
+    def drop_manifest(self) -> None:
+        """Remove the summary once, before this copier changes the folder (it is written again when done)."""
+        with self._lock:
+            if self._manifest_dropped:
+                return
+            self._manifest_dropped = True
+        self.bucket.delete(self.manifest_name)
 
     # leases ------------------------------------------------------------------------------------
     def claim(self, path: str, seen: Optional[Busy]) -> Busy | Held:
@@ -138,19 +143,26 @@ class Ledger:
         """Renew now; False when another copier took the claim over (then its copy wins)."""
         with self._lock:
             held = self.held.get(path)
-        if held is None or held.lost:
+        if held is None:
             return False
-        try:
-            held.generation = self._write_claim(self.claim_name(path), held.generation)
-        except gexc.PreconditionFailed:
-            held.lost = True
-        return not held.lost
+        with held.lock:
+            if held.lost or held.released:
+                return False
+            try:
+                held.generation = self._write_claim(self.claim_name(path), held.generation)
+            except gexc.PreconditionFailed:
+                held.lost = True
+            return not held.lost
 
     def release(self, path: str) -> None:
         with self._lock:
             held = self.held.pop(path, None)
-        if held is not None and not held.lost:
-            self.bucket.delete(self.claim_name(path), held.generation)
+        if held is None:
+            return
+        with held.lock:
+            held.released = True
+            if not held.lost:
+                self.bucket.delete(self.claim_name(path), held.generation)
 
     def __enter__(self) -> Ledger:
         self._renewer = threading.Thread(target=self._renew, name="staging-lease", daemon=True)
