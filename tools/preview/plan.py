@@ -14,6 +14,8 @@ partial output. The exit code is 1 if any stack failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import os
 import shutil
@@ -21,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -51,17 +53,18 @@ PARALLEL = 2
 def render_all(stack_files: list[Path]) -> list[Result]:
     """Render each stack in its own process: the Pulumi runtime keeps one program per process.
 
-    For several stacks, where the OS can fork, the provider modules are imported once here
-    (tools.preview.render.preload) and each stack renders in a forked copy of this process, which saves most of
-    a render's time; the same holds for one stack when a caller has imported them already (tools.preview.plan_diff
-    renders two commits this way). Otherwise each stack gets a fresh interpreter importing only what it uses."""
-    preloaded = all(f"{package}.{modules[0]}" in sys.modules for package, modules in _preload_list())
-    if (len(stack_files) == 1 and not preloaded) or not hasattr(os, "fork"):
+    Where the OS can fork, each stack renders in a forked copy of this process (no second interpreter to start);
+    for several stacks the provider modules are imported here first (tools.preview.render.preload), once, so
+    every child starts with them in memory, which saves most of a render's time; the same holds when a caller
+    has imported them already (tools.preview.plan_diff renders two commits this way). Otherwise each stack
+    gets a fresh interpreter importing only what it uses."""
+    if not hasattr(os, "fork"):
         with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
             return list(pool.map(_subprocess_render, stack_files))
     from tools.preview import render
 
-    render.preload()
+    if len(stack_files) > 1:
+        render.preload()
     results: dict[Path, Result] = {}
     running: dict[int, tuple[Path, Any, Any]] = {}
     pending = list(stack_files)
@@ -77,12 +80,6 @@ def render_all(stack_files: list[Path]) -> list[Result]:
             err.seek(0)
             results[stack_file] = _result(stack_file, os.waitstatus_to_exitcode(status), out.read(), err.read())
     return [results[f] for f in stack_files]
-
-
-def _preload_list() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    from tools.preview.render import PRELOAD
-
-    return PRELOAD
 
 
 def _fork_render(render: Any, stack_file: Path, out: Any, err: Any) -> int:
@@ -175,6 +172,27 @@ def summarize(stack: str, document: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command; the cyclic garbage collector is off while it runs (see without_cyclic_gc)."""
+    with without_cyclic_gc():
+        return _main(argv)
+
+
+@contextlib.contextmanager
+def without_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector: a plan creates a few hundred thousand long-lived objects (the provider
+    classes and their type annotations, the program's resources) and little cyclic garbage, so every full
+    collection re-scans them for nothing: about a quarter of a plan's CPU time, for under 2 MB more peak memory
+    (of about 240 MB). Reference counting still frees everything else; the forked renderers inherit the setting."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog=prog("plan"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stack", action="append", default=[], metavar="NAME",

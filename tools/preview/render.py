@@ -343,7 +343,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("stack_file", type=Path, help="a Pulumi.<stack>.yaml file")
     args = parser.parse_args(argv)
-    code = run(args.stack_file)
+    from tools.preview.plan import without_cyclic_gc
+
+    with without_cyclic_gc():
+        code = run(args.stack_file)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown (about a second of joining the SDK's worker threads and freeing the large
