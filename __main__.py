@@ -5,18 +5,26 @@
 
 import pulumi
 
+from components import preflight
 from components.capacity import serving_capacity
 from components.config import ConfigError, load_config
 from components.engines import check_engine
+from components.limits import check as check_limits
 from stacks import compose
 
 try:
     config = load_config()
     check_engine(config)  # the pinned engine registers the checkpoint's architecture and accepts the settings
     serving_capacity(config)  # rejects replicas whose weights or one full-length sequence do not fit
+    check_limits(config)  # every count a cloud or chart caps and the stack drives (components/limits.py)
 except ConfigError as err:
     # RunError ends the program with this one line and no traceback; nothing has been registered.
     raise pulumi.RunError(str(err)) from None
+
+if preflight.gate_applies(config):  # `pulumi up` only: before any resource, so a failed check creates nothing
+    failed = preflight.gate(config, pulumi.get_stack())
+    if failed:
+        raise pulumi.RunError(preflight.gate_message(failed))
 
 for warning in config.warnings:  # keys with no effect in a shared file, placeholders still in place
     pulumi.log.warn(warning.removeprefix("warning: "))

@@ -629,6 +629,10 @@ class LifecycleConfig(Section):
     prefix: ClassVar[str] = "lifecycle"
     maxLifetimeHours: int = Field(
         24, ge=1, description="Label `max-lifetime-hours` on billable resources, so a forgotten stack shows.")
+    preflight: bool = Field(
+        True, description="First step of `pulumi up`: the read-only Google checks of `python -m tools preflight` "
+                          "(project, billing, APIs, org policies, quotas, reservation, bucket); a failed check stops "
+                          "`up` before any resource exists. false skips it.")
 
 
 class CostConfig(Section):

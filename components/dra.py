@@ -69,6 +69,8 @@ class GpuDevicesArgs(Args):
     machine: catalog.GpuMachine
     images: ImagesConfig = ImagesConfig()
     """Optional digests of the driver and asapd-lite images."""
+    critical_pods: int = 100
+    """Pods the driver may run at critical priority (components/limits.py dra_critical_pods: grows with the nodes)."""
 
 
 class GpuDevices(Component):
@@ -83,7 +85,7 @@ class GpuDevices(Component):
             f"{name}-dra-quota",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{DRA_NAMESPACE}-quota", namespace=namespace.metadata.name),
             spec=k8s.core.v1.ResourceQuotaSpecArgs(
-                hard={"pods": "100"},
+                hard={"pods": str(args.critical_pods)},
                 scope_selector=k8s.core.v1.ScopeSelectorArgs(match_expressions=[
                     k8s.core.v1.ScopedResourceSelectorRequirementArgs(
                         scope_name="PriorityClass", operator="In", values=CRITICAL_PRIORITY_CLASSES)]),

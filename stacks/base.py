@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from components import benchmark, capacity, catalog, contract, cost, images, loading, prices
+from components import benchmark, capacity, catalog, contract, cost, images, limits, loading, prices
 from components.cluster import GkeCluster, GkeClusterArgs
 from components.config import StackConfig
 from components.geometry import CheckpointGeometry, CheckpointGeometryArgs
@@ -272,6 +272,7 @@ def summary(cfg: StackConfig) -> list[str]:
         *slice_lines(cfg),
         *monitoring_lines(cfg),
         *cost.summary_lines(cfg),
+        *limits.summary_lines(cfg),
     ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
-from components import contract, images
+from components import contract, images, limits
 from components.config import StackConfig
 from components.dra import GpuDevices, GpuDevicesArgs
 from components.modelservers import VllmDisaggregatedSet, VllmDisaggregatedSetArgs, gpu_placement
@@ -27,7 +27,8 @@ def build(cfg: StackConfig) -> None:
         reservation_sub_blocks=tuple(cfg.gpu.reservationSubBlocks[:cfg.gpu.slices]),
     ), foundation.accelerator_opts)
     namespace = foundation.platform.namespace.metadata.name
-    devices = GpuDevices("gpu-devices", GpuDevicesArgs(namespace=namespace, machine=cfg.gpu.spec, images=cfg.images),
+    devices = GpuDevices("gpu-devices", GpuDevicesArgs(namespace=namespace, machine=cfg.gpu.spec, images=cfg.images,
+                                                         critical_pods=limits.dra_critical_pods(cfg.gpu.node_count)),
                          foundation.on_system_nodes)
     selector, tolerations = gpu_placement(cfg.gpu.spec)
     # Pulls the engine image while the checkpoint is staged and hydrated (off the critical path).

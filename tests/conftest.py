@@ -207,6 +207,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         "benchmark.enabled": True, "router.calibrate": True}),
     # Scale-out (tests/test_scale.py): 3 GPU slices on 3 named racks, 4 TPU slices.
     "gpu3": ("gpu3", {}),
+    # 8 slices (tests/test_preflight.py: the DRA driver's critical-pod quota grows with the GPU nodes).
+    "gpu8": ("gpu3", {"gpu.slices": 8, "gpu.reservationSubBlocks": [f"rack-{i}" for i in range(8)]}),
     "tpu4": ("tpu4", {}),
     # Every image the TPU stack pulls, the router chart's Envoy sidecar included (visible once charts are rendered).
     "tpu-pinned": ("tpu", {"images.tpuEngineDigest": "sha256:" + "a" * 64, "images.lwsDigest": "sha256:" + "b" * 64,

@@ -56,8 +56,12 @@ class FakeFile:
     """Serve one flipped byte (the published hashes stay those of the true content)."""
     sha256: str = ""
     blob_sha1: str = ""
+    content: Optional[bytes] = None
+    """Serve these bytes instead of generated ones (a config.json a test reads); size is then ignored."""
 
     def __post_init__(self):
+        if self.content is not None:
+            self.size = len(self.content)
         sha256 = hashlib.sha256()
         git = hashlib.sha1(b"blob %d\0" % self.size)
         for offset in range(0, self.size, 1 << 22):
@@ -69,6 +73,8 @@ class FakeFile:
     def data(self, offset: int, length: int, honest: bool = False) -> bytes:
         """Position-dependent bytes: every 64 KiB block starts with its index and the file's seed. Built with one
         copy (a join of the blocks' parts), so serving costs the benchmark's Hub little CPU."""
+        if self.content is not None:
+            return self.content[offset:offset + length]
         parts, position, end = [], offset, offset + length
         seed = self.seed.to_bytes(8, "big")
         while position < end:

@@ -43,6 +43,8 @@ COMMANDS: dict[str, Command] = {
     "lock-tpu-engine": Command("tools.preview.lock_tpu_engine", "write the TPU pods' hash-pinned vLLM-TorchTPU lock"),
     "lock-staging": Command("tools.preview.lock_staging", "write the staging Job's hash-pinned library lock"),
     # against a live stack (tools.live)
+    "preflight": Command("tools.live.preflight", "ask Google Cloud and the Hub, read-only, whether a stack can come up",
+                         fast_exit=True),
     "stage": Command("tools.live.stage_weights", "copy a Hugging Face revision into Cloud Storage, verified"),
     "ask": Command("tools.live.ask", "send one prompt through a stack's router and stream the answer"),
     "smoke": Command("tools.live.smoke", "check a serving endpoint: answers, metrics, routing"),

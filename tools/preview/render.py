@@ -137,7 +137,9 @@ def check_no_secret_leak(document: dict[str, Any]) -> None:
                         "keep it in secret Outputs")
 
 
-def render(stack_file: Path) -> dict[str, Any]:
+def render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
+    """The plan document. `as_up`: run the program as `pulumi up` would, its preflight gate included (against
+    whatever Google endpoint KIMI_GOOGLE_API_ROOT names: the gate's tests)."""
     stack = stack_name(stack_file)
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
@@ -173,6 +175,9 @@ def render(stack_file: Path) -> dict[str, Any]:
     project = project_file()
     config, secret_keys = stack_config(stack_file, project)
     runtime_config.set_all_config(config, secret_keys)
+    from components import preflight
+
+    preflight.OFFLINE_PLAN = not as_up  # the plan asks no cloud; its mock engine runs with preview=False
     os.environ.pop("PULUMI_CONFIG", None)
     gcp_project = config.get(f"{project['name']}:gcp.project", "project")
     recording = Recording()

@@ -1,0 +1,264 @@
+"""`python -m tools preflight` against a fake Google Cloud and a fake Hub on loopback (tests/fakegoogle.py,
+tests/fakehub.py): a healthy project passes; each failure class fails with one line naming what to change; only
+GETs are made. The `pulumi up` gate through the program itself, and the limits that grow with the stack.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components import limits, preflight
+from components.config import ConfigError
+from tests import fakegoogle
+from tests.conftest import ROOT, fixture_stack, stack_document, write_stack
+from tests.fakehub import FakeFile, FakeHub, FakeRepo
+from tests.test_config import parse
+from tests.test_engines import K3_CONFIG
+from tools.live import preflight as cli
+
+REPO = "moonshotai/Kimi-K3.1-Pro"
+TOKEN = "hf_preflightTestToken"
+STACK = fixture_stack("gpu3")
+
+
+def _repo(config: dict, gated: bool = False, commit: str = "a" * 40) -> FakeRepo:
+    return FakeRepo({"config.json": FakeFile(0, lfs=False, content=json.dumps(config).encode())}, commit=commit,
+                    gated=gated, allowed={TOKEN})
+
+
+@pytest.fixture(scope="module")
+def google():
+    with fakegoogle.FakeGoogle() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def hub():
+    with FakeHub({REPO: _repo(K3_CONFIG)}, tokens={TOKEN, "hf_other"}) as fake:
+        yield fake
+
+
+@pytest.fixture
+def run(google, hub, variants, monkeypatch, tmp_path, capsys):
+    """Run the CLI as a user would (credentials and endpoints from the environment) against the fakes."""
+    import huggingface_hub.constants
+
+    google.reset()
+    hub.repos[REPO] = _repo(K3_CONFIG)
+    monkeypatch.setenv(preflight.API_ROOT_ENV, google.url)
+    monkeypatch.setenv(preflight.TOKEN_ENV, "ya29.test-token")
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    plan = variants["gpu3"].folder
+
+    def go(*extra: str, stack: Path = STACK) -> tuple[int, list[str]]:
+        code = cli.main(["--stack-file", str(stack), "--plan", str(plan), "--request-timeout", "0.3", *extra])
+        out = capsys.readouterr().out.splitlines()
+        assert {method for method, _ in google.calls} <= {"GET"}, google.calls  # preflight only reads
+        return code, out
+
+    return go
+
+
+def failures(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("FAIL")]
+
+
+def test_a_healthy_project_passes_and_prints_cost_and_time(run, google):
+    code, out = run()
+    assert code == 0, out
+    assert not failures(out)
+    assert out[-1].startswith("preflight: all ") and "checks passed" in out[-1]
+    assert any(line.startswith("cost: $") and "/h" in line for line in out)
+    assert any(line.startswith("time to serving: ") for line in out)
+    assert any("rack-c: HEALTHY" in line for line in out)
+    assert any(path.endswith("/reservationSubBlocks/rack-a") for _, path in google.calls)
+
+
+def _only_failure(out: list[str]) -> str:
+    failed = failures(out)
+    assert len(failed) == 1, out
+    return failed[0]
+
+
+def test_a_reservation_in_another_zone_names_the_zone(run, google):
+    google.state["reservations"] = {"us-central1-a": google.state["reservations"][fakegoogle.ZONE]}
+    code, out = run()
+    assert code == 1
+    assert "is in zone us-central1-a, not the serving zone us-central1-b: pulumi config set gcp.zone " \
+           "us-central1-a" in _only_failure(out)
+    assert any(line.startswith("a failed `pulumi up` would stop at gpu-") and "having spent $" in line for line in out)
+
+
+def test_one_free_host_short(run, google):
+    google.state["reservations"][fakegoogle.ZONE][fakegoogle.RESERVATION]["specificReservation"]["inUseCount"] = "1"
+    code, out = run()
+    assert code == 1
+    assert "has 47 free hosts of 48, the stack asks for 48: set gpu.slices to 2" in _only_failure(out)
+
+
+def test_an_unhealthy_sub_block_names_its_slice(run, google):
+    google.state["sub_blocks"]["rack-b"]["healthInfo"]["healthStatus"] = "DEGRADED"
+    code, out = run()
+    assert code == 1
+    assert "sub-block rack-b (slice 1) is DEGRADED: name a healthy sub-block in gpu.reservationSubBlocks[1]" \
+        in _only_failure(out)
+
+
+def test_a_short_accelerator_quota(run, google):
+    google.state["quotas"][-1]["usage"] = 100.0
+    code, out = run()
+    assert code == 1
+    assert "NVIDIA_GB300_GPUS in us-central1: 156 free of 256, the stack needs 192 for gpu.slices" in _only_failure(out)
+
+
+def test_a_disabled_compute_api_names_the_command(run, google):
+    google.state["services"]["compute.googleapis.com"] = "DISABLED"
+    code, out = run()
+    assert code == 1
+    assert "gcloud services enable compute.googleapis.com --project kimi-test-project" in _only_failure(out)
+
+
+def test_a_blocking_org_policy(run, google):
+    google.state["policies"]["gcp.resourceLocations"] = {
+        "name": "projects/kimi-test-project/policies/gcp.resourceLocations",
+        "spec": {"rules": [{"values": {"allowedValues": ["in:europe-locations"]}}]}}
+    code, out = run()
+    assert code == 1
+    assert "constraints/gcp.resourceLocations does not allow us-central1/us-central1-b" in _only_failure(out)
+
+
+def test_an_unreadable_gated_repo(run, hub):
+    hub.repos[REPO] = _repo(K3_CONFIG, gated=True)
+    hub.repos[REPO].allowed = set()
+    code, out = run()
+    assert code == 1
+    assert f"{REPO} is gated and the token cannot read it: accept the model's license" in _only_failure(out)
+
+
+def test_an_architecture_the_engine_does_not_register(run, hub):
+    hub.repos[REPO] = _repo(dict(K3_CONFIG, architectures=["KimiK25ForConditionalGeneration"]), commit="b" * 40)
+    code, out = run()
+    assert code == 1
+    assert "names architecture 'KimiK25ForConditionalGeneration', which vLLM 0.33.0 does not register" \
+        in _only_failure(out)
+
+
+def test_permission_denied_names_the_permission(run, google):
+    google.state["errors"]["/regions/"] = [(403, fakegoogle.status(403, "PERMISSION_DENIED", "Required "
+                                                                   "'compute.regions.get' permission"), {})]
+    code, out = run()
+    assert code == 1
+    assert "permission denied reading region us-central1's quotas: the identity needs compute.regions.get" \
+        in _only_failure(out)
+
+
+def test_throttling_is_waited_out_then_reported(run, google):
+    throttled = (429, fakegoogle.status(429, "RESOURCE_EXHAUSTED", "Quota exceeded"), {"Retry-After": "0"})
+    google.state["errors"]["/aggregated/"] = []
+    google.state["errors"]["/reservations/" + fakegoogle.RESERVATION] = [throttled]
+    code, out = run()
+    assert code == 0, out  # one 429, then the answer
+    google.reset()
+    google.state["errors"]["/reservations/" + fakegoogle.RESERVATION] = [throttled] * preflight.RETRIES
+    code, out = run()
+    assert code == 1
+    assert f"throttled reading reservation {fakegoogle.RESERVATION} after {preflight.RETRIES} tries" \
+        in _only_failure(out)
+
+
+def test_a_timeout_is_one_line(run, google):
+    google.state["delay"]["/storage/v1/b/"] = 0.6
+    code, out = run()
+    assert code == 1
+    assert "no answer from storage.googleapis.com within 0.3 s" in _only_failure(out)
+
+
+def test_exit_codes(run, tmp_path):
+    assert cli.main(["--stack-file", str(tmp_path / "Pulumi.none.yaml")]) == 2  # no stack file
+    assert cli.main(["--stack-file", str(STACK), "--plan", str(tmp_path)]) == 2  # no plan there
+    bad = write_stack(tmp_path, "bad", {**stack_document("gpu3")["config"], "kimi-k3-1:gpu.slices": 99})
+    assert cli.main(["--stack-file", str(bad), "--plan", str(tmp_path)]) in (1, 2)
+
+
+# --------------------------------------------------------------------------- the gate in `pulumi up`
+GATE = """
+import sys
+from pathlib import Path
+from tools.preview import render
+try:
+    document = render.render(Path(sys.argv[1]), as_up=True)
+except SystemExit as stop:
+    sys.exit(stop.code)
+pools = [r["name"] for r in document["resources"] if r["type"] == "gcp:container/nodePool:NodePool"]
+print(" ".join(pools))
+"""
+
+
+def test_a_failing_preflight_creates_no_accelerator_pool(google):
+    """The real program run as `pulumi up` runs it (mock engine, preview=False): the gate stops it before any
+    resource is registered; the offline plan (as_up False) never asks the cloud."""
+    google.reset()
+    google.state["sub_blocks"]["rack-a"]["healthInfo"]["healthStatus"] = "DEGRADED"
+    env = {"PATH": "/usr/bin:/bin", preflight.API_ROOT_ENV: google.url, preflight.TOKEN_ENV: "ya29.test-token"}
+    proc = subprocess.run([sys.executable, "-c", GATE, str(STACK)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "preflight: 1 check(s) failed, nothing was created" in proc.stderr
+    assert "sub-block rack-a (slice 0) is DEGRADED" in proc.stderr
+    assert "pulumi config set lifecycle.preflight false" in proc.stderr
+    assert "gpu-" not in proc.stdout
+    assert google.calls and {m for m, _ in google.calls} == {"GET"}
+
+
+def test_the_offline_plan_asks_no_cloud(variants):
+    """Every session plan rendered with the gate in place and no Google endpoint: the plan never ran it."""
+    assert any(r["type"] == "gcp:container/nodePool:NodePool" for r in variants["gpu3"].resources)
+
+
+# --------------------------------------------------------------------------- limits that grow with the stack
+@pytest.mark.parametrize("slices", range(1, 17))
+def test_every_accepted_gpu_slice_count_stays_within_its_limits(slices):
+    cfg = parse("gpu3", gpu__slices=slices, gpu__reservationSubBlocks=[f"rack-{i}" for i in range(slices)])
+    found = {limit.name: limit for limit in limits.check(cfg)}
+    dra = found["NVIDIA DRA driver: critical-priority pods"]
+    assert dra.cap >= 2 * cfg.gpu.node_count + 1 and dra.cap >= limits.DRA_CT_QUOTA
+
+
+def test_eight_gpu_slices_render_a_dra_quota_for_every_node(variants):
+    plan = variants["gpu8"]
+    gpu_nodes = sum(r["inputs"]["nodeCount"] for r in plan.of_type("gcp:container/nodePool:NodePool")
+                    if r["name"].startswith("gpu-"))
+    assert gpu_nodes == 8 * 16
+    quota = next(m for m in plan.manifests if m["kind"] == "ResourceQuota" and m["metadata"]["namespace"]
+                 == "nvidia-dra-driver-gpu")
+    assert int(quota["spec"]["hard"]["pods"]) >= 2 * gpu_nodes + 1
+
+
+@pytest.mark.parametrize(("key", "value", "limit"), [
+    ("network.podsCidr", "10.64.0.0/20", "pod range: per-node /24 ranges"),
+    ("network.nodesCidr", "10.0.0.0/28", "node range: node addresses"),
+])
+def test_each_capped_count_fails_naming_its_key(key, value, limit):
+    """Mutations of the demand side: each limit refuses a stack that outgrows it with its key and source."""
+    try:
+        cfg = parse("gpu3", **{key.replace(".", "__"): value})
+    except ConfigError as err:  # the config's own range check got there first, naming the same key
+        assert err.key == key
+        return
+    with pytest.raises(ConfigError) as err:
+        limits.check(cfg)
+    assert err.value.key == key and limit in str(err.value)
+
+
+def test_every_limit_names_its_source_and_can_fail():
+    cfg = parse("gpu3")
+    for limit in limits.limits(cfg):
+        assert limit.source and limit.ok
+        assert not limits.Limit(limit.name, limit.cap + 1, limit.cap, limit.key, limit.source).ok

@@ -1,0 +1,141 @@
+"""Know before you spend: ask Google Cloud and the Hugging Face Hub, read-only, whether this stack can come up,
+then print what it costs per hour, how long it takes to serve, and what a failed `pulumi up` would have cost at
+the step it would have failed. One line per check (components/preflight.py has the checks and their endpoints).
+
+Credentials: GOOGLE_OAUTH_ACCESS_TOKEN, else Application Default Credentials (`gcloud auth application-default
+login`); the Hub token from HF_TOKEN (e.g. `export HF_TOKEN=$(pulumi config get hfToken -s gpu)`).
+Exit 0: every check passed; 1: a check failed (its line says what to change); 2: no stack file, no plan or no
+Google credentials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+from components import cost, preflight, prices, timeline
+from components.config import PROJECT, ConfigError, StackConfig, parse_config
+from components.machines import MACHINES
+from tools import prog
+from tools.live.core import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load(stack_file: Path) -> StackConfig:
+    """The stack's config as `pulumi up` hands it to the program (tools/preview/render.py's reading)."""
+    from tools.preview import render
+
+    values, _ = render.stack_config(stack_file, render.project_file())
+    prefix = f"{PROJECT}:"
+    return parse_config({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)})
+
+
+def plan_resources(stack_file: Path, plan: Optional[Path]) -> list[dict[str, Any]]:
+    """resources.json of a plan folder, or the stack rendered now (the offline plan: no cloud)."""
+    if plan is not None:
+        return json.loads((plan / "resources.json").read_text())
+    from tools.preview import render
+
+    return render.render(stack_file.resolve())["resources"]
+
+
+def _node_rate(cfg: StackConfig, resource: dict[str, Any]) -> float:
+    """$/h of one node pool of resources.json (unpriced accelerators count 0, as the headline says)."""
+    inputs = resource.get("inputs", {})
+    nodes = inputs.get("nodeCount") or inputs.get("initialNodeCount") or 0
+    machine = (inputs.get("nodeConfig") or {}).get("machineType", "")
+    if cfg.track == "gpu" and machine == cfg.gpu.spec.machine_type:
+        price = cfg.cost.price("gpuNodeHourUsd") or prices.GPU_NODE_HOUR.usd
+    elif machine in MACHINES and MACHINES[machine].extended and cfg.track == "tpu":
+        chip = cfg.cost.price("tpuChipHourUsd") or prices.TPU_CHIP_HOUR.usd
+        price = chip and chip * dict(MACHINES[machine].extended).get("google.com/tpu", 0)
+    else:
+        price = cfg.cost.price("cpuNodeHourUsd") or prices.cpu_node_hour(machine).usd
+    return (price or 0.0) * nodes
+
+
+def failed_up_cost(cfg: StackConfig, resources: list[dict[str, Any]], step: str) -> Optional[str]:
+    """Where `pulumi up` would have stopped for a failed check, and what it had spent by then: every node pool and
+    the cluster that finished before that resource starts, billed from their finish (components/timeline.py)."""
+    def duration(r: dict[str, Any], start: float, finish: dict[str, float]) -> float:
+        return timeline.step(cfg, r).seconds
+
+    finish, _ = timeline.finish_times(resources, duration)
+    hit = [r for r in resources if r["name"] == step or r["name"].startswith(f"{step}-")]
+    if not hit:
+        return None
+    starts = {r["name"]: finish[r["name"]] - duration(r, 0, finish) for r in hit}
+    at_name = min(starts, key=starts.get)
+    at = starts[at_name]
+    spent, rate = 0.0, 0.0
+    for r in resources:
+        billed = (prices.GKE_CLUSTER_HOUR.usd if r["type"] == "gcp:container/cluster:Cluster"
+                  else _node_rate(cfg, r) if r["type"] == "gcp:container/nodePool:NodePool" else 0.0)
+        if billed and finish[r["name"]] <= at:
+            spent += billed * (at - finish[r["name"]]) / 3600
+            rate += billed
+    return (f"a failed `pulumi up` would stop at {at_name} after {at / 60:.1f} min, having spent ${spent:,.2f}; "
+            f"what it created bills ${rate:,.2f}/h until `pulumi destroy`")
+
+
+def main(argv: Sequence[str] | None = None, google: Optional[preflight.Google] = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog("preflight"), description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stack", metavar="NAME", help="the stack (Pulumi.<NAME>.yaml)")
+    parser.add_argument("--stack-file", type=Path, help="a stack file instead of --stack")
+    parser.add_argument("--plan", type=Path, metavar="FOLDER",
+                        help="a plan folder of this stack (build/plan/<stack>); default: render it now")
+    parser.add_argument("--request-timeout", type=float, default=preflight.REQUEST_TIMEOUT_S, metavar="SECONDS",
+                        help=f"limit on each Google or Hub request (default {preflight.REQUEST_TIMEOUT_S:g})")
+    args = parser.parse_args(argv)
+    if bool(args.stack) == bool(args.stack_file):
+        parser.error("give --stack NAME or --stack-file PATH")
+    stack_file = args.stack_file or ROOT / f"Pulumi.{args.stack}.yaml"
+    stack = args.stack or stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml")
+    if not stack_file.is_file():
+        print(f"error: no stack file {stack_file}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.plan is not None and not (args.plan / "resources.json").is_file():
+        print(f"error: no plan in {args.plan} (run: python -m tools plan --stack {stack})", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        cfg = load(stack_file)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    if google is None:
+        try:
+            google = preflight.Google.from_environment(args.request_timeout)
+        except Exception as err:  # google.auth.exceptions.DefaultCredentialsError and the like
+            print(f"error: no Google credentials ({str(err).splitlines()[0][:160]}): run `gcloud auth "
+                  f"application-default login` or set {preflight.TOKEN_ENV}", file=sys.stderr)
+            return EXIT_USAGE
+    checks = preflight.check_google(google, cfg, stack)
+    checks += preflight.check_hub(cfg, os.environ.get("HF_TOKEN"), os.environ.get("HF_ENDPOINT"),
+                                  args.request_timeout)
+    for check in checks:
+        print(check.line())
+    resources = plan_resources(stack_file, args.plan)
+    path = timeline.critical_path(cfg, resources)
+    print(f"cost: {cost.headline(cost.hourly_costs(cfg))} while it runs (list prices of {prices.TABLE_DATE})")
+    print(f"time to serving: {path.serving_s / 60:.1f} min after `pulumi up` starts (first up, bucket empty)")
+    failed = [c for c in checks if not c.ok]
+    for step in dict.fromkeys(c.step for c in failed if c.step):
+        line = failed_up_cost(cfg, resources, step)
+        if line:
+            print(line)
+    if failed:
+        print(f"preflight: {len(failed)} check(s) failed; fix them before `pulumi up`")
+        return EXIT_FAILED
+    print(f"preflight: all {len(checks)} checks passed")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
