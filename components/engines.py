@@ -113,7 +113,23 @@ def vllm_speculative(cfg: StackConfig) -> dict | None:
     return None
 
 
-GPU_ALL2ALL_BACKEND = "deepep_v2"
+GPU_MOE_BACKEND = "deep_gemm_mega_moe"
+"""Kimi K3's experts as one DeepGEMM MegaMoE launch that dispatches and combines over the EP group itself (vLLM 0.33.0
+models/kimi_k3/nvidia/model.py:401-417, 516-540), as llm-d's GB200 DeepSeek-V4 pods run it
+(https://github.com/llm-d/llm-d/blob/6b047cf/guides/models/deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml).
+DeepGEMM ships inside the released vLLM wheel for aarch64 (vllm/third_party/deep_gemm/__init__.py:91
+get_symm_buffer_for_mega_moe), while DeepEP v2 is an image-level install (`deep_ep.ElasticBuffer`, NCCL >= 2.30.4 and
+NCCL GIN: vllm/utils/import_utils.py:472-499, distributed/device_communicators/all2all.py:1046,1086-1100) no
+evidence shows in the arm64 image (docs/seed-vs-reality.md). `--all2all-backend` stays at its default."""
+
+
+GPU_DRIVER_MOUNT = "/usr/local/nvidia"
+"""Where the GPU pods mount GKE's host driver install (components/modelservers.py)."""
+GPU_DRIVER_LIBS = f"{GPU_DRIVER_MOUNT}/lib64"
+EXTEND_LIBRARY_PATH = f'export LD_LIBRARY_PATH="${{LD_LIBRARY_PATH:+${{LD_LIBRARY_PATH}}:}}{GPU_DRIVER_LIBS}"'
+"""The image's own LD_LIBRARY_PATH first, GKE's driver libraries after it: a pod `env` entry would replace the image's
+value (Kubernetes expands `$(VAR)` only from the container's own env list), and whatever of its libraries (NCCL among
+them) the image puts on the path must stay ahead of the host's."""
 
 
 def vllm_command(cfg: StackConfig, role: Role) -> Command:
@@ -135,11 +151,7 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "--enable-expert-parallel",
         # Each rank reads only its own experts, with a loader that honours that filter (components/loading.py).
         *loading.GPU_LOADER.argv,
-        # DeepEP v2 on both roles: the high-throughput kernels crash on the R580+ drivers GB300 needs
-        # (https://github.com/llm-d/llm-d/blob/aa259bf/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/gke/README.md),
-        # and llm-d's DisaggregatedSet runs deepep_v2 for prefill and decode
-        # (https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml).
-        "--all2all-backend", GPU_ALL2ALL_BACKEND,
+        "--moe-backend", GPU_MOE_BACKEND,
         "--kv-cache-dtype", {"fp8": "fp8", "bf16": "bfloat16"}[cfg.model.kvCacheDtype],
         "--mamba-ssm-cache-dtype", cfg.model.kdaStateDtype,
         # The engine-effective block: vLLM would raise a smaller one to this itself (components/kvblocks.py).
@@ -166,6 +178,7 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         argv += ["--speculative-config", _json(speculative)]
     preamble = (
         "find /dev/shm -mindepth 1 -delete 2>/dev/null || true",  # stale shm from a restart (llm-d issue #352)
+        EXTEND_LIBRARY_PATH,
         f"START_RANK=$(( LWS_WORKER_INDEX * {dp_local} ))",
         f"KV_EVENTS_BASE=$(( {contract.KV_EVENTS_PORT} - START_RANK ))",
         # vLLM binds the NIXL side channel on this base + the global DP rank (nixl/base_scheduler.py,

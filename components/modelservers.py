@@ -143,6 +143,27 @@ def gpu_placement(machine: catalog.GpuMachine) -> tuple[dict[str, str], list[k8s
                                         effect="NoSchedule")])
 
 
+JIT_CACHE_MOUNT = "/var/cache/vllm"
+JIT_CACHE_GIB = 64
+"""Half the 128Gi of ephemeral storage llm-d's GB200 pods reserve (the guide below)."""
+JIT_CACHE_ENV = {"VLLM_CACHE_ROOT": "vllm", "FLASHINFER_WORKSPACE_BASE": "flashinfer", "CUDA_CACHE_PATH": "cuda",
+                 "CCACHE_DIR": "ccache"}
+"""The JIT caches llm-d's GB200 pods keep on a volume, at the same paths under JIT_CACHE_MOUNT
+(https://github.com/llm-d/llm-d/blob/6b047cf/guides/models/deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml).
+vLLM puts DeepGEMM's JIT cache under VLLM_CACHE_ROOT (vllm 0.33.0 utils/deep_gemm.py:281)."""
+
+
+def jit_cache_volume() -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs, list[k8s.core.v1.EnvVarArgs]]:
+    """Compiled kernels off the image's writable layer, kept across container restarts. An emptyDir, not upstream's
+    hostPath: Container-Optimized OS mounts its writable host paths (/var, /home) noexec
+    (https://cloud.google.com/container-optimized-os/docs/concepts/disks-and-filesystem), and JIT-built kernels are
+    loaded as shared objects; a recreated group compiles again, which ENGINE_START_S covers (components/loading.py)."""
+    volume = k8s.core.v1.VolumeArgs(name="jit-cache", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
+        size_limit=f"{JIT_CACHE_GIB}Gi"))
+    env = [_env(key, f"{JIT_CACHE_MOUNT}/{sub}") for key, sub in JIT_CACHE_ENV.items()]
+    return volume, k8s.core.v1.VolumeMountArgs(name="jit-cache", mount_path=JIT_CACHE_MOUNT), env
+
+
 def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.v1.PodSpecArgs:
     machine = cfg.gpu.spec
     command = engines.vllm_command(cfg, role)
@@ -150,6 +171,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
     shm_gib, memory_gib = gpu_memory_gib(cfg)
     models, models_mount = weights_volume(claim)
     shm, shm_mount = shm_volume(shm_gib)
+    jit, jit_mount, jit_env = jit_cache_volume()
     nvidia = k8s.core.v1.VolumeArgs(name="nvidia", host_path=k8s.core.v1.HostPathVolumeSourceArgs(
         path=NVIDIA_DRIVER_ROOT))
     claims = [k8s.core.v1.PodResourceClaimArgs(name="compute-domain-channel",
@@ -168,6 +190,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         env=[
             *common_env(),
             _field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP"),
+            *jit_env,
             # The API server waits this long for its engines: the same startup budget as the probe.
             _env("VLLM_ENGINE_READY_TIMEOUT_S", str(loading.startup_budget_s(cfg))),
             *(_env(key, value) for key, value in loading.GPU_LOADER.env),
@@ -190,7 +213,9 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
             _env("NCCL_P2P_LEVEL", "NVL"),
             # The same guide's current GB200 settings (they replaced TORCH_SYMMMEM=NVSHMEM): NVSHMEM over fabric
             # handles, vLLM without NCCL symmetric memory, NIXL over CUDA IPC within the domain and RDMA beyond,
-            # UCX memory-type caching off, DP dummy batches randomized, the P2P probe skipped, GDRCopy on.
+            # UCX memory-type caching off, DP dummy batches randomized, the P2P probe skipped. Its
+            # NVIDIA_GDRCOPY=enabled is left out: GKE's overlay below turns GDRCopy off, and one setting must win
+            # (docs/seed-vs-reality.md).
             _env("NVSHMEM_CUMEM_HANDLE_TYPE", "FABRIC"),
             _env("NVSHMEM_DISABLE_CUDA_VMM", "0"),
             _env("VLLM_USE_NCCL_SYMM_MEM", "0"),
@@ -200,7 +225,6 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
             _env("UCX_MEMTYPE_REG_WHOLE", "n"),
             _env("VLLM_RANDOMIZE_DP_DUMMY_INPUTS", "1"),
             _env("VLLM_SKIP_P2P_CHECK", "1"),
-            _env("NVIDIA_GDRCOPY", "enabled"),
             # GKE's RDMA settings, as llm-d's GKE overlays set them (A4X Max P/D guide, wide-EP GKE overlay
             # https://github.com/llm-d/llm-d/blob/1c96db2/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/gke/
             # kustomization.yaml): the RDMA NICs sit on separate subnets, so UCX must reach RoCE v2 GIDs across
@@ -209,7 +233,6 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
             _env("NCCL_TUNER_PLUGIN", "none"),
             _env("NCCL_NET_PLUGIN", ""),
             _env("NVSHMEM_DISABLE_GDRCOPY", "true"),
-            _env("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"),
         ],
         ports=ports,
         resources=k8s.core.v1.ResourceRequirementsArgs(
@@ -222,8 +245,8 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         # (https://github.com/llm-d/llm-d/blob/60be8bb/docs/infrastructure/providers/gke/README.md): a listed
         # exception (components/hardening.py EXCEPTIONS, docs/security.md).
         security_context=hardening.privileged_context(),
-        volume_mounts=[models_mount, shm_mount,
-                       k8s.core.v1.VolumeMountArgs(name="nvidia", mount_path="/usr/local/nvidia")],
+        volume_mounts=[models_mount, shm_mount, jit_mount,
+                       k8s.core.v1.VolumeMountArgs(name="nvidia", mount_path=engines.GPU_DRIVER_MOUNT)],
         **probes(cfg, port, ready_path="/v1/models"),
     )
     init = []
@@ -259,7 +282,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         host_pid=True,
         node_selector=node_selector,
         tolerations=tolerations,
-        volumes=[models, shm, nvidia],
+        volumes=[models, shm, jit, nvidia],
         automount_service_account_token=False,
         termination_grace_period_seconds=120,
     )
