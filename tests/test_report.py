@@ -224,3 +224,22 @@ def test_percentile_matches_linear_interpolation():
 
 if __name__ == "__main__":
     perf_run(Path(sys.argv[1]))
+
+
+def test_the_example_renders_the_bundled_run_through_the_cli(tmp_path):
+    """`python -m tools report --example`: the user's way to see what a benchmark produces, without a stack."""
+    proc = subprocess.run([sys.executable, "-m", "tools", "report", "--example", "--out", str(tmp_path / "ex")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report_md = (tmp_path / "ex" / "gpu-sample" / "report.md").read_text()
+    assert "| requests | 16 ok, 0 failed |" in report_md and "cost per million output tokens" in report_md
+    assert len(list((tmp_path / "ex" / "gpu-sample").glob("*.png"))) >= 3
+    # The bundled files are report files only: no machine paths or addresses of the run that made them.
+    for sample in (ROOT / "tools" / "live" / "sample_run").iterdir():
+        text = sample.read_text()
+        assert "/tmp" not in text and "127.0.0.1" not in text and "/home" not in text, sample.name
+
+
+def test_example_takes_no_run_folder(tmp_path, capsys):
+    assert report.main(["--example", str(tmp_path)]) == 2
+    assert "give no RUN_DIR" in capsys.readouterr().err

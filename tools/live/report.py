@@ -3,6 +3,7 @@
     python -m tools report RUN_DIR              # writes RUN_DIR/report.md and RUN_DIR/*.png
     python -m tools report RUN_DIR RUN_DIR2     # compares: writes RUN_DIR/compare-<RUN_DIR2 name>/
     python -m tools report RUN_DIR --hourly-usd 120.5
+    python -m tools report --example [--out FOLDER]   # a sample report from the bundled run (tools/live/sample_run)
 
 A run folder is what `tools.live.bench` collects: inference-perf's `*summary_lifecycle_metrics.json` (whole-run
 percentiles and throughput), `*per_request_lifecycle_metrics.json` (one entry per request, with the session
@@ -148,15 +149,48 @@ def render(folders: Sequence[Path], out: Path | None = None, hourly_usd: float |
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog("report"), description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="one run folder, or two to compare")
+    parser.add_argument("runs", nargs="*", type=Path, metavar="RUN_DIR", help="one run folder, or two to compare")
     parser.add_argument("--out", type=Path, metavar="FOLDER", help="where to write (default: the run folder, or "
-                                                 "RUN_DIR/compare-<RUN_DIR2 name> when comparing)")
+                                                 "RUN_DIR/compare-<RUN_DIR2 name> when comparing; with --example "
+                                                 f"./{EXAMPLE_OUT})")
+    parser.add_argument("--example", action="store_true",
+                        help="render a sample report from the bundled run of a real inference-perf against a fake "
+                             "server (tools/live/sample_run/README.md), to see what a benchmark produces")
     parser.add_argument("--hourly-usd", type=float, help="stack cost per hour, instead of outputs.json's estimate")
     return parser
 
 
+SAMPLE_RUN = Path(__file__).resolve().parent / "sample_run"
+EXAMPLE_OUT = "report-example"
+EXAMPLE_HOURLY_USD = 100.0
+"""A round stand-in price for the sample's cost row (the sample has no stack, so no outputs.json)."""
+
+
+def example(out: Path | None) -> int:
+    """Copy the bundled run into `out` and render its report there."""
+    import shutil
+
+    out = out or Path(EXAMPLE_OUT)
+    run = out / "gpu-sample"
+    run.mkdir(parents=True, exist_ok=True)
+    for report_file in SAMPLE_RUN.glob("*.json"):
+        shutil.copy(report_file, run / report_file.name)
+    path = render([run], None, EXAMPLE_HOURLY_USD)
+    print(f"wrote {path} and {len(list(path.parent.glob('*.png')))} plot(s) from the bundled sample run "
+          f"(a fake server's figures at a stand-in ${EXAMPLE_HOURLY_USD:.0f}/h: {SAMPLE_RUN.name}/README.md)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.example:
+        if args.runs:
+            print("error: --example renders the bundled run; give no RUN_DIR with it", file=sys.stderr)
+            return 2
+        return example(args.out)
+    if not args.runs:
+        print("error: give one run folder, or two to compare (or --example)", file=sys.stderr)
+        return 2
     if len(args.runs) > 2:
         print("error: give one run folder, or two to compare", file=sys.stderr)
         return 2
