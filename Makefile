@@ -19,6 +19,7 @@ PYTEST    ?= $(PY) -m pytest
 .PHONY: plan charts test lint schema bench-plan actionlint clean inference-perf
 
 $(STAMP): requirements.txt requirements-dev.txt
+	@echo "building $(VENV) from requirements-dev.txt (about 1.3 GB; 2-15 min, by the network)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $(STAMP)
@@ -31,6 +32,7 @@ $(IP_STAMP): requirements-inference-perf.txt
 	@if [ -z "$(IP_PYTHON)" ]; then \
 	  echo "no Python >= 3.12 found (tools/python.sh; or set IP_PYTHON): the inference-perf tests will skip"; \
 	else \
+	  echo "building $(IP_VENV) from requirements-inference-perf.txt (about 0.8 GB; 1-8 min)" && \
 	  $(IP_PYTHON) -m venv $(IP_VENV) && \
 	  $(IP_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-inference-perf.txt && \
 	  touch $(IP_STAMP); \
@@ -41,6 +43,7 @@ $(IP_STAMP): requirements-inference-perf.txt
 checkov: $(CK_STAMP)
 
 $(CK_STAMP): requirements-checkov.txt
+	@echo "building $(CK_VENV) from requirements-checkov.txt (about 0.3 GB; 1-4 min)"
 	$(PYTHON) -m venv $(CK_VENV)
 	$(CK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $(CK_STAMP)
@@ -62,7 +65,7 @@ charts: $(STAMP)
 
 ## test: the whole suite: lint, config schema in sync, tests (which render and validate the plan, run the
 ## pinned inference-perf from .venv-inference-perf and the pinned checkov from .venv-checkov)
-test: lint schema $(IP_STAMP) $(CK_STAMP)
+test: lint schema $(CLI) $(IP_STAMP) $(CK_STAMP)
 	$(PYTEST)
 
 lint: $(STAMP)
