@@ -243,7 +243,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         ),
         # DeepEP/NVSHMEM needs privileged containers on GKE
         # (https://github.com/llm-d/llm-d/blob/60be8bb/docs/infrastructure/providers/gke/README.md): a listed
-        # exception (components/hardening.py EXCEPTIONS, docs/security.md).
+        # exception (components/declared.py WORKLOADS, docs/security.md).
         security_context=hardening.privileged_context(),
         volume_mounts=[models_mount, shm_mount, jit_mount,
                        k8s.core.v1.VolumeMountArgs(name="nvidia", mount_path=engines.GPU_DRIVER_MOUNT)],

@@ -25,16 +25,13 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from . import catalog, contract, hardening
+from . import catalog, contract, declared, hardening
 from .base import Args, Component, StrInput
 from .config import StackConfig
 from .identity import workload_principal
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ("tools/__init__.py", "tools/live/__init__.py", "tools/live/stage_weights.py",
-           "tools/staging/__init__.py", "tools/staging/hub.py",
-           "tools/staging/bucket.py", "tools/staging/ledger.py", "tools/staging/progress.py", "tools/staging/copy.py",
-           "tools/staging/requirements.lock")
+SHIPPED = declared.STAGING_CODE
 """The copier as the Job runs it: the CLI, its modules and the lock its libraries install from."""
 APP_DIR = "/app"
 DEPS_DIR = "/deps"
@@ -154,8 +151,7 @@ def key(path: str) -> str:
 
 def install_and_run() -> str:
     """Hash-checked install of exactly the locked wheels, then the copier with the Job's arguments ("$@")."""
-    return (f"python -m pip install --quiet --no-cache-dir --disable-pip-version-check --no-deps --require-hashes "
-            f"--only-binary=:all: --target {DEPS_DIR} -r {APP_DIR}/tools/staging/requirements.lock "
+    return (f"env -u {contract.HF_TOKEN_KEY} python -m pip install {' '.join(declared.STAGING_INSTALL)} "
             f'&& exec python -m tools.live.stage_weights "$@"')
 
 

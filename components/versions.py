@@ -97,8 +97,13 @@ class TorchTpuRelease:
         """Every package, the two vLLM-TorchTPU wheels included, comes from the hash-pinned lock
         (components/locks/vllm-torchtpu.txt, `--require-hashes --no-deps`): nothing is resolved or built at start,
         and the Hugging Face token is not in the installer's environment (docs/security.md)."""
-        pip = "env -u HF_TOKEN python3 -m pip install --no-cache-dir --no-input --index-url https://pypi.org/simple"
-        return (f"{pip} --require-hashes --no-deps -r {TPU_ENGINE_LOCK_DIR}/requirements.txt",)
+        return (f"env -u HF_TOKEN python3 -m pip install {' '.join(self.install_args)}",)
+
+    @property
+    def install_args(self) -> tuple[str, ...]:
+        """The `pip install` arguments, exactly as components/declared.py declares the engine's one install."""
+        return ("--no-cache-dir", "--no-input", "--index-url", "https://pypi.org/simple", "--require-hashes",
+                "--no-deps", "-r", f"{TPU_ENGINE_LOCK_DIR}/requirements.txt")
 
 
 VLLM_TORCHTPU = TorchTpuRelease(

@@ -100,6 +100,20 @@ def chart(values: dict[str, Any]) -> dict[str, Any]:
     return {"chart": "oci://example/charts/x", "version": "1.0.0", "values": values}
 
 
+DSET = "kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet"
+PRIVATE = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
+
+
+def engine_set(image: str = "vllm/vllm-openai:v9.9.9@sha256:" + "0" * 64, name: str = "vllm") -> dict[str, Any]:
+    """A GPU engine set as components/declared.py declares it: privileged, host IPC, the driver's host path."""
+    return {"kind": "DisaggregatedSet", "metadata": {"name": "kimi-k3-1-vllm", "namespace": "kimi-k3-1"},
+            "spec": {"roles": [{"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {
+                "hostIPC": True, "automountServiceAccountToken": False,
+                "volumes": [{"name": "nvidia", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}}],
+                "containers": [{"name": name, "image": image, "securityContext": {"privileged": True},
+                                "volumeMounts": [{"name": "nvidia", "mountPath": "/usr/local/nvidia"}]}]}}}}}]}}
+
+
 SECRET_ENV = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "llm-d-hf-token", "key": "HF_TOKEN"}}}
 WORKER_IMAGE = "spec.leaderWorkerTemplate.workerTemplate.spec.containers[0].image"
 DEPLOY_CONTAINER = "spec.template.spec.containers[0]"
@@ -218,31 +232,66 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("firewall-no-internet-ingress", "gcp:compute/firewall:Firewall",
      {"network": "n", "allows": [{"protocol": "tcp", "ports": ["22"]}], "sourceRanges": ["0.0.0.0/0"]},
      ['sourceRanges[0] "0.0.0.0/0" lets the internet in; allow only the addresses that need it']),
-    # ---- k8s-pod-privileges
-    ("k8s-pod-privileges", DEPLOYMENT, deployment(), []),
-    ("k8s-pod-privileges", "kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet",
-     {"kind": "DisaggregatedSet", "spec": {"roles": [{"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {
-         "hostIPC": True, "volumes": [{"name": "nvidia", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}}],
-         "containers": [{"name": "engine", "image": "vllm/vllm-openai:v9.9.9@sha256:" + "0" * 64,
-                         "securityContext": {"privileged": True},
-                         "volumeMounts": [{"name": "nvidia", "mountPath": "/usr/local/nvidia"}]}]}}}}}]}}, []),
-    # the exemption follows the image, not the name: a container called "vllm" running another image is not exempt
-    ("k8s-pod-privileges", "kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet",
-     {"kind": "DisaggregatedSet", "spec": {"template": {"spec": {"containers": [
-         {"name": "vllm", "image": "debian:13", "securityContext": {"privileged": True}}]}}}},
-     ["spec.template.spec: privileged on container 'vllm' (image 'debian:13') of DisaggregatedSet: not in the "
-      "pod-hardening exceptions (components/hardening.py)"]),
-    ("k8s-pod-privileges", DEPLOYMENT,
-     {"kind": "Deployment", "spec": {"template": {"spec": {"hostNetwork": True, "containers": [
-         {"name": "vllm", "securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}}]}}}},
-     ["spec.template.spec: hostNetwork on the pod of Deployment: not in the pod-hardening exceptions "
-      "(components/hardening.py)",
-      "spec.template.spec: privileged on container 'vllm' (image 'not set') of Deployment: not in the "
-      "pod-hardening exceptions (components/hardening.py)",
-      "spec.template.spec: capabilities.add ['SYS_ADMIN'] on container 'vllm' (image 'not set') of Deployment: "
-      "not in the pod-hardening exceptions (components/hardening.py)",
-      "spec.template.spec: an unrestricted container in a pod with hostNetwork on container 'vllm' (image 'not "
-      "set') of Deployment: not in the pod-hardening exceptions (components/hardening.py)"]),
+    # ---- declared-workloads: the exemption is the container's own (kind, object, container), never the image's
+    ("declared-workloads", DEPLOYMENT, deployment(), [
+        "spec.template.spec: Deployment 'd' in namespace '' is not a declared workload (components/declared.py)"]),
+    ("declared-workloads", DSET, engine_set(), []),
+    ("declared-workloads", DSET, engine_set(image="debian:13"),
+     ["spec.roles[0].spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm' (image 'debian:13') is not "
+      "declared for the workload (declared: ['vllm', 'routing-proxy'])"]),
+    ("declared-workloads", DSET, engine_set(name="routing-proxy"),
+     ["spec.roles[0].spec.leaderWorkerTemplate.workerTemplate.spec: container 'routing-proxy' (image "
+      "'vllm/vllm-openai:v9.9.9@sha256:" + "0" * 64 + "') is not declared for the workload (declared: ['vllm', "
+      "'routing-proxy'])"]),
+    # ---- declared-types
+    ("declared-types", BUCKET, bucket(), []),
+    ("declared-types", "gcp:compute/forwardingRule:ForwardingRule", {"name": "x"},
+     ["resource type gcp:compute/forwardingRule:ForwardingRule is not one the program declares "
+      "(components/declared.py TYPES)"]),
+    # ---- declared-config-maps
+    ("declared-config-maps", "kubernetes:core/v1:ConfigMap", {"metadata": {"name": "envoy"}, "data": {"a": "b"}}, []),
+    ("declared-config-maps", "kubernetes:core/v1:ConfigMap",
+     {"metadata": {"name": "kimi-k3-1-vllm-torchtpu-lock"}, "data": {"requirements.txt": "vllm-torchtpu\n"}},
+     ["ConfigMap 'kimi-k3-1-vllm-torchtpu-lock' key 'requirements.txt' is not the declared file (sha256 differs "
+      "from components/locks/vllm-torchtpu.txt)"]),
+    # ---- declared-grants
+    ("declared-grants", "gcp:projects/iAMMember:IAMMember",
+     {"role": "roles/container.defaultNodeServiceAccount", "member": f"serviceAccount:{NODE_SA}"}, []),
+    ("declared-grants", "gcp:projects/iAMMember:IAMMember", {"role": "roles/storage.admin",
+                                                               "member": f"serviceAccount:{NODE_SA}"},
+     [f'member: role "roles/storage.admin" to "serviceAccount:{NODE_SA}" is not a declared grant '
+      "(components/declared.py GRANTS)"]),
+    # ---- declared-rbac
+    ("declared-rbac", "kubernetes:rbac.authorization.k8s.io/v1:Role",
+     {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}, []),
+    ("declared-rbac", "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
+     {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]},
+     ["r: rules[0] grants 'get' on 'secrets', not declared for this role (components/declared.py ROLES)"]),
+    # ---- declared-network-policies
+    ("declared-network-policies", NETPOL, {"metadata": {"name": "kimi-k3-1-vllm-pods"}, "spec": {"egress": [
+        {"ports": [{"port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE)}}]}]}}, []),
+    ("declared-network-policies", NETPOL, {"metadata": {"name": "kimi-k3-1-vllm-pods"}, "spec": {"egress": [
+        {"ports": [{"port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}]}]}},
+     ['kimi-k3-1-vllm-pods: egress[0].to[0] ipBlock "0.0.0.0/1" (except not set, ports [\'443\']) is not a '
+      "declared address peer of this policy (components/declared.py)"]),
+    # ---- declared-storage
+    ("declared-storage", "kubernetes:core/v1:PersistentVolumeClaim",
+     {"metadata": {"name": "kimi-k3-1-models-000000000000"}, "spec": {"accessModes": ["ReadOnlyMany"]}}, []),
+    ("declared-storage", "kubernetes:core/v1:PersistentVolumeClaim",
+     {"metadata": {"name": "kimi-k3-1-models-000000000000"}, "spec": {"accessModes": ["ReadWriteMany"]}},
+     ["PersistentVolumeClaim 'kimi-k3-1-models-000000000000' access modes [\"ReadWriteMany\"], declared "
+      "['ReadOnlyMany']"]),
+    # ---- declared-network
+    ("declared-network", "gcp:compute/routerNat:RouterNat", {"sourceSubnetworkIpRangesToNat": "LIST_OF_SUBNETWORKS",
+                                                            "subnetworks": [{"name": "x/kimi-k3-1-gpu-nodes"}]}, []),
+    ("declared-network", "gcp:compute/routerNat:RouterNat",
+     {"sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES"},
+     ['sourceSubnetworkIpRangesToNat "ALL_SUBNETWORKS_ALL_IP_RANGES": NAT only the declared subnets '
+      "(LIST_OF_SUBNETWORKS)"]),
+    # ---- declared-nodes
+    ("declared-nodes", NODE_POOL, node_pool(), []),
+    ("declared-nodes", NODE_POOL, node_pool(metadata={"disable-legacy-endpoints": "false"}),
+     ['nodeConfig.metadata disable-legacy-endpoints="false" is not declared']),
     # ---- k8s-pinned-images
     ("k8s-pinned-images", DEPLOYMENT, deployment(), []),
     ("k8s-pinned-images", DEPLOYMENT, deployment(image="ghcr.io/llm-d/llm-d@sha256:" + "a" * 64), []),
@@ -785,10 +834,10 @@ UNSAFE_CHANGES = [
     ("tpu", _shielded_off("enableIntegrityMonitoring"), "gke-shielded-nodes"),
     ("tpu", _cluster_shielded_off, "gke-shielded-cluster"),
     ("gpu", _gpu_vm_pool_with_shielded_cluster_off, "gke-shielded-cluster"),
-    ("gpu", _privileged_pod, "k8s-pod-privileges"),
-    ("tpu", _privileged_pod, "k8s-pod-privileges"),
-    ("gpu", _privileged_sidecar, "k8s-pod-privileges"),
-    ("tpu", _privileged_sidecar, "k8s-pod-privileges"),
+    ("gpu", _privileged_pod, "declared-workloads"),
+    ("tpu", _privileged_pod, "declared-workloads"),
+    ("gpu", _privileged_sidecar, "declared-workloads"),
+    ("tpu", _privileged_sidecar, "declared-workloads"),
     ("gpu", _ssh_from_internet, "firewall-no-internet-ingress"),
     ("gpu", _drop_default_deny, "k8s-namespace-default-deny"),
     ("tpu", _drop_default_deny, "k8s-namespace-default-deny"),
@@ -802,12 +851,12 @@ UNSAFE_CHANGES = [
     ("tpu", _router_service("NodePort"), "k8s-no-exposed-services"),
     ("tpu", _public_router_service, "k8s-no-exposed-services"),
     # exemptions follow images, host paths and capabilities, not names
-    ("gpu", _impostor_named_like_the_engine, "k8s-pod-privileges"),
-    ("gpu", _impostor_daemonset, "k8s-pod-privileges"),
-    ("gpu", _exempt_engine_mounts_the_host_root, "k8s-pod-privileges"),
-    ("tpu", _node_setup_mounts_etc, "k8s-pod-privileges"),
-    ("gpu", _unrestricted_sidecar_in_host_pid_pod, "k8s-pod-privileges"),
-    ("tpu", _router_adds_capability, "k8s-pod-privileges"),
+    ("gpu", _impostor_named_like_the_engine, "declared-workloads"),
+    ("gpu", _impostor_daemonset, "declared-workloads"),
+    ("gpu", _exempt_engine_mounts_the_host_root, "declared-workloads"),
+    ("tpu", _node_setup_mounts_etc, "declared-workloads"),
+    ("gpu", _unrestricted_sidecar_in_host_pid_pod, "declared-workloads"),
+    ("tpu", _router_adds_capability, "declared-workloads"),
     # dangerous non-basic grants
     ("gpu", _project_iam_admin, "iam-no-escalation-grants"),
     ("tpu", _token_creator_to_domain, "iam-no-escalation-grants"),
@@ -842,31 +891,33 @@ def test_gpu_cluster_turns_shielded_nodes_off_only_for_bare_metal(plan_resources
     assert rules.SHIELDED_NODES_UNSUPPORTED == {"a4x-maxgpu-4g-metal"}
 
 
-def test_every_exception_is_used_exactly_by_a_committed_plan(plans):
-    """The allow-list is not stale: the containers each exception covers (by kind and image) really use every
-    field and host path it grants, in the committed plans. Some exempt containers come from charts (the NVIDIA DRA
-    driver's kubelet plugin), so this needs chart objects."""
-    from components import hardening
+def test_every_declared_privilege_is_used_by_a_committed_plan(plans, variants):
+    """The declarations are not stale: every privilege, host namespace and host path a container of the committed
+    plans is declared to have, it uses (some exempt containers come from charts, so this needs chart objects), and
+    every privileged or host-path declaration says why with a source a reader can open."""
+    from components import declared
 
-    used: dict[hardening.Exemption, tuple[set[str], set[str]]] = {}
-    for resource in [r for stack in ("gpu", "tpu") for r in rendered(plans[stack]).resources]:
+    used: dict[tuple[str, str, str], set[str]] = {}
+    committed = [r for stack in STACKS for r in rendered(plans[stack]).resources]
+    for resource in committed + variants["sglang"].resources:  # the SGLang profile's pods: a configured variant
         if not resource["type"].startswith("kubernetes:") or resource["type"].startswith("kubernetes:helm.sh/"):
             continue
         kind = rules._kind(resource["type"], resource["inputs"])
+        name, namespace = rules._object_name(resource["inputs"])
         for _, spec in rules._pod_specs(resource["inputs"]):
-            pod_fields = {f for f in rules.POD_FIELDS if spec.get(f) is True}
+            workload = next(iter(declared.workloads(kind, name, namespace)))
             volumes = rules._host_paths(spec)
             for container in rules._containers(spec):
-                exemption = hardening.exemption(kind, container["image"])
-                if exemption is None:
-                    continue
-                fields, paths = used.setdefault(exemption, (set(), set()))
-                fields |= pod_fields | ({"privileged"} if (container.get("securityContext") or {}).get("privileged")
-                                        else set())
-                paths |= {volumes[m["name"]] for m in container.get("volumeMounts") or [] if m["name"] in volumes}
-    assert {e.role: (fields, paths) for e, (fields, paths) in used.items()} == {
-        e.role: (set(e.fields), set(e.host_paths)) for e in hardening.EXCEPTIONS}
-    assert all(e.reason and "http" in e.source for e in hardening.EXCEPTIONS)
+                key = (workload.kind, workload.name, container["name"])
+                found = used.setdefault(key, set())
+                found |= {f for f in declared.HOST_FIELDS if spec.get(f) is True}
+                found |= {"privileged"} if (container.get("securityContext") or {}).get("privileged") else set()
+                found |= {volumes[m["name"]] for m in container.get("volumeMounts") or [] if m["name"] in volumes}
+    granted = {(w.kind, w.name, c.name): set(w.host) | ({"privileged"} if c.privileged else set()) | set(c.host_paths)
+               for w in declared.WORKLOADS for c in w.containers if c.privileged or c.host_paths}
+    assert {key: used.get(key, set()) for key in granted} == granted
+    assert all(c.reason and "http" in c.reason for w in declared.WORKLOADS for c in w.containers
+               if c.privileged or c.host_paths)
 
 
 @pytest.mark.parametrize("reference, repository", [

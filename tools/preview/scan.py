@@ -105,13 +105,13 @@ EXCEPTIONS: tuple[Allowed, ...] = (
     Allowed(("CKV_K8S_15",), (*ENGINES, ASAPD, STAGING), "imagePullPolicy Always: the images are pinned by tag and, "
             "with images.*Digest, by digest; IfNotPresent starts a replaced pod without a registry round trip"),
     Allowed(("CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_28"), (*PRIVILEGED, TPU_ENGINE),
-            "privileged, privilege escalation, NET_RAW: components/hardening.py EXCEPTIONS (DeepEP/NVSHMEM; MRDMA NIC "
+            "privileged, privilege escalation, NET_RAW: components/declared.py WORKLOADS (DeepEP/NVSHMEM; MRDMA NIC "
             "setup; the TPU host-setup init container); privileged implies escalation and every capability"),
     Allowed(("CKV_K8S_17",), PRIVILEGED, "host PID namespace: vLLM (CUDA IPC across engines) and asapd-lite, "
-            "components/hardening.py EXCEPTIONS"),
-    Allowed(("CKV_K8S_18",), (VLLM,), "host IPC namespace: CUDA IPC across engines, components/hardening.py "
-            "EXCEPTIONS"),
-    Allowed(("CKV_K8S_19",), (ASAPD,), "host network namespace: asapd-lite, components/hardening.py EXCEPTIONS"),
+            "components/declared.py WORKLOADS"),
+    Allowed(("CKV_K8S_18",), (VLLM,), "host IPC namespace: CUDA IPC across engines, components/declared.py "
+            "WORKLOADS"),
+    Allowed(("CKV_K8S_19",), (ASAPD,), "host network namespace: asapd-lite, components/declared.py WORKLOADS"),
     Allowed(("CKV_K8S_22", "CKV_K8S_23", "CKV_K8S_40"), (*ENGINES, ASAPD), "read-only root, root user, low UID: the "
             "engine images run as root and write to their filesystem (components/hardening.py ROOT_IMAGES); "
             "asapd-lite configures the host"),
@@ -140,7 +140,7 @@ EXCEPTIONS: tuple[Allowed, ...] = (
             "without one on purpose (its values: burst capacity for scheduling), the controllers as their charts ship"),
     Allowed(("CKV_K8S_15",), (EPP, LWS, DRA_CONTROLLER, DRA_PLUGIN), "imagePullPolicy Always: the charts render "
             "IfNotPresent for their pinned tags (and digests, images.*Digest)"),
-    Allowed(("CKV_K8S_16",), (DRA_PLUGIN,), "privileged: the DRA kubelet plugin, components/hardening.py EXCEPTIONS"),
+    Allowed(("CKV_K8S_16",), (DRA_PLUGIN,), "privileged: the DRA kubelet plugin, components/declared.py WORKLOADS"),
     Allowed(("CKV_K8S_20", "CKV_K8S_28", "CKV_K8S_37"), (EPP, DRA_CONTROLLER, DRA_PLUGIN), "privilege escalation, "
             "NET_RAW, capabilities: the router and DRA driver charts set no capability drop (the kubelet plugin is "
             "privileged on purpose)"),
