@@ -181,7 +181,8 @@ MODEL_VOLUMES = {"models": "persistentVolumeClaim", "dshm": "emptyDir"}
 WORKLOADS: tuple[Workload, ...] = (
     Workload("DisaggregatedSet", "{ns}-vllm", (VLLM_GPU, ROUTING_SIDECAR), host=frozenset({"hostIPC", "hostPID"}),
              claim_templates=frozenset({contract.RDMA_CLAIM_TEMPLATE, contract.COMPUTE_DOMAIN_CHANNEL_TEMPLATE}),
-             volumes={**MODEL_VOLUMES, "nvidia": "hostPath"}, source="components/modelservers.py"),
+             volumes={**MODEL_VOLUMES, "nvidia": "hostPath", "jit-cache": "emptyDir"},
+             source="components/modelservers.py (jit-cache: the engines' JIT caches, `jit_cache_volume`)"),
     Workload("LeaderWorkerSet", "{ns}-vllm-tpu", (TPU_NODE_SETUP, VLLM_TPU),
              volumes={**MODEL_VOLUMES, "engine-lock": "configMap"}, source="components/modelservers.py"),
     Workload("LeaderWorkerSet", "{ns}-sglang", (TPU_NODE_SETUP, SGLANG_TPU), volumes=MODEL_VOLUMES,
