@@ -90,12 +90,21 @@ def headline(lines: list[CostLine]) -> str:
     return f"${amount:,.2f}/h" + "".join(f" + {item}" for item in unpriced)
 
 
+def price_basis(cfg: StackConfig) -> str:
+    """Whose list prices the estimate uses: the table's region, said plainly when the stack is elsewhere."""
+    if cfg.gcp.region == prices.TABLE_REGION:
+        return f"list prices of {prices.TABLE_DATE}"
+    return (f"{prices.TABLE_REGION} list prices of {prices.TABLE_DATE}, not {cfg.gcp.region}'s: set "
+            f"kimi-k3-1:cost.* to yours")
+
+
 def summary_lines(cfg: StackConfig) -> list[str]:
     lines = hourly_costs(cfg)
-    out = [f"cost estimate (list prices of {prices.TABLE_DATE}): {headline(lines)}"]
+    out = [f"cost estimate ({price_basis(cfg)}): {headline(lines)}"]
     for line in lines:
         price = "price unknown, set " + line.basis if line.usd_per_hour is None else f"${line.usd_per_hour:,.2f}/h"
         out.append(f"  {line.item}: {price}")
+    out.append(f"  not in the estimate (usage-billed): {'; '.join(prices.NOT_PRICED)}")
     return out
 
 

@@ -14,6 +14,11 @@ from typing import Optional
 
 HOURS_PER_MONTH = 730
 TABLE_DATE = "2026-11-29"
+TABLE_REGION = "us-central1"
+"""The region every price of the table is for; a stack elsewhere is told so beside its estimate."""
+NOT_PRICED = ("the staging pool while it copies (it scales to zero)", "Cloud NAT data processing and internet egress",
+              "Cloud Monitoring and Logging ingestion")
+"""What the estimate never includes: usage-billed items whose amount the plan cannot know."""
 
 
 @dataclass(frozen=True)

@@ -439,3 +439,29 @@ def test_chart_objects_one_side_did_not_render_are_left_out_and_said(tmp_path):
     assert diff.empty
     assert diff.notes == ["chart router was not rendered on the base side (no copy found): its objects are compared "
                           "only when both sides render it"]
+
+
+# --------------------------------------------------------------------------- the cost row says what it leaves out
+UNPRICED_GPU = " + 16 x a4x-maxgpu-4g-metal unpriced: set kimi-k3-1:cost.gpuNodeHourUsd"
+
+
+def _cost_summary(usd: str, unpriced_items: str) -> str:
+    return f"cost estimate (list prices of 2026-11-29): ${usd}/h{unpriced_items}\n"
+
+
+def test_the_hourly_cost_names_what_both_sides_leave_unpriced():
+    from tools.preview.plan_diff import _delta, diff_figures
+
+    [row] = diff_figures(_cost_summary("10.61", UNPRICED_GPU), _cost_summary("17.84", UNPRICED_GPU))
+    assert _delta(row) == "+7.23 USD/h (+68%); priced items only; unpriced on both: 16 x a4x-maxgpu-4g-metal"
+
+
+def test_a_priced_and_an_unpriced_stack_are_not_compared_as_a_percentage():
+    from tools.preview.plan_diff import _delta, diff_figures
+
+    [row] = diff_figures(_cost_summary("10.61", UNPRICED_GPU), _cost_summary("690.61", ""))
+    assert "%" not in _delta(row)
+    assert _delta(row) == ("not comparable: base leaves out 16 x a4x-maxgpu-4g-metal, head leaves out nothing")
+    # The same total with different items left out is still a row: the totals mean different things.
+    [same] = diff_figures(_cost_summary("10.61", UNPRICED_GPU), _cost_summary("10.61", ""))
+    assert same.comparable is False

@@ -481,6 +481,10 @@ class Figure:
     old: float | None
     new: float | None
     unit: str = ""
+    note: str = ""
+    """What the figure leaves out (an estimate's unpriced items); when the sides leave out different things the
+    change is not a percentage of anything and is not shown as one."""
+    comparable: bool = True
 
 
 @dataclass
@@ -707,10 +711,34 @@ def figures(summary: str) -> dict[str, float]:
     return found
 
 
+UNPRICED = re.compile(r" \+ (.+?) unpriced: set \S+")
+"""An item the cost estimate has no price for, as its headline names it (components/cost.py headline)."""
+
+
+def unpriced(summary: str) -> tuple[str, ...]:
+    line = next((line for line in summary.splitlines() if line.startswith("cost estimate")), "")
+    return tuple(UNPRICED.findall(line))
+
+
+def _cost_note(old_summary: str, new_summary: str) -> tuple[str, bool]:
+    """(what the hourly figures leave out, whether the two cover the same items)."""
+    old, new = unpriced(old_summary), unpriced(new_summary)
+    if old == new:
+        return (f"priced items only; unpriced on both: {', '.join(old)}" if old else ""), True
+    return (f"not comparable: base leaves out {', '.join(old) or 'nothing'}, head leaves out "
+            f"{', '.join(new) or 'nothing'}"), False
+
+
 def diff_figures(old_summary: str, new_summary: str) -> list[Figure]:
     old, new = figures(old_summary), figures(new_summary)
-    return [Figure(label, old[label], new[label], unit) for label, _, unit in FIGURES
-            if label in old and label in new and old[label] != new[label]]
+    found = []
+    for label, _, unit in FIGURES:
+        if label not in old or label not in new:
+            continue
+        note, comparable = _cost_note(old_summary, new_summary) if label == "hourly cost" else ("", True)
+        if old[label] != new[label] or not comparable:
+            found.append(Figure(label, old[label], new[label], unit, note, comparable))
+    return found
 
 
 # --- report -------------------------------------------------------------------------------------------
@@ -800,10 +828,13 @@ def _number(value: float | None, unit: str) -> str:
 def _delta(figure: Figure) -> str:
     if figure.old is None or figure.new is None:
         return ""
+    if not figure.comparable:
+        return figure.note
     delta = figure.new - figure.old
     sign = "+" if delta > 0 else "-"
     text = f"{sign}{_number(abs(delta), figure.unit)}"
-    return text + (f" ({sign}{abs(delta) / figure.old:.0%})" if figure.old else "")
+    text += f" ({sign}{abs(delta) / figure.old:.0%})" if figure.old else ""
+    return text + (f"; {figure.note}" if figure.note else "")
 
 
 def stack_report(diff: StackDiff, max_rows: int = MAX_ROWS) -> list[str]:
