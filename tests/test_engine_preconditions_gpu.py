@@ -1,11 +1,21 @@
 """The GPU rows of docs/engine-preconditions.md: what vLLM 0.33.0 asserts, reads or binds on its start-up path,
-checked against the rendered prefill and decode pods (tests/preconditions.py)."""
+checked against the rendered prefill and decode pods (tests/preconditions.py). Each check reads the pods; each
+`breaks` takes exactly that precondition out of a copy of them."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+
+from components import catalog
 from tests import preconditions as pc
 
 ENGINE = "vllm"
+HMA_CONNECTORS = frozenset({"MultiConnector", "NixlConnector", "OffloadingConnector"})
+"""Connectors of the pods' kv-transfer-config that implement SupportsHMA in vLLM 0.33.0
+(multi_connector.py:133, nixl/connector.py:78, offloading_connector.py:53)."""
+SM100_ACCELERATORS = frozenset({"nvidia-gb300", "nvidia-gb200"})
+"""GKE accelerator labels of the catalog's Blackwell (compute capability 10.x) machines."""
 
 
 def _engines(objs: pc.Objects) -> list[tuple[str, dict]]:
@@ -15,12 +25,254 @@ def _engines(objs: pc.Objects) -> list[tuple[str, dict]]:
     return found
 
 
+def _roles(objs: pc.Objects) -> Iterator[tuple[str, dict, dict]]:
+    """(role, leaderWorkerTemplate, engine container) of every DisaggregatedSet role."""
+    for obj in objs:
+        if obj["kind"] == "DisaggregatedSet":
+            for role in obj["spec"]["roles"]:
+                template = role["spec"]["leaderWorkerTemplate"]
+                [container] = [c for c in template["workerTemplate"]["spec"]["containers"] if c["name"] == ENGINE]
+                yield role["name"], template, container
+
+
+def _kv_transfer(container: dict) -> dict:
+    return pc.json_flag(container, "--kv-transfer-config")
+
+
+def _children(config: dict) -> list[dict]:
+    return config.get("kv_connector_extra_config", {}).get("connectors", [])
+
+
+def _shell_value(script: str, name: str, env: dict[str, int]) -> int:
+    """Evaluate `[export ]NAME=$(( expr ))` of a pod script with the given variables (integer arithmetic only)."""
+    match = re.search(rf"^(?:export )?{name}=\$\(\( (.+) \)\)$", script, re.M)
+    assert match, f"{name} is not set in the script"
+    expression = match.group(1)
+    for var, value in env.items():
+        expression = re.sub(rf"\b{var}\b", str(value), expression)
+    assert re.fullmatch(r"[\d\s*+-]+", expression), expression
+    return int(eval(expression, {"__builtins__": {}}))  # digits and + - * only, checked above
+
+
+def _append_flags(*tokens: str):
+    return lambda objs: pc.edit_script(objs, ENGINE, lambda text: re.sub(
+        r"^(exec .*?)$", lambda m: m.group(1) + " " + " ".join(tokens), text, count=1, flags=re.M))
+
+
+def _replace(old: str, new: str):
+    return lambda objs: pc.edit_script(objs, ENGINE, lambda text: text.replace(old, new))
+
+
 # --------------------------------------------------------------------------- NIXL connector
 @pc.row("GPU-NIXL-1", breaks=lambda objs: pc.drop_env(objs, ENGINE, "VLLM_SSM_CONV_STATE_LAYOUT"))
 def _conv_state_layout(objs: pc.Objects) -> None:
     for where, container in _engines(objs):
         value = pc.env(container).get("VLLM_SSM_CONV_STATE_LAYOUT")
         assert value == "DS", f"{where}: VLLM_SSM_CONV_STATE_LAYOUT={value!r}, the NIXL worker asserts DS"
+
+
+@pc.row("GPU-NIXL-2", breaks=_replace("--enable-hybrid-kv-cache-manager", "--disable-hybrid-kv-cache-manager"))
+def _hybrid_manager_on(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        flags = pc.flags(container)
+        assert "--enable-hybrid-kv-cache-manager" in flags, f"{where}: the hybrid KV-cache manager is not pinned on"
+        assert "--disable-hybrid-kv-cache-manager" not in flags, f"{where}: the hybrid KV-cache manager is off"
+
+
+@pc.row("GPU-NIXL-3", breaks=_replace('"kv_connector":"OffloadingConnector"', '"kv_connector":"LMCacheConnectorV1"'))
+def _every_connector_supports_hma(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        config = _kv_transfer(container)
+        names = {config["kv_connector"], *(child["kv_connector"] for child in _children(config))}
+        assert names <= HMA_CONNECTORS, f"{where}: {sorted(names - HMA_CONNECTORS)} do not support the hybrid manager"
+
+
+@pc.row("GPU-NIXL-4", breaks=lambda objs: pc.drop_env(objs, ENGINE, "VLLM_NIXL_SIDE_CHANNEL_HOST"))
+def _side_channel_host(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        value = pc.env(container).get("VLLM_NIXL_SIDE_CHANNEL_HOST")
+        assert value == {"fieldRef": {"fieldPath": "status.podIP"}}, \
+            f"{where}: VLLM_NIXL_SIDE_CHANNEL_HOST={value!r}; unset, the engine advertises localhost"
+
+
+@pc.row("GPU-NIXL-5", breaks=_replace("VLLM_NIXL_SIDE_CHANNEL_PORT=$(( 5600 ", "VLLM_NIXL_SIDE_CHANNEL_PORT=$(( 5700 "))
+def _side_channel_ports(objs: pc.Objects) -> None:
+    _ports_follow_the_dp_rank(objs, "VLLM_NIXL_SIDE_CHANNEL_PORT", "nixl")
+
+
+def _ports_follow_the_dp_rank(objs: pc.Objects, base: str, port_name: str) -> None:
+    """Engine `i` of the pod at worker index `w` binds base(w) + its global DP rank (start(w) + i): every worker's
+    set must be the ports its pod declares."""
+    for role, template, container in _roles(objs):
+        script, local = pc.script(container), int(pc.flags(container)["--data-parallel-size-local"])
+        declared = {p["containerPort"] for p in container.get("ports", []) if p["name"].startswith(port_name)}
+        for worker in range(template["size"]):
+            start = _shell_value(script, "START_RANK", {"LWS_WORKER_INDEX": worker})
+            first = _shell_value(script, base, {"START_RANK": start})
+            bound = {first + start + i for i in range(local)}
+            assert bound == declared, f"{role} worker {worker}: engines bind {sorted(bound)}, pod declares " \
+                                      f"{sorted(declared)}"
+
+
+# --------------------------------------------------------------------------- KV transfer config
+@pc.row("GPU-KVX-1", breaks=_replace('"kv_role":"kv_both","kv_connector_extra_config":{"cpu',
+                                     '"kv_connector_extra_config":{"cpu'))
+def _kv_roles(objs: pc.Objects) -> None:
+    valid = {"kv_producer", "kv_consumer", "kv_both"}
+    for where, container in _engines(objs):
+        config = _kv_transfer(container)
+        for connector in (config, *_children(config)):
+            assert connector.get("kv_role") in valid, f"{where}: {connector['kv_connector']} kv_role " \
+                                                      f"{connector.get('kv_role')!r}, not one of {sorted(valid)}"
+        nixl = next(c for c in _children(config) if c["kv_connector"] == "NixlConnector")
+        expected = "kv_producer" if where.split("/")[1] == "prefill" else "kv_consumer"
+        assert nixl["kv_role"] == expected, f"{where}: NixlConnector is {nixl['kv_role']}, the role is {expected}"
+
+
+# --------------------------------------------------------------------------- CPU offload
+@pc.row("GPU-OFFLOAD-1", breaks=_replace('"cpu_bytes_to_use":', '"cpu_bytes":'))
+def _offload_bytes(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        [offload] = [c for c in _children(_kv_transfer(container)) if c["kv_connector"] == "OffloadingConnector"]
+        extra = offload.get("kv_connector_extra_config", {})
+        assert extra.get("spec_name", "CPUOffloadingSpec") == "CPUOffloadingSpec", f"{where}: {extra['spec_name']}"
+        assert int(extra.get("cpu_bytes_to_use") or 0) > 0, f"{where}: cpu_bytes_to_use missing or zero"
+
+
+# --------------------------------------------------------------------------- MoE: MegaMoE, all-to-all
+@pc.row("GPU-MOE-1", breaks=lambda objs: pc.drop_flag(objs, ENGINE, "--enable-expert-parallel"))
+def _mega_moe_needs_ep(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        flags = pc.flags(container)
+        backend = flags.get("--moe-backend")
+        assert backend == "deep_gemm_mega_moe", f"{where}: --moe-backend {backend}"
+        assert "--enable-expert-parallel" in flags, f"{where}: Kimi K3 MegaMoE requires --enable-expert-parallel"
+
+
+@pc.row("GPU-MOE-2", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--tensor-parallel-size", "3"))
+def _experts_divide(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        flags = pc.flags(container)
+        ep = int(flags["--data-parallel-size"]) * int(flags["--tensor-parallel-size"])
+        assert catalog.KIMI.routed_experts % ep == 0, \
+            f"{where}: {catalog.KIMI.routed_experts} experts do not divide over EP size {ep}"
+
+
+def _set_accelerator(objs: pc.Objects, value: str) -> None:
+    for _, spec in pc.pod_specs(objs):
+        if any(c["name"] == ENGINE for c in spec["containers"]):
+            spec["nodeSelector"]["cloud.google.com/gke-accelerator"] = value
+
+
+@pc.row("GPU-MOE-3", breaks=lambda objs: _set_accelerator(objs, "nvidia-h200-141gb"))
+def _sm100(objs: pc.Objects) -> None:
+    for where, spec in pc.pod_specs(objs):
+        if any(c["name"] == ENGINE for c in spec["containers"]):
+            accelerator = spec.get("nodeSelector", {}).get("cloud.google.com/gke-accelerator")
+            assert accelerator in SM100_ACCELERATORS, f"{where}: {accelerator!r} is no SM100-family GPU"
+
+
+@pc.row("GPU-MOE-4", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--all2all-backend", "deepep_v2"))
+def _no_deepep(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        backend = pc.flags(container).get("--all2all-backend") or "allgather_reducescatter"
+        assert not backend.startswith("deepep"), f"{where}: --all2all-backend {backend} needs deep_ep in the image"
+
+
+# --------------------------------------------------------------------------- loader and expert-weight filter
+def _drop_gpu_request(objs: pc.Objects) -> None:
+    for _, container in pc.containers(objs, ENGINE):
+        for key in ("requests", "limits"):
+            container["resources"][key].pop("nvidia.com/gpu", None)
+
+
+@pc.row("GPU-LOAD-1", breaks=_drop_gpu_request)
+def _instanttensor_on_cuda(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        if pc.flags(container).get("--load-format") == "instanttensor":
+            limits = container["resources"]["limits"]
+            assert int(limits.get("nvidia.com/gpu", 0)) > 0, f"{where}: InstantTensor requires NVIDIA GPUs"
+
+
+@pc.row("GPU-LOAD-2", breaks=_append_flags("--enable-eplb"))
+def _weight_filter_applies(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        flags = pc.flags(container)
+        assert "--enable-ep-weight-filter" in flags, f"{where}: every rank would read every expert"
+        assert "--enable-expert-parallel" in flags and "--enable-eplb" not in flags, \
+            f"{where}: the expert-weight filter is skipped without EP or with EPLB"
+
+
+# --------------------------------------------------------------------------- multi-node data-parallel start
+@pc.row("GPU-DP-1", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--data-parallel-size-local", "1"))
+def _hybrid_lb(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        flags = pc.flags(container)
+        local, size = int(flags.get("--data-parallel-size-local") or 0), int(flags["--data-parallel-size"])
+        assert "--data-parallel-hybrid-lb" in flags, f"{where}: no --data-parallel-hybrid-lb"
+        assert 1 < local < size, f"{where}: hybrid LB needs 1 < --data-parallel-size-local ({local}) < {size}"
+
+
+@pc.row("GPU-DP-2", breaks=lambda objs: pc.drop_flag(objs, ENGINE, "--data-parallel-address"))
+def _dp_address(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        address = pc.flags(container).get("--data-parallel-address")
+        assert address == "${LWS_LEADER_ADDRESS}", f"{where}: --data-parallel-address {address!r}, not the leader"
+
+
+@pc.row("GPU-DP-3", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--data-parallel-size", "8"))
+def _dp_ranks(objs: pc.Objects) -> None:
+    for role, template, container in _roles(objs):
+        flags = pc.flags(container)
+        local, size = int(flags["--data-parallel-size-local"]), int(flags["--data-parallel-size"])
+        assert size == template["size"] * local, f"{role}: DP {size} != {template['size']} pods x {local}"
+        assert flags["--data-parallel-start-rank"] == "${START_RANK}", f"{role}: start rank not from the script"
+        starts = [_shell_value(pc.script(container), "START_RANK", {"LWS_WORKER_INDEX": w})
+                  for w in range(template["size"])]
+        assert starts == [w * local for w in range(template["size"])], f"{role}: start ranks {starts}"
+
+
+@pc.row("GPU-DP-4", breaks=lambda objs: pc.set_env(objs, ENGINE, "VLLM_ENGINE_READY_TIMEOUT_S", "600"))
+def _engine_ready_timeout(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        probe = container["startupProbe"]
+        budget = probe["periodSeconds"] * probe["failureThreshold"]
+        value = int(pc.env(container).get("VLLM_ENGINE_READY_TIMEOUT_S") or 600)
+        assert value >= budget, f"{where}: the API server gives its engines {value} s, the probe allows {budget} s"
+
+
+# --------------------------------------------------------------------------- prefix caching on the hybrid
+@pc.row("GPU-PREFIX-1", breaks=lambda objs: pc.drop_flag(objs, ENGINE, "--enable-prefix-caching"))
+def _align_mode(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        flags = pc.flags(container)
+        mode = flags.get("--mamba-cache-mode")
+        assert mode == "align", f"{where}: --mamba-cache-mode {mode}"
+        assert "--enable-prefix-caching" in flags, f"{where}: without prefix caching vLLM resets align to none"
+
+
+@pc.row("GPU-PREFIX-2", breaks=_append_flags("--no-enable-chunked-prefill"))
+def _chunked_prefill(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        assert "--no-enable-chunked-prefill" not in pc.flags(container), \
+            f"{where}: chunked prefill is required for Mamba prefix caching"
+
+
+@pc.row("GPU-PREFIX-3", breaks=_append_flags("--disable-chunked-mm-input"))
+def _chunked_mm_input(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        assert "--disable-chunked-mm-input" not in pc.flags(container), \
+            f"{where}: align mode asserts chunked multimodal input"
+
+
+# --------------------------------------------------------------------------- KV events
+@pc.row("GPU-KVEV-1", breaks=_replace("KV_EVENTS_BASE=$(( 5557 ", "KV_EVENTS_BASE=$(( 5600 "))
+def _kv_event_ports(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        config = pc.json_flag(container, "--kv-events-config")
+        assert config.get("enable_kv_cache_events") is True, f"{where}: KV events off"
+        assert config.get("endpoint") == "tcp://*:${KV_EVENTS_BASE}", f"{where}: endpoint {config.get('endpoint')}"
+    _ports_follow_the_dp_rank(objs, "KV_EVENTS_BASE", "kv-events")
 
 
 test_gpu_precondition_holds = pc.holds_test("GPU")
