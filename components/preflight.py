@@ -247,7 +247,7 @@ def _reservation_where(g: Google, a: Ask) -> Optional[str]:
 def check_reservation(g: Google, cfg: StackConfig) -> list[Check]:
     a = ask(cfg)
     key = f"{cfg.track}.reservation"
-    pool = cfg.track  # the accelerator pools: gpu-<n> / tpu-<n>
+    pool = f"{cfg.track}-0"  # the first accelerator pool (components/nodepools.py slice_pool_name)
     if not a.reservation:
         return [Check("reservation", True, "tpu.spot: Spot capacity, no reservation to check")]
     base = f"compute/v1/projects/{a.reservation_project}/zones/{a.zone}/reservations/{a.reservation}"
@@ -324,7 +324,7 @@ def _check_blocks(g: Google, a: Ask, base: str, pool: str) -> list[Check]:
             reason = (f"block {a.block} has no sub-block {name}: fix gpu.reservationSubBlocks[{index}]"
                       if err.status == 404 else explain(err, f"sub-block {name}", "compute.reservations.get",
                                                         a.reservation_project))
-            checks.append(Check("reservation sub-block", False, reason, pool))
+            checks.append(Check("reservation sub-block", False, reason, f"gpu-{index}"))
             continue
         sub = sub.get("resource", sub)
         health = (sub.get("healthInfo") or {}).get("healthStatus", "HEALTH_STATUS_UNSPECIFIED")
@@ -332,11 +332,12 @@ def _check_blocks(g: Google, a: Ask, base: str, pool: str) -> list[Check]:
         if health != "HEALTHY":
             checks.append(Check("reservation sub-block", False,
                                 f"sub-block {name} (slice {index}) is {health}: name a healthy sub-block in "
-                                f"gpu.reservationSubBlocks[{index}]", pool))
+                                f"gpu.reservationSubBlocks[{index}]", f"gpu-{index}"))
         elif free < a.slice_hosts:
             checks.append(Check("reservation sub-block", False,
                                 f"sub-block {name} (slice {index}) has {free} free hosts, a slice needs "
-                                f"{a.slice_hosts}: name another sub-block in gpu.reservationSubBlocks[{index}]", pool))
+                                f"{a.slice_hosts}: name another sub-block in gpu.reservationSubBlocks[{index}]",
+                                f"gpu-{index}"))
         else:
             checks.append(Check("reservation sub-block", True, f"{name}: HEALTHY, {free} free, slice {index} needs "
                                                                f"{a.slice_hosts}"))
@@ -362,7 +363,7 @@ def quota_demand(cfg: StackConfig) -> list[tuple[str, float, str, str]]:
                    "net"))
     a = ask(cfg)
     if a.accelerator_metric and a.accelerators:
-        demand.append((a.accelerator_metric, a.accelerators, "gpu.slices", "gpu"))
+        demand.append((a.accelerator_metric, a.accelerators, "gpu.slices", "gpu-0"))
     return demand
 
 

@@ -93,7 +93,7 @@ def test_a_reservation_in_another_zone_names_the_zone(run, google):
     assert code == 1
     assert "is in zone us-central1-a, not the serving zone us-central1-b: pulumi config set gcp.zone " \
            "us-central1-a" in _only_failure(out)
-    assert any(line.startswith("a failed `pulumi up` would stop at gpu-") and "having spent $" in line for line in out)
+    assert any(line.startswith("`pulumi up` would fail at gpu-0 about ") and "having spent $" in line for line in out)
 
 
 def test_one_free_host_short(run, google):
@@ -103,12 +103,17 @@ def test_one_free_host_short(run, google):
     assert "has 47 free hosts of 48, the stack asks for 48: set gpu.slices to 2" in _only_failure(out)
 
 
-def test_an_unhealthy_sub_block_names_its_slice(run, google):
+def test_an_unhealthy_sub_block_names_its_slice_and_what_a_failed_up_costs(run, google, tmp_path):
+    """The other slices' pools come up beside the one that fails: they are what a failed `up` leaves billing."""
     google.state["sub_blocks"]["rack-b"]["healthInfo"]["healthStatus"] = "DEGRADED"
-    code, out = run()
+    priced = write_stack(tmp_path, "priced", {**stack_document("gpu3")["config"], "kimi-k3-1:cost.gpuNodeHourUsd": "10"})
+    code, out = run(stack=priced)
     assert code == 1
     assert "sub-block rack-b (slice 1) is DEGRADED: name a healthy sub-block in gpu.reservationSubBlocks[1]" \
         in _only_failure(out)
+    cost = next(line for line in out if line.startswith("`pulumi up` would fail at gpu-1 about "))
+    rate = float(cost.split("bills $")[1].split("/h")[0].replace(",", ""))
+    assert 2 * 16 * 10 < rate < 2 * 16 * 10 + 10, cost  # gpu-0 and gpu-2 at $10/node-hour, plus cluster and CPU
 
 
 def test_a_short_accelerator_quota(run, google):
@@ -180,11 +185,18 @@ def test_a_timeout_is_one_line(run, google):
     assert "no answer from storage.googleapis.com within 0.3 s" in _only_failure(out)
 
 
-def test_exit_codes(run, tmp_path):
+def test_exit_codes(run, variants, tmp_path, monkeypatch, capsys):
+    """As tools/__main__.py's table: 0 passed (above), 1 a check or the config failed, 2 a missing input."""
+    plan = str(variants["gpu3"].folder)
     assert cli.main(["--stack-file", str(tmp_path / "Pulumi.none.yaml")]) == 2  # no stack file
     assert cli.main(["--stack-file", str(STACK), "--plan", str(tmp_path)]) == 2  # no plan there
     bad = write_stack(tmp_path, "bad", {**stack_document("gpu3")["config"], "kimi-k3-1:gpu.slices": 99})
-    assert cli.main(["--stack-file", str(bad), "--plan", str(tmp_path)]) in (1, 2)
+    assert cli.main(["--stack-file", str(bad), "--plan", plan]) == 1  # the program rejects the config
+    assert "kimi-k3-1:gpu.slices = '99'" in capsys.readouterr().err
+    monkeypatch.delenv(preflight.TOKEN_ENV)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-such-key.json"))
+    assert cli.main(["--stack-file", str(STACK), "--plan", plan]) == 2  # no Google credentials
+    assert "gcloud auth application-default login" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the gate in `pulumi up`
@@ -215,6 +227,16 @@ def test_a_failing_preflight_creates_no_accelerator_pool(google):
     assert "pulumi config set lifecycle.preflight false" in proc.stderr
     assert "gpu-" not in proc.stdout
     assert google.calls and {m for m, _ in google.calls} == {"GET"}
+
+
+def test_a_passing_preflight_lets_up_go_on(google, monkeypatch):
+    """What __main__.py asks: no failed check against a healthy project, so `up` goes on to compose the stack (a
+    whole second run of the program would cost the suite 4 s for the same two lines)."""
+    google.reset()
+    monkeypatch.setenv(preflight.API_ROOT_ENV, google.url)
+    monkeypatch.setenv(preflight.TOKEN_ENV, "ya29.test-token")
+    assert preflight.gate(parse("gpu3"), "gpu3") == []
+    assert {m for m, _ in google.calls} == {"GET"}
 
 
 def test_the_offline_plan_asks_no_cloud(variants):

@@ -45,8 +45,8 @@ def plan_resources(stack_file: Path, plan: Optional[Path]) -> list[dict[str, Any
     return render.render(stack_file.resolve())["resources"]
 
 
-def _node_rate(cfg: StackConfig, resource: dict[str, Any]) -> float:
-    """$/h of one node pool of resources.json (unpriced accelerators count 0, as the headline says)."""
+def _node_rate(cfg: StackConfig, resource: dict[str, Any]) -> Optional[float]:
+    """$/h of one node pool of resources.json, None when its machine has no price (A4X Max has no list price)."""
     inputs = resource.get("inputs", {})
     nodes = inputs.get("nodeCount") or inputs.get("initialNodeCount") or 0
     machine = (inputs.get("nodeConfig") or {}).get("machineType", "")
@@ -57,30 +57,38 @@ def _node_rate(cfg: StackConfig, resource: dict[str, Any]) -> float:
         price = chip and chip * dict(MACHINES[machine].extended).get("google.com/tpu", 0)
     else:
         price = cfg.cost.price("cpuNodeHourUsd") or prices.cpu_node_hour(machine).usd
-    return (price or 0.0) * nodes
+    return None if price is None else price * nodes
 
 
 def failed_up_cost(cfg: StackConfig, resources: list[dict[str, Any]], step: str) -> Optional[str]:
     """Where `pulumi up` would have stopped for a failed check, and what it had spent by then: every node pool and
-    the cluster that finished before that resource starts, billed from their finish (components/timeline.py)."""
+    the cluster that finished before that resource's step ends, billed from their finish (components/timeline.py
+    durations)."""
     def duration(r: dict[str, Any], start: float, finish: dict[str, float]) -> float:
         return timeline.step(cfg, r).seconds
 
     finish, _ = timeline.finish_times(resources, duration)
-    hit = [r for r in resources if r["name"] == step or r["name"].startswith(f"{step}-")]
+    hit = [r for r in resources if r["name"] == step] or [r for r in resources if r["name"].startswith(f"{step}-")]
     if not hit:
         return None
-    starts = {r["name"]: finish[r["name"]] - duration(r, 0, finish) for r in hit}
-    at_name = min(starts, key=starts.get)
-    at = starts[at_name]
-    spent, rate = 0.0, 0.0
+    # The failure surfaces when the resource's own step ends (a pool that cannot get its hosts is reported once
+    # GKE gives up on it, while the other pools come up beside it).
+    ends = {r["name"]: finish[r["name"]] for r in hit}
+    at_name = min(ends, key=ends.get)
+    at = ends[at_name]
+    spent, rate, unpriced = 0.0, 0.0, []
     for r in resources:
-        billed = (prices.GKE_CLUSTER_HOUR.usd if r["type"] == "gcp:container/cluster:Cluster"
-                  else _node_rate(cfg, r) if r["type"] == "gcp:container/nodePool:NodePool" else 0.0)
-        if billed and finish[r["name"]] <= at:
-            spent += billed * (at - finish[r["name"]]) / 3600
-            rate += billed
-    return (f"a failed `pulumi up` would stop at {at_name} after {at / 60:.1f} min, having spent ${spent:,.2f}; "
+        if r["name"] == at_name or finish[r["name"]] > at or r["type"] not in ("gcp:container/cluster:Cluster",
+                                                        "gcp:container/nodePool:NodePool"):
+            continue
+        billed = prices.GKE_CLUSTER_HOUR.usd if r["type"] == "gcp:container/cluster:Cluster" else _node_rate(cfg, r)
+        if billed is None:
+            unpriced.append(r["name"])
+            continue
+        spent += billed * (at - finish[r["name"]]) / 3600
+        rate += billed
+    extra = f" + {', '.join(unpriced)} (unpriced: set kimi-k3-1:cost.gpuNodeHourUsd)" if unpriced else ""
+    return (f"`pulumi up` would fail at {at_name} about {at / 60:.1f} min in, having spent ${spent:,.2f}{extra}; "
             f"what it created bills ${rate:,.2f}/h until `pulumi destroy`")
 
 
