@@ -106,7 +106,8 @@ def test_one_free_host_short(run, google):
 def test_an_unhealthy_sub_block_names_its_slice_and_what_a_failed_up_costs(run, google, tmp_path):
     """The other slices' pools come up beside the one that fails: they are what a failed `up` leaves billing."""
     google.state["sub_blocks"]["rack-b"]["healthInfo"]["healthStatus"] = "DEGRADED"
-    priced = write_stack(tmp_path, "priced", {**stack_document("gpu3")["config"], "kimi-k3-1:cost.gpuNodeHourUsd": "10"})
+    priced = write_stack(tmp_path, "priced",
+                         {**stack_document("gpu3")["config"], "kimi-k3-1:cost.gpuNodeHourUsd": "10"})
     code, out = run(stack=priced)
     assert code == 1
     assert "sub-block rack-b (slice 1) is DEGRADED: name a healthy sub-block in gpu.reservationSubBlocks[1]" \
