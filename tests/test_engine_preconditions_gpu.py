@@ -275,4 +275,19 @@ def _kv_event_ports(objs: pc.Objects) -> None:
     _ports_follow_the_dp_rank(objs, "KV_EVENTS_BASE", "kv-events")
 
 
+# --------------------------------------------------------------------------- speculative decoding (when on)
+@pc.row("GPU-SPEC-1", plan="spec", breaks=lambda objs: pc.edit_script(
+    objs, ENGINE, lambda text: re.sub(r'"model":"[^"]*",', "", text)))
+def _draft_model(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        config = pc.json_flag(container, "--speculative-config")
+        if config.get("method") in ("mtp", "dspark") or config.get("num_speculative_tokens") is None:
+            continue
+        model = config.get("model")
+        assert model, f"{where}: {config['method']} with num_speculative_tokens needs a draft model"
+        mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
+        assert any(model == m or model.startswith(m.rstrip("/") + "/") for m in mounts), \
+            f"{where}: draft model {model} is on no volume the engine mounts"
+
+
 test_gpu_precondition_holds = pc.holds_test("GPU")
