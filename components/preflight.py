@@ -293,9 +293,55 @@ def check_reservation(g: Google, cfg: StackConfig) -> list[Check]:
         return [Check("reservation", False, p, pool) for p in problems]
     checks = [Check("reservation", True, f"{a.reservation} in {a.zone}: SPECIFIC, {machine or a.machine_type}, "
                                          f"{free} of {count} hosts free, {a.hosts} asked")]
-    if cfg.track == "gpu" and a.block:
+    if cfg.track == "gpu" and a.sub_blocks:
         checks += _check_blocks(g, a, base, pool)
+    elif cfg.track == "gpu":
+        checks += _check_racks(g, a, base, cfg.gpu.slices)
     return checks
+
+
+MAX_PAGES = 20
+"""Pages of a list call read at most (500 items each by default): a bound, not a limit any reservation reaches."""
+
+
+def _list(g: Google, path: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    token = None
+    for _ in range(MAX_PAGES):
+        answer = g.get(COMPUTE, path, {"pageToken": token} if token else None)
+        items += answer.get("items") or []
+        token = answer.get("nextPageToken")
+        if not token:
+            break
+    return items
+
+
+def _check_racks(g: Google, a: Ask, base: str, slices: int) -> list[Check]:
+    """No sub-blocks named: Compute Engine picks a rack per slice, so the reservation (or the named block) must hold
+    `slices` healthy sub-blocks with a slice's hosts free each (reservationBlocks.list, reservationSubBlocks.list)."""
+    try:
+        blocks = [a.block] if a.block else [b["name"] for b in _list(g, f"{base}/reservationBlocks")]
+        racks = [(block, sub) for block in blocks
+                 for sub in _list(g, f"{base}/reservationBlocks/{block}/reservationSubBlocks")]
+    except ApiError as err:
+        if err.status == 404 and a.block:
+            return [Check("reservation block", False, f"reservation {a.reservation} has no block {a.block}: check "
+                                                      "gpu.reservationBlock", "gpu-0")]
+        return [Check("reservation racks", False, explain(err, f"the blocks of {a.reservation}",
+                                                          "compute.reservations.get", a.reservation_project), "gpu-0")]
+    if not racks:
+        return [Check("reservation racks", True, f"{a.reservation} lists no blocks or sub-blocks (not a dense "
+                                                 "deployment): free hosts checked above")]
+    usable = [sub for _, sub in racks if (sub.get("healthInfo") or {}).get("healthStatus") == "HEALTHY"
+              and int(sub.get("count", 0)) - int(sub.get("inUseCount", 0)) >= a.slice_hosts]
+    if len(usable) < slices:
+        change = f"set gpu.slices to {len(usable)}" if usable else "wait for a rack or ask your account team"
+        return [Check("reservation racks", False,
+                      f"{len(usable)} of the {len(racks)} sub-blocks of {a.reservation} are HEALTHY with "
+                      f"{a.slice_hosts} free hosts, gpu.slices = {slices} needs {slices}: {change}",
+                      f"gpu-{len(usable)}")]
+    return [Check("reservation racks", True, f"{len(usable)} HEALTHY sub-blocks with {a.slice_hosts} free hosts, "
+                                             f"{slices} needed")]
 
 
 def _shared_with(reservation: dict[str, Any], project: str) -> bool:

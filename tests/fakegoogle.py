@@ -123,11 +123,16 @@ class FakeGoogle:
                 return not_found
             if len(parts) == 8:
                 return 200, reservation
+            if len(parts) == 9:
+                return 200, {"kind": "compute#reservationBlocksListResponse", "items": list(s["blocks"].values())}
             block = s["blocks"].get(parts[9])
             if block is None:
                 return not_found
             if len(parts) == 10:
                 return 200, {"resource": block}
+            if len(parts) == 11:
+                return 200, {"kind": "compute#reservationSubBlocksListResponse",
+                             "items": list(s["sub_blocks"].values())}
             sub = s["sub_blocks"].get(parts[11])
             return (200, {"resource": sub}) if sub else not_found
         return not_found

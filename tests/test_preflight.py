@@ -57,7 +57,7 @@ def run(google, hub, variants, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     plan = variants["gpu3"].folder
 
-    def go(*extra: str, stack: Path = STACK) -> tuple[int, list[str]]:
+    def go(*extra: str, stack: Path = STACK, plan: Path = plan) -> tuple[int, list[str]]:
         code = cli.main(["--stack-file", str(stack), "--plan", str(plan), "--request-timeout", "0.3", *extra])
         out = capsys.readouterr().out.splitlines()
         assert {method for method, _ in google.calls} <= {"GET"}, google.calls  # preflight only reads
@@ -117,6 +117,22 @@ def test_an_unhealthy_sub_block_names_its_slice_and_what_a_failed_up_costs(run, 
     assert 2 * 16 * 10 < rate < 2 * 16 * 10 + 10, cost  # gpu-0 and gpu-2 at $10/node-hour, plus cluster and CPU
 
 
+def test_unnamed_racks_need_a_healthy_sub_block_per_slice(run, google, gpu):
+    """The one-slice stack names no sub-block: one of the reservation's racks must be HEALTHY with 16 hosts free."""
+    stack = fixture_stack("gpu")
+    for rack in google.state["sub_blocks"].values():
+        rack["inUseCount"] = 3
+    code, out = run(stack=stack, plan=gpu.folder)
+    assert code == 1
+    assert "0 of the 3 sub-blocks of test-a4x-max-reservation are HEALTHY with 16 free hosts, gpu.slices = 1 needs " \
+           "1: wait for a rack or ask your account team" in _only_failure(out)
+    google.state["sub_blocks"]["rack-c"]["inUseCount"] = 2
+    code, out = run(stack=stack, plan=gpu.folder)
+    assert code == 0, out
+    assert any(path.endswith(f"/reservationBlocks/{fakegoogle.BLOCK}/reservationSubBlocks")
+               for _, path in google.calls)
+
+
 def test_a_short_accelerator_quota(run, google):
     google.state["quotas"][-1]["usage"] = 100.0
     code, out = run()
@@ -154,6 +170,40 @@ def test_an_architecture_the_engine_does_not_register(run, hub):
     assert code == 1
     assert "names architecture 'KimiK25ForConditionalGeneration', which vLLM 0.33.0 does not register" \
         in _only_failure(out)
+
+
+def test_a_tpu_stack_asks_for_its_slices_hosts(run, google, tpu):
+    """Ironwood: the reservation in the TPU zone must hold tpu7x VMs for every host of every slice."""
+    google.state["reservations"] = {"us-central1-c": {"test-tpu7x-reservation": {
+        "kind": "compute#reservation", "name": "test-tpu7x-reservation", "zone": "us-central1-c", "status": "READY",
+        "specificReservationRequired": True,
+        "specificReservation": {"count": "8", "inUseCount": "0",
+                                "instanceProperties": {"machineType": "tpu7x-standard-4t"}}}}}
+    code, out = run(stack=fixture_stack("tpu"), plan=tpu.folder)
+    assert code == 0, out
+    assert any("test-tpu7x-reservation in us-central1-c: SPECIFIC, tpu7x-standard-4t, 8 of 8 hosts free, 8 asked"
+               in line for line in out)
+    google.state["reservations"]["us-central1-c"]["test-tpu7x-reservation"]["specificReservation"]["count"] = "7"
+    code, out = run(stack=fixture_stack("tpu"), plan=tpu.folder)
+    assert code == 1
+    assert "has 7 free hosts of 7, the stack asks for 8: set tpu.slices to 1" in _only_failure(out)
+    assert any(line.startswith("`pulumi up` would fail at tpu-0 about ") for line in out)
+
+
+@pytest.mark.parametrize(("answer", "verdict"), [
+    ({"name": "kimi-test-project-kimi-k3-1-weights", "labels": {"llm-d-guide": "kimi-k3-1", "pulumi-stack": "gpu3"}},
+     None),
+    ({"name": "kimi-test-project-kimi-k3-1-weights", "labels": {}}, "already exists and is not this stack's: set "
+                                                                    "storage.bucketExists true if it is yours"),
+    (403, "exists and this identity cannot read it (another project's): set storage.bucketName to a free name"),
+])
+def test_the_bucket_name_is_free_or_the_stacks(run, google, answer, verdict):
+    google.state["buckets"]["kimi-test-project-kimi-k3-1-weights"] = answer
+    code, out = run()
+    if verdict is None:
+        assert code == 0 and any("exists and is this stack's" in line for line in out), out
+    else:
+        assert code == 1 and verdict in _only_failure(out)
 
 
 def test_permission_denied_names_the_permission(run, google):
