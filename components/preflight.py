@@ -244,7 +244,50 @@ def _reservation_where(g: Google, a: Ask) -> Optional[str]:
     return None
 
 
-def check_reservation(g: Google, cfg: StackConfig) -> list[Check]:
+@dataclass(frozen=True)
+class Held:
+    """What the stack's own cluster already holds (a later `up`): its pools' nodes count as free for it."""
+    nodes: dict[str, int]
+    """Machine type -> nodes of the cluster's pools."""
+    sub_blocks: frozenset[str]
+    """Sub-blocks the pools consume (the last part of their reservation affinity)."""
+    accelerator_pools: int
+
+    @property
+    def any(self) -> bool:
+        return bool(self.nodes)
+
+
+NOTHING_HELD = Held({}, frozenset(), 0)
+NODE_POOLS_LIST = "https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters.nodePools/list"
+
+
+def held(g: Google, cfg: StackConfig) -> Held:
+    """The node pools of the stack's cluster (GKE nodePools.list, NODE_POOLS_LIST), or nothing before the first
+    `up`. Nodes = initialNodeCount x locations: the program's pools are fixed-size."""
+    try:
+        answer = g.get("container.googleapis.com", f"v1/projects/{cfg.gcp.project}/locations/{cfg.gcp.region}/"
+                                                   f"clusters/{cfg.cluster_name}/nodePools")
+    except ApiError as err:
+        if err.status == 404 or err.reason == "SERVICE_DISABLED":
+            return NOTHING_HELD
+        raise
+    machine = ask(cfg).machine_type
+    nodes: dict[str, int] = {}
+    sub_blocks: set[str] = set()
+    pools = 0
+    for pool in answer.get("nodePools") or []:
+        config = pool.get("config") or {}
+        count = int(pool.get("initialNodeCount", 0)) * max(1, len(pool.get("locations") or []))
+        nodes[config.get("machineType", "")] = nodes.get(config.get("machineType", ""), 0) + count
+        pools += config.get("machineType") == machine
+        for value in (config.get("reservationAffinity") or {}).get("values") or []:
+            if "/reservationSubBlocks/" in value:
+                sub_blocks.add(value.rsplit("/", 1)[-1])
+    return Held(nodes, frozenset(sub_blocks), pools)
+
+
+def check_reservation(g: Google, cfg: StackConfig, mine: Held = NOTHING_HELD) -> list[Check]:
     a = ask(cfg)
     key = f"{cfg.track}.reservation"
     pool = f"{cfg.track}-0"  # the first accelerator pool (components/nodepools.py slice_pool_name)
@@ -270,7 +313,7 @@ def check_reservation(g: Google, cfg: StackConfig) -> list[Check]:
     spec = reservation.get("specificReservation") or {}
     machine = (spec.get("instanceProperties") or {}).get("machineType", "")
     count, used = int(spec.get("count", 0)), int(spec.get("inUseCount", 0))
-    free = count - used
+    free = count - used + mine.nodes.get(a.machine_type, 0)
     problems = []
     if reservation.get("status") != "READY":
         problems.append(f"reservation {a.reservation} is {reservation.get('status')}, not READY: wait for it or ask "
@@ -291,12 +334,13 @@ def check_reservation(g: Google, cfg: StackConfig) -> list[Check]:
                         f"set {cfg.track}.slices to {slices} or free {a.hosts - free} hosts")
     if problems:
         return [Check("reservation", False, p, pool) for p in problems]
+    own = f" (the stack's pools hold {mine.nodes[a.machine_type]})" if mine.nodes.get(a.machine_type) else ""
     checks = [Check("reservation", True, f"{a.reservation} in {a.zone}: SPECIFIC, {machine or a.machine_type}, "
-                                         f"{free} of {count} hosts free, {a.hosts} asked")]
+                                         f"{free} of {count} hosts free{own}, {a.hosts} asked")]
     if cfg.track == "gpu" and a.sub_blocks:
-        checks += _check_blocks(g, a, base, pool)
+        checks += _check_blocks(g, a, base, pool, mine)
     elif cfg.track == "gpu":
-        checks += _check_racks(g, a, base, cfg.gpu.slices)
+        checks += _check_racks(g, a, base, cfg.gpu.slices - mine.accelerator_pools)
     return checks
 
 
@@ -334,6 +378,8 @@ def _check_racks(g: Google, a: Ask, base: str, slices: int) -> list[Check]:
                                                  "deployment): free hosts checked above")]
     usable = [sub for _, sub in racks if (sub.get("healthInfo") or {}).get("healthStatus") == "HEALTHY"
               and int(sub.get("count", 0)) - int(sub.get("inUseCount", 0)) >= a.slice_hosts]
+    if slices <= 0:
+        return [Check("reservation racks", True, "every slice's pool already holds its rack")]
     if len(usable) < slices:
         change = f"set gpu.slices to {len(usable)}" if usable else "wait for a rack or ask your account team"
         return [Check("reservation racks", False,
@@ -351,7 +397,7 @@ def _shared_with(reservation: dict[str, Any], project: str) -> bool:
     return share.get("shareType") == "SPECIFIC_PROJECTS" and project in (share.get("projectMap") or {})
 
 
-def _check_blocks(g: Google, a: Ask, base: str, pool: str) -> list[Check]:
+def _check_blocks(g: Google, a: Ask, base: str, pool: str, mine: Held = NOTHING_HELD) -> list[Check]:
     """The named block, and per named sub-block (one NVL72 rack per slice) its health and free hosts."""
     try:
         block = g.get(COMPUTE, f"{base}/reservationBlocks/{a.block}")
@@ -379,7 +425,7 @@ def _check_blocks(g: Google, a: Ask, base: str, pool: str) -> list[Check]:
             checks.append(Check("reservation sub-block", False,
                                 f"sub-block {name} (slice {index}) is {health}: name a healthy sub-block in "
                                 f"gpu.reservationSubBlocks[{index}]", f"gpu-{index}"))
-        elif free < a.slice_hosts:
+        elif free < a.slice_hosts and name not in mine.sub_blocks:
             checks.append(Check("reservation sub-block", False,
                                 f"sub-block {name} (slice {index}) has {free} free hosts, a slice needs "
                                 f"{a.slice_hosts}: name another sub-block in gpu.reservationSubBlocks[{index}]",
@@ -413,13 +459,14 @@ def quota_demand(cfg: StackConfig) -> list[tuple[str, float, str, str]]:
     return demand
 
 
-def check_quotas(g: Google, cfg: StackConfig) -> list[Check]:
+def check_quotas(g: Google, cfg: StackConfig, mine: Held = NOTHING_HELD) -> list[Check]:
     p, region = cfg.gcp.project, cfg.gcp.region
     try:
         answer = g.get(COMPUTE, f"compute/v1/projects/{p}/regions/{region}")
     except ApiError as err:
         return [Check("quota", False, explain(err, f"region {region}'s quotas", "compute.regions.get", p), "cpu")]
     quotas = {q.get("metric"): q for q in answer.get("quotas") or []}
+    credit = _held_quota(cfg, mine)
     checks = []
     for metric, amount, driver, step in quota_demand(cfg):
         quota = quotas.get(metric)
@@ -427,7 +474,7 @@ def check_quotas(g: Google, cfg: StackConfig) -> list[Check]:
             checks.append(Check("quota", True, f"{metric}: not reported by regions.get in {region}; check it on "
                                                "the Quotas page"))
             continue
-        free = float(quota.get("limit", 0)) - float(quota.get("usage", 0))
+        free = float(quota.get("limit", 0)) - float(quota.get("usage", 0)) + credit.get(metric, 0)
         if free < amount:
             checks.append(Check("quota", False, f"{metric} in {region}: {free:g} free of {quota.get('limit', 0):g}, "
                                                 f"the stack needs {amount:g} for {driver}: request more "
@@ -436,6 +483,24 @@ def check_quotas(g: Google, cfg: StackConfig) -> list[Check]:
         else:
             checks.append(Check("quota", True, f"{metric} in {region}: {free:g} free, {amount:g} needed"))
     return checks
+
+
+def _held_quota(cfg: StackConfig, mine: Held) -> dict[str, float]:
+    """Quota the stack's own resources already use: its pools' vCPUs and GPUs, and its staging addresses."""
+    from .machines import MACHINES
+    from .staging import staging_addresses
+
+    if not mine.any:
+        return {}
+    credit: dict[str, float] = {"STATIC_ADDRESSES": staging_addresses(cfg)}
+    a = ask(cfg)
+    for machine, count in mine.nodes.items():
+        if machine == a.machine_type and a.accelerator_metric and cfg.track == "gpu":
+            credit[a.accelerator_metric] = credit.get(a.accelerator_metric, 0) + count * cfg.gpu.spec.gpus_per_node
+        elif machine in MACHINES and not MACHINES[machine].extended:
+            metric = f"{machine.split('-')[0].upper()}_CPUS"
+            credit[metric] = credit.get(metric, 0) + count * MACHINES[machine].vcpus
+    return credit
 
 
 LOCATION_GROUPS = {"us": "us-", "europe": "europe-", "asia": "asia-", "northamerica": "northamerica-",
@@ -534,7 +599,12 @@ def check_google(g: Google, cfg: StackConfig, stack: str) -> list[Check]:
     if any(not c.ok for c in checks if c.name in ("project", "apis") and COMPUTE in c.detail) or \
             any(not c.ok and c.name == "project" for c in checks):
         return checks  # without the project or the Compute API the other answers would all be the same refusal
-    return checks + check_org_policies(g, cfg) + check_quotas(g, cfg) + check_reservation(g, cfg) \
+    try:
+        mine = held(g, cfg)
+    except ApiError as err:
+        return [*checks, Check("cluster", False, explain(err, f"the node pools of cluster {cfg.cluster_name}",
+                                                         "container.clusters.get", cfg.gcp.project), "cluster")]
+    return checks + check_org_policies(g, cfg) + check_quotas(g, cfg, mine) + check_reservation(g, cfg, mine) \
         + check_bucket(g, cfg, stack)
 
 

@@ -51,10 +51,20 @@ def healthy(sub_blocks: tuple[str, ...] = ("rack-a", "rack-b", "rack-c"), hosts:
                    {"metric": "STATIC_ADDRESSES", "limit": 16.0, "usage": 0.0},
                    {"metric": "NVIDIA_GB300_GPUS", "limit": 256.0, "usage": 0.0}],
         "policies": {},
+        "node_pools": None,  # the stack's cluster: None = none yet (404), else nodePools.list's nodePools
         "buckets": {},
         "errors": {},  # path substring -> [(status, body, headers)], answered by the next matching requests
         "delay": {},  # path substring -> seconds to wait before answering
     }
+
+
+def node_pool(name: str, machine: str, nodes: int, reservation: str = "") -> dict[str, Any]:
+    """A container v1 NodePool as nodePools.list returns it (the fields the preflight reads)."""
+    config: dict[str, Any] = {"machineType": machine}
+    if reservation:
+        config["reservationAffinity"] = {"consumeReservationType": "SPECIFIC_RESERVATION",
+                                         "key": "compute.googleapis.com/reservation-name", "values": [reservation]}
+    return {"name": name, "initialNodeCount": nodes, "locations": [ZONE], "config": config, "status": "RUNNING"}
 
 
 def status(code: int, state: str, message: str, reason: str = "", service: str = "") -> dict[str, Any]:
@@ -103,6 +113,9 @@ class FakeGoogle:
         if host == "orgpolicy.googleapis.com":
             constraint = parts[4].removesuffix(":getEffectivePolicy")
             return 200, s["policies"].get(constraint, {"name": f"projects/{PROJECT}/policies/{constraint}"})
+        if host == "container.googleapis.com":
+            pools = s["node_pools"]
+            return (200, {"nodePools": pools}) if pools is not None else not_found
         if host == "storage.googleapis.com":
             bucket = s["buckets"].get(parts[3])
             return (200, bucket) if isinstance(bucket, dict) else (bucket, status(bucket, "DENIED", "denied")) \

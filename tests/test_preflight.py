@@ -133,6 +133,38 @@ def test_unnamed_racks_need_a_healthy_sub_block_per_slice(run, google, gpu):
                for _, path in google.calls)
 
 
+def _running_stack(google, slices: int = 3) -> None:
+    """The gpu3 stack after its first `up`: its pools hold 16 hosts of each rack, the GPUs and CPUs they use."""
+    path = f"projects/{fakegoogle.PROJECT}/reservations/{fakegoogle.RESERVATION}/reservationBlocks/{fakegoogle.BLOCK}"
+    google.state["node_pools"] = [
+        fakegoogle.node_pool("system", "n2-standard-8", 2),
+        fakegoogle.node_pool("weights-transfer", "c3-standard-44", 1),
+        *(fakegoogle.node_pool(f"a4x-max-nvl72-{i}", "a4x-maxgpu-4g-metal", 16,
+                               f"{path}/reservationSubBlocks/{rack}") for i, rack in enumerate(("rack-a", "rack-b",
+                                                                                                 "rack-c")[:slices]))]
+    google.state["reservations"][fakegoogle.ZONE][fakegoogle.RESERVATION]["specificReservation"]["inUseCount"] = \
+        str(16 * slices)
+    for rack in ("rack-a", "rack-b", "rack-c")[:slices]:
+        google.state["sub_blocks"][rack]["inUseCount"] = 16
+    quotas = {q["metric"]: q for q in google.state["quotas"]}
+    quotas["NVIDIA_GB300_GPUS"]["usage"] = 64.0 * slices
+    quotas["NVIDIA_GB300_GPUS"]["limit"] = 192.0
+    quotas["STATIC_ADDRESSES"]["usage"] = quotas["STATIC_ADDRESSES"]["limit"] = 3.0
+
+
+def test_a_later_up_counts_what_the_stack_already_holds(run, google):
+    """Every later `pulumi up` runs the gate too: the stack's own nodes, GPUs and addresses are its, not missing."""
+    _running_stack(google)
+    code, out = run()
+    assert code == 0, out
+    assert any("(the stack's pools hold 48)" in line for line in out)
+    _running_stack(google, slices=2)  # scaling 2 -> 3 slices: the third rack must still be free
+    google.state["sub_blocks"]["rack-c"]["inUseCount"] = 4
+    code, out = run()
+    assert code == 1
+    assert "sub-block rack-c (slice 2) has 14 free hosts, a slice needs 16" in _only_failure(out)
+
+
 def test_a_short_accelerator_quota(run, google):
     google.state["quotas"][-1]["usage"] = 100.0
     code, out = run()
