@@ -686,6 +686,8 @@ def test_gcloud_billing_reports_found_and_failed_listings():
     timeouts = []
 
     def fake_run(argv: list[str], timeout: float) -> str:
+        if argv[1:3] == ["auth", "list"]:
+            return "ci@my-proj.iam.gserviceaccount.com\n"
         timeouts.append(timeout)
         if argv[2] == "disks":
             return "pvc-1  us-central1-b\t100  pd-balanced\n"
@@ -696,7 +698,7 @@ def test_gcloud_billing_reports_found_and_failed_listings():
     with pytest.raises(leftovers.LeftoverCheckError) as caught:
         leftovers.GcloudBilling(run=fake_run).leftovers("gpu", "my-proj")
     assert caught.value.found == ["disk: pvc-1 us-central1-b 100 pd-balanced"]
-    assert "IP address: gcloud compute addresses: ERROR: permission denied" in str(caught.value)
+    assert "IP address: ERROR: permission denied" in str(caught.value)
     assert set(timeouts) == {leftovers.LISTING_TIMEOUT_SECONDS}
 
 
@@ -1078,3 +1080,42 @@ def test_a_terminal_that_never_takes_output_cannot_hold_the_signal_or_the_teardo
     assert_torn_down_after(world, "wait_ready")
     log = (tmp_path / "results" / "gpu" / "20260102T030405Z" / "driver.log").read_text()
     assert "==> destroy" in log and "==> summary:" in log
+
+
+def test_leftovers_without_a_gcloud_login_is_one_line_in_seconds(capsys, monkeypatch):
+    """No active account: one line naming the fix, before any listing (each would print gcloud's hint)."""
+    for name in leftovers.CREDENTIAL_OVERRIDES:
+        monkeypatch.delenv(name, raising=False)
+    calls = []
+
+    def fake_run(argv: list[str], timeout: float) -> str:
+        calls.append(argv)
+        return ""  # `gcloud auth list` with no active account prints nothing
+
+    start = time.monotonic()
+    code = leftovers.main(["--stack", "gpu", "--project", "my-proj"], billing=leftovers.GcloudBilling(run=fake_run))
+    assert code == core.EXIT_USAGE and time.monotonic() - start < 10
+    assert [argv[1:3] for argv in calls] == [["auth", "list"]]
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: gcloud has no active account: run `gcloud auth login`")
+
+
+def test_the_same_listing_error_is_said_once():
+    def fake_run(argv: list[str], timeout: float) -> str:
+        if argv[1:3] == ["auth", "list"]:
+            return "me@example.com\n"
+        raise core.StepError(f"{' '.join(argv[:3])}: ERROR: network unreachable")
+
+    with pytest.raises(leftovers.LeftoverCheckError) as caught:
+        leftovers.GcloudBilling(run=fake_run).leftovers("gpu", "my-proj")
+    assert str(caught.value).count("network unreachable") == 1, str(caught.value)
+    assert str(caught.value).startswith("VM instance, disk, forwarding rule, IP address, GKE cluster, bucket: ")
+
+
+def test_leftovers_reads_the_stack_file_without_the_pulumi_cli(monkeypatch):
+    """The committed stack file holds gcp.project: read as the CLI reads it, no `pulumi config get` needed."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert leftovers._config("gpu", "gcp.project") == "my-gcp-project"
+    assert leftovers._config("gpu", "track") == "gpu"
+    with pytest.raises(leftovers.ConfigUnavailableError, match="pulumi CLI is not on PATH"):
+        leftovers._config("no-such-stack", "gcp.project")

@@ -678,3 +678,57 @@ def test_json_reports_a_failure_too(capsys):
     assert code == 1 and report["ok"] is False
     assert report["checks"][0]["check"] == "completions" and report["checks"][0]["status"] == "FAIL"
     assert "FAIL completions: " in captured.err and "SUMMARY: FAIL" in captured.err
+
+
+# --------------------------------------------------------------------------- "is anything there" before "wait for it"
+def _fake_clock():
+    now = [0.0]
+    lines: list[str] = []
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    return now, sleep, lines
+
+
+def test_nothing_listening_ends_the_step_at_the_connect_timeout_not_the_step_timeout():
+    now, sleep, lines = _fake_clock()
+
+    def attempt(timeout: float) -> None:
+        raise smoke_http._UnreachableError("connection failed, nothing accepts it: [Errno 111] Connection refused")
+
+    with pytest.raises(smoke.StepError, match=r"nothing answered for 10 s .*is the endpoint up"):
+        smoke._with_retries(attempt, request_timeout=1, deadline_seconds=600, backoff_seconds=2,
+                            clock=lambda: now[0], sleep=sleep, connect_timeout=10, progress=lines.append)
+    assert now[0] == 10
+
+
+def test_a_server_that_answers_gets_the_whole_step_and_progress_lines():
+    now, sleep, lines = _fake_clock()
+    answers = iter([smoke_http._UnreachableError("refused")] + [smoke._RetryableError("HTTP 503: warming up")] * 100)
+
+    def attempt(timeout: float) -> None:
+        raise next(answers)
+
+    with pytest.raises(smoke.StepError, match=r"HTTP 503: warming up \(gave up"):
+        smoke._with_retries(attempt, request_timeout=1, deadline_seconds=120, backoff_seconds=2,
+                            clock=lambda: now[0], sleep=sleep, connect_timeout=10, progress=lines.append,
+                            what="POST http://router/v1/completions")
+    assert now[0] == 120
+    assert lines and all(line.startswith("  still waiting for POST http://router/v1/completions: HTTP 503")
+                         for line in lines)
+    assert len(lines) <= 120 / smoke_http.PROGRESS_SECONDS
+
+
+def test_smoke_against_nothing_says_so_in_seconds():
+    """The command as users run it, with no server on the port: one FAIL line naming the cause, well inside 10 s
+    with a short --connect-timeout (the default is 10 s: smoke_http.CONNECT_TIMEOUT_SECONDS)."""
+    assert smoke_http.CONNECT_TIMEOUT_SECONDS == 10.0
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "tools", "smoke", "--endpoint", f"http://127.0.0.1:{closed_port()}",
+                           "--track", "gpu", "--connect-timeout", "0.5"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert time.monotonic() - start < 10
+    assert proc.returncode == 1
+    [failed] = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
+    assert "Connection refused" in failed and "is the endpoint up" in failed

@@ -690,3 +690,44 @@ def test_unset_revision_resolves_main_once_from_the_serialized_provider(tmp_path
         gated = subprocess.run([sys.executable, "-c", script, REPO, OTHER_TOKEN], cwd=tmp_path, input=serialized,
                                env=env, capture_output=True, text=True, timeout=60)
         assert gated.returncode == 1 and "accept the model's license at" in gated.stderr
+
+
+# --------------------------------------------------------------------------- no network: one line, in seconds
+class _StepClock:
+    """Time that passes only when the copier sleeps: the test takes no real wait."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += max(0.0, seconds)
+
+
+def test_a_hub_nobody_answers_for_is_one_line_within_its_patience():
+    """Connection refused on every try (nothing on the port): the listing gives up after hub.CONNECT_PATIENCE_S
+    instead of walking the whole retry budget (86 s seen for a DNS failure), naming what to check."""
+    import socket
+
+    from tools.staging import StagingError, hub
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed once the block ends: nothing listens there
+    clock = _StepClock()
+    client = hub.Hub("moonshotai/Kimi-K3.1-Pro", endpoint=f"http://127.0.0.1:{port}",
+                     backoff=hub.Backoff(clock=clock), xet=False)
+    with pytest.raises(StagingError) as caught:
+        client.files("a" * 40)
+    assert clock.t == pytest.approx(hub.CONNECT_PATIENCE_S) and hub.CONNECT_PATIENCE_S < 10
+    message = str(caught.value)
+    assert message.startswith(f"cannot reach the Hub at http://127.0.0.1:{port}: ") and "\n" not in message
+    assert "check the network, DNS or HF_ENDPOINT" in message
+
+
+def test_stage_names_itself_as_the_user_typed_it(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tools", "stage", "--repo-id", "a/b", "--revision", "x",
+                           "--dest", "gs://b/f/"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("python -m tools stage: error:")

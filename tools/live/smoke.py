@@ -43,6 +43,7 @@ from tools.live.core import Deadline, bounded_number
 from tools.live.smoke_http import (
     BACKOFF_CAP_SECONDS,
     BACKOFF_FACTOR,
+    CONNECT_TIMEOUT_SECONDS,
     StepError,
     _FinalError,
     _RetryableError,
@@ -129,6 +130,8 @@ class Settings:
     slices: list[tuple[str, str]] = field(default_factory=list)
     """(slice, base URL of one of its serving pods): each slice is asked directly, past the router."""
     total_seconds: float = TOTAL_SECONDS
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS
+    """How long a step waits while nothing accepts its connection (smoke_http.CONNECT_TIMEOUT_SECONDS)."""
     budget: Deadline = field(init=False)
 
     def __post_init__(self) -> None:
@@ -158,6 +161,11 @@ class Reporter:
         return line, ok
 
 
+def _progress(line: str) -> None:
+    """A long wait's progress line: on stderr, so `--json` keeps stdout to its one document."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def _url(endpoint: str, path: str) -> str:
     return endpoint.rstrip("/") + path
 
@@ -172,7 +180,8 @@ def check_generation(settings: Settings, chat: bool, endpoint: str = "", name: s
         body, attempts = post_json(_url(endpoint or settings.endpoint, path), payload,
                                    request_timeout=settings.request_timeout,
                                    deadline_seconds=settings.deadline_seconds,
-                                   backoff_seconds=settings.backoff_seconds, budget=settings.budget)
+                                   backoff_seconds=settings.backoff_seconds, budget=settings.budget,
+                                   connect_timeout=settings.connect_timeout, progress=_progress)
         text = validate_response(body, settings.model, chat)
     except (StepError, ValueError) as exc:
         return Outcome(name, "FAIL", f"POST {path}: {exc}")
@@ -205,7 +214,8 @@ def send_long_prompt_twice(settings: Settings) -> Outcome:
             body, attempts = post_json(url, completion_payload(settings.model, prompt, LONG_MAX_TOKENS),
                                        request_timeout=settings.request_timeout,
                                        deadline_seconds=settings.deadline_seconds,
-                                       backoff_seconds=settings.backoff_seconds, budget=settings.budget)
+                                       backoff_seconds=settings.backoff_seconds, budget=settings.budget,
+                                       connect_timeout=settings.connect_timeout, progress=_progress)
             validate_response(body, settings.model, chat=False)
         except (StepError, ValueError) as exc:
             return Outcome("long-prompt", "FAIL", f"request {round_} of 2 ({len(prompt.split())} words): {exc}")
@@ -371,6 +381,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="retry budget of each HTTP step: no new attempt after it (seconds, default %(default)s; "
                              "was --deadline-seconds)")
     deprecated(parser, "--deadline-seconds", "--step-timeout", type=step)
+    parser.add_argument("--connect-timeout", type=bounded_number(float, 0.01, 86400), default=CONNECT_TIMEOUT_SECONDS,
+                        metavar="SECONDS",
+                        help="how long a step retries while nothing accepts the connection (refused, no route, name "
+                             "not found) before it fails saying so (seconds, default %(default)s); a server that "
+                             "answers, even with 503, gets the whole --step-timeout")
     parser.add_argument("--request-timeout", type=bounded_number(float, 0.01, 3600), default=120.0, metavar="SECONDS",
                         help="total time of one HTTP request, connect to last byte (seconds, default %(default)s)")
     total = bounded_number(float, 0.01, 86400)
@@ -407,7 +422,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         metrics_wait_seconds=args.metrics_timeout, backoff_seconds=args.backoff_seconds,
         long_prompt_words=args.long_prompt_words, prompt_tag=args.prompt_tag, strict=args.strict,
         skip=frozenset(args.skip), engine=args.engine or "", total_seconds=args.total_timeout,
-        slices=[parse_slice_endpoint(spec) for spec in args.slice_endpoint],
+        slices=[parse_slice_endpoint(spec) for spec in args.slice_endpoint], connect_timeout=args.connect_timeout,
     )
 
 

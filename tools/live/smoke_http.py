@@ -10,6 +10,7 @@ read up to MAX_BODY_BYTES.
 from __future__ import annotations
 
 import contextlib
+import errno
 import http.client
 import json
 import socket
@@ -39,6 +40,20 @@ class _RetryableError(Exception):
 
 class _FinalError(Exception):
     """One attempt failed in a way retrying cannot fix (e.g. HTTP 400/404, a redirect, a huge body)."""
+
+
+class _UnreachableError(_RetryableError):
+    """Nothing took the connection (refused, no route, name not found): no server is there yet, or at all."""
+
+
+CONNECT_TIMEOUT_SECONDS = 10.0
+"""How long a step retries while nothing accepts its connection before it says so: "is anything there" comes
+before "wait for it" (a server that answers, even with 503 while it warms up, gets the step's whole budget)."""
+PROGRESS_SECONDS = 30.0
+"""A step that keeps retrying says what it waits for at most this often."""
+
+
+UNREACHABLE_ERRNOS = frozenset({errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL})
 
 
 def fetch(method: str, url: str, timeout: float, body: bytes | None = None,
@@ -75,6 +90,10 @@ def fetch(method: str, url: str, timeout: float, body: bytes | None = None,
     except (OSError, http.client.HTTPException) as err:
         if expired.is_set() or isinstance(err, TimeoutError):
             raise _RetryableError(f"timed out after {timeout:.3g}s (total time for the request)") from None
+        if isinstance(err, (ConnectionRefusedError, socket.gaierror)) or (
+                isinstance(err, OSError) and err.errno in UNREACHABLE_ERRNOS):
+            cause = snippet(str(err) or type(err).__name__)
+            raise _UnreachableError(f"connection failed, nothing accepts it: {cause}") from None
         raise _RetryableError(f"connection failed: {snippet(str(err) or type(err).__name__)}") from None
     finally:
         timer.cancel()
@@ -118,11 +137,13 @@ def validate_response(body: Any, model: str, chat: bool) -> str:
 
 def post_json(url: str, payload: Mapping[str, Any], *, request_timeout: float, deadline_seconds: float,
               backoff_seconds: float, budget: Deadline | None = None, clock: Callable[[], float] = time.monotonic,
-              sleep: Callable[[float], None] = time.sleep) -> tuple[dict[str, Any], int]:
+              sleep: Callable[[float], None] = time.sleep, connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+              progress: Callable[[str], None] | None = None) -> tuple[dict[str, Any], int]:
     """POST JSON until a 200 with a JSON object arrives or the deadline passes; returns (body, attempts)."""
     return _with_retries(lambda timeout: _post_once(url, payload, timeout), request_timeout=request_timeout,
                          deadline_seconds=deadline_seconds, backoff_seconds=backoff_seconds, budget=budget,
-                         clock=clock, sleep=sleep)
+                         clock=clock, sleep=sleep, connect_timeout=connect_timeout, progress=progress,
+                         what=f"POST {url}")
 
 
 def _post_once(url: str, payload: Mapping[str, Any], timeout: float) -> dict[str, Any]:
@@ -157,14 +178,19 @@ def scrape(url: str, timeout: float) -> list[Sample]:
 
 def _with_retries(attempt: Callable[[float], Any], *, request_timeout: float, deadline_seconds: float,
                   backoff_seconds: float, budget: Deadline | None = None, clock: Callable[[], float] = time.monotonic,
-                  sleep: Callable[[float], None] = time.sleep) -> tuple[Any, int]:
+                  sleep: Callable[[float], None] = time.sleep, connect_timeout: float | None = None,
+                  progress: Callable[[str], None] | None = None, what: str = "the step") -> tuple[Any, int]:
     """Call attempt(timeout) with exponential backoff until it succeeds or the deadline passes.
 
     The step's deadline gates new attempts; `budget` (the whole run's) also caps each attempt's timeout,
-    so no attempt outlives it."""
-    deadline = clock() + deadline_seconds
+    so no attempt outlives it. While nothing has ever accepted the connection, `connect_timeout` ends the step
+    early; `progress` hears what the step waits for every PROGRESS_SECONDS."""
+    start = clock()
+    deadline = start + deadline_seconds
     delay = backoff_seconds
     attempts = 0
+    answered = False
+    said = start
     while True:
         timeout = request_timeout
         if budget is not None:
@@ -178,11 +204,23 @@ def _with_retries(attempt: Callable[[float], Any], *, request_timeout: float, de
         except _FinalError as exc:
             raise StepError(f"{exc} (attempt {attempts}, not retried)") from None
         except _RetryableError as exc:
-            remaining = deadline - clock()
+            now = clock()
+            answered = answered or not isinstance(exc, _UnreachableError)
+            if not answered and connect_timeout is not None and now - start >= connect_timeout:
+                raise StepError(f"{exc}: nothing answered for {now - start:.0f} s ({attempts} attempt(s)); is the "
+                                f"endpoint up (the port-forward, the Gateway address)?") from None
+            remaining = deadline - now
             if budget is not None:
                 remaining = min(remaining, budget.remaining())
             if remaining <= 0:
                 raise StepError(f"{exc} (gave up after {attempts} attempt(s), deadline {deadline_seconds:g}s)") \
                     from None
-            sleep(min(delay, remaining))
+            if progress is not None and now - said >= PROGRESS_SECONDS:
+                progress(f"  still waiting for {what}: {exc} (attempt {attempts}, {now - start:.0f} s of "
+                         f"{deadline_seconds:g} s)")
+                said = now
+            wait = min(delay, remaining)
+            if not answered and connect_timeout is not None:
+                wait = min(wait, max(0.0, start + connect_timeout - now))
+            sleep(wait)
             delay = min(delay * BACKOFF_FACTOR, BACKOFF_CAP_SECONDS)

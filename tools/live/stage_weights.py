@@ -65,16 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     from tools.staging.copy import stage
 
     def log(line: str) -> None:
-        print(f"stage_weights: {line}", flush=True)
+        print(f"stage: {line}", flush=True)
 
     try:
         stage(args.repo_id, args.revision, args.dest, workers=args.workers, token=os.environ.get("HF_TOKEN") or None,
               log=log, progress_s=args.progress_seconds, shard=(args.shard_index, args.shards))
     except StagingError as err:
-        print(f"stage_weights: error: {err}", file=sys.stderr, flush=True)
+        print(f"{prog('stage')}: error: {err}", file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
-        print("stage_weights: interrupted; a rerun resumes where this one stopped", file=sys.stderr)
+        print(f"{prog('stage')}: interrupted; a rerun resumes where this one stopped", file=sys.stderr)
         return 130
     return 0
 

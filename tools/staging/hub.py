@@ -85,6 +85,10 @@ class Clock:
 REAL_CLOCK = Clock()
 
 
+CONNECT_PATIENCE_S = 8.0
+"""How long the first call to the Hub retries while its name does not resolve or nothing takes the connection."""
+
+
 @dataclass(frozen=True)
 class Backoff:
     """When to try again and when to give up.
@@ -190,10 +194,12 @@ class Hub:
 
     def _with_retries(self, call: Callable[[], Any], revision: str) -> Any:
         retrier = self.backoff.retrier()
+        answered, unreachable = False, 0
         while True:
             try:
                 return call()
             except HfHubHTTPError as err:
+                answered = True
                 status = err.response.status_code if err.response is not None else None
                 if status not in RETRY_STATUS:
                     raise self.explain(err, revision) from None
@@ -205,6 +211,16 @@ class Hub:
                         raise
                     raise self.explain(err, revision) from None
             except httpx2.TransportError as err:
+                # Nothing has answered yet and the name does not resolve or the connection is refused: said within
+                # about CONNECT_PATIENCE_S instead of after every retry (a network that is not there stays so).
+                if isinstance(err, httpx2.ConnectError) and not answered:
+                    waited = self.backoff.clock.now() - retrier.since
+                    if waited >= CONNECT_PATIENCE_S:
+                        raise StagingError(f"cannot reach the Hub at {self.endpoint}: {err} (for {waited:.0f} s; "
+                                           f"check the network, DNS or HF_ENDPOINT)") from None
+                    unreachable += 1
+                    self.backoff.clock.sleep(min(self.backoff.delay(unreachable), CONNECT_PATIENCE_S - waited))
+                    continue
                 try:
                     retrier.failed(None, None, f"listing {self.repo_id}@{revision}")
                 except StagingError:
