@@ -178,7 +178,11 @@ def stream_chat(endpoint: str, model: str, prompt: str, max_tokens: int, timeout
     except requests.exceptions.Timeout:
         raise AskError(f"{url}: no answer within {timeout_s:.0f} s (--read-timeout)") from None
     except requests.exceptions.ConnectionError as err:
-        raise AskError(f"cannot reach {url}: {type(err).__name__}") from None
+        cause = err.__context__ or err.__cause__ or err
+        while getattr(cause, "reason", None) is not None and cause is not cause.reason:  # urllib3 wraps the OSError
+            cause = cause.reason
+        detail = str(cause).rsplit(": ", 1)[-1] if str(cause) else type(cause).__name__
+        raise AskError(f"cannot reach {url}: {detail} (is the port-forward or the Gateway address up?)") from None
     except json.JSONDecodeError as err:
         raise AskError(f"{url} streamed something that is not JSON: {err}") from None
     answer.total_s = clock() - start
