@@ -163,11 +163,15 @@ TPU_NODE_SETUP = Container(
            "cache/modelserver/tpu/base/vllm/multi-host/patch-vllm.yaml@54523a5, https://github.com/llm-d/llm-d/"
            "blob/54523a5/guides/tiered-prefix-cache/modelserver/tpu/base/vllm/multi-host/patch-vllm.yaml)")
 VLLM_TPU = Container(
-    "vllm-tpu", _repos(versions.VLLM_TORCHTPU.image), programs=frozenset({"vllm", "python3", "env"}),
+    "vllm-tpu", _repos(versions.VLLM_TORCHTPU.image),
+    # getent and awk resolve the head as the released launcher does (components/engines.py).
+    programs=frozenset({"vllm", "python3", "env", "getent", "awk"}),
     shells=frozenset({"/bin/bash"}), installs=(TPU_ENGINE_INSTALL,), root=True, writable_root=True,
-    restricted=False, secrets=frozenset({HF_SECRET}),
+    restricted=False, secrets=frozenset({HF_SECRET}), capabilities=frozenset({"IPC_LOCK"}),
     reason="the Python image runs as root and pip-installs the hash-pinned vLLM-TorchTPU lock into its "
-           "site-packages at start (components/hardening.py ROOT_IMAGES); never privileged")
+           "site-packages at start (components/hardening.py ROOT_IMAGES); never privileged. IPC_LOCK: the Raiden "
+           "offload store locks its host pool, as the engine's Raiden recipes run it (components/hardening.py "
+           "TPU_ENGINE_CAPABILITIES)")
 SGLANG_TPU = Container(
     "sglang", frozenset(), programs=frozenset({"python3", "python"}), shells=frozenset({"/bin/bash"}), root=True,
     writable_root=True, restricted=False, secrets=frozenset({HF_SECRET}),

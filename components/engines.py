@@ -29,6 +29,8 @@ WORKER_INDEX = "${LWS_WORKER_INDEX}"
 POD_IP = "${POD_IP}"
 START_RANK = "${START_RANK}"
 KV_EVENTS_BASE = "${KV_EVENTS_BASE}"
+LEADER_IP = "${LEADER_IP}"
+"""The leader's pod address, resolved from LWS_LEADER_ADDRESS by the TPU pod script (tpu_launcher_preamble)."""
 
 UNRELEASED_FLAG_VALUES = {
     # Seed-post values an SGLang-TorchTPU build would carry and no released SGLang accepts
@@ -198,16 +200,82 @@ def tpu_engine_type(cfg: StackConfig) -> str:
     return "vllm" if cfg.tpu.engine == "vllm-torchtpu" else "sglang"
 
 
+RAIDEN_CONTROLLER_PORT = 51515
+"""The Raiden offload controller's port on the leader: vllm_torchtpu/offload/raiden_store.py:134
+`_DEFAULT_CONTROLLER_PORT`, plus the local DP rank (0 here, :2304), set explicitly so the port the pod declares and
+the port every rank dials are one value."""
+RAIDEN_DEFAULT_REGISTRATION_TIMEOUT_S = 120
+"""`RAIDEN_EXPECTED_WORKERS_TIMEOUT_S` default: the controller's KVCacheStore construction waits this long for every
+rank to register (raiden_store.py:321-324; the variable is read by tpu-sync-torch's
+tpu_sync/frameworks/torch/_tpu_raiden_torch_2_13_0.so)."""
+HOST_POOL_FILL_BYTES_PER_S = 2e9
+"""ASSUMPTION: how fast one host faults in and pins its share of the offload pool while its ranks register (each
+rank's KVCacheManager allocates `host_blocks_to_allocate` before it registers, raiden_store.py:1687-1695); no
+published figure."""
+
+
+def raiden_registration_timeout_s(cfg: StackConfig) -> int:
+    """The controller's wait for all ranks, sized to the slowest host: the default plus twice the time one host
+    takes to fill its share of the pool, since a rank registers only once its host blocks exist."""
+    per_host = tpu_offload_bytes_per_engine(cfg) / cfg.tpu.hosts_per_slice
+    return RAIDEN_DEFAULT_REGISTRATION_TIMEOUT_S + int(-(-2 * per_host // HOST_POOL_FILL_BYTES_PER_S))
+
+
 def tpu_kv_transfer(cfg: StackConfig) -> dict:
     """Host-DRAM KV tier for the hybrid's MLA pages and KDA states, sized in bytes from the capacity model
     (https://github.com/vllm-project/vllm-torchtpu/blob/v0.29.0/vllm_torchtpu/offload/raiden_connector.py
-    module docstring; `cpu_bytes_to_use` is required, vllm_torchtpu/offload/raiden_store.py)."""
+    module docstring; `cpu_bytes_to_use` is required, vllm_torchtpu/offload/raiden_store.py:2186). Every rank of
+    the slice reads the same config: the scheduler on the leader hosts the controller at `store_server_ip`, and
+    each worker rank dials `store_server_ip:raiden_controller_port`, loopback when the key is unset
+    (raiden_store.py:2255, :2375-2379), so it must name the leader's address on every host."""
     return {
         "kv_connector": "TPURaidenOffloadingConnector",
         "kv_connector_module_path": "vllm_torchtpu.offload.raiden_connector",
         "kv_role": "kv_both",
-        "kv_connector_extra_config": {"cpu_bytes_to_use": tpu_offload_bytes_per_engine(cfg)},
+        "kv_connector_extra_config": {"cpu_bytes_to_use": tpu_offload_bytes_per_engine(cfg),
+                                      "store_server_ip": LEADER_IP,
+                                      "raiden_controller_port": RAIDEN_CONTROLLER_PORT},
     }
+
+
+MP_LAUNCHER = ("https://github.com/kowalski-4831/vllm-torchtpu/blob/be9c868ee42f6e0186c833059f432c86a9014863/"
+               ".buildkite/kubernetes/mp_multihost_entry.sh")
+"""The engine's released mp multi-host launcher for GKE pods (the wheels ship none)."""
+MP_LAUNCHER_ENV: tuple[tuple[str, str, int], ...] = (
+    # (variable, value, line of MP_LAUNCHER): GKE's injected slice-member environment blanked, since
+    # tpu_mp_multihost.py builds the slice from its own rendezvous; then the backend chosen.
+    ("MEGASCALE_COORDINATOR_ADDRESS", "", 63),
+    ("MEGASCALE_NUM_SLICES", "", 64),
+    ("MEGASCALE_PORT", "", 65),
+    ("MEGASCALE_SLICE_ID", "", 66),
+    ("TPU_PROCESS_ADDRESSES", "", 67),
+    ("TPU_PROCESS_PORT", "", 68),
+    ("TPU_WORKER_HOSTNAMES", "", 69),
+    ("TPU_MULTIHOST_BACKEND", "mp", 71),
+    ("TPU_SKIP_MDS_QUERY", "1", 73),
+)
+HEAD_RESOLVE_S = 300
+"""The launcher's bound on resolving the head (MP_LAUNCHER lines 83-93: `getent hosts`, every 5 s, 300 s)."""
+
+
+def tpu_launcher_preamble() -> tuple[str, ...]:
+    """The pod-side lines of the released launcher, in its order: no core dumps (line 76), the environment
+    (MP_LAUNCHER_ENV), vLLM's own address from the pod IP (mp-multihost-slice.yaml beside the launcher:
+    `export VLLM_HOST_IP`), then the head resolved to an address, since the leader binds its TCPStore there and
+    every host must be handed the same value."""
+    return (
+        "ulimit -c 0",
+        *(f"export {name}={shlex.quote(value)}" for name, value, _ in MP_LAUNCHER_ENV),
+        f'export VLLM_HOST_IP="{POD_IP}"',
+        f"deadline=$((SECONDS + {HEAD_RESOLVE_S})); LEADER_IP=''",
+        'until [ -n "$LEADER_IP" ]; do\n'
+        f'  LEADER_IP="$(getent hosts "{LEADER}" | awk \'{{print $1; exit}}\')"\n'
+        '  [ -n "$LEADER_IP" ] && break\n'
+        f'  [ "$SECONDS" -lt "$deadline" ] || {{ echo "{LEADER} did not resolve within {HEAD_RESOLVE_S} s" >&2; exit 1; }}\n'
+        "  sleep 5\n"
+        "done",
+        f'echo "host {WORKER_INDEX}: master address {LEADER_IP}"',
+    )
 
 
 def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
@@ -226,7 +294,7 @@ def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
         "--port", str(contract.MODEL_SERVER_PORT),
         "--nnodes", str(tpu.hosts_per_slice),
         "--node-rank", WORKER_INDEX,
-        "--master-addr", LEADER,
+        "--master-addr", LEADER_IP,
         "--master-port", str(contract.TPU_MASTER_PORT),
         *(["--headless"] if rank == "worker" else []),
         "--tensor-parallel-size", str(tpu.tensorParallel),
@@ -253,7 +321,7 @@ def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
         "--enable-auto-tool-choice",
         "--disable-access-log-for-endpoints", "/health,/metrics",
     ]
-    return Command(tuple(argv), VLLM_TORCHTPU.install_commands)
+    return Command(tuple(argv), (*tpu_launcher_preamble(), *VLLM_TORCHTPU.install_commands))
 
 
 def sglang_command(cfg: StackConfig) -> Command:

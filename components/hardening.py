@@ -55,13 +55,20 @@ def pod_context(*, user: Optional[int] = NON_ROOT_UID) -> k8s.core.v1.PodSecurit
     )
 
 
-def root_engine_context() -> k8s.core.v1.SecurityContextArgs:
+TPU_ENGINE_CAPABILITIES = ("IPC_LOCK",)
+"""The released Raiden recipes run the engine with IPC_LOCK (vllm-torchtpu .buildkite/kubernetes/manifests/v7x/
+jobset_disagg.yaml@293a473, `capabilities.add: [IPC_LOCK]`): the offload store pins its host pool. Their
+`privileged: true` is not taken: GKE hands the chips to the pod through the device plugin (`google.com/tpu`)."""
+
+
+def root_engine_context(add: tuple[str, ...] = ()) -> k8s.core.v1.SecurityContextArgs:
     """An engine image that must keep its root user and writable filesystem (`ROOT_IMAGES`): still no privilege
     escalation, RuntimeDefault seccomp and no raw sockets; the runtime's default capabilities otherwise stay,
-    since which of them the accelerator runtime uses is not published."""
+    since which of them the accelerator runtime uses is not published. `add`: capabilities its declaration lists
+    (components/declared.py)."""
     return k8s.core.v1.SecurityContextArgs(
         allow_privilege_escalation=False,
-        capabilities=k8s.core.v1.CapabilitiesArgs(drop=["NET_RAW"]),
+        capabilities=k8s.core.v1.CapabilitiesArgs(drop=["NET_RAW"], add=list(add) or None),
         privileged=False,
         seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
     )

@@ -382,9 +382,7 @@ def tpu_lock_volume() -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountAr
 TORCH_TPU_SLICEBUILDER_PORT = 8070
 """TorchTPU's per-chip slice-builder ports start here, one per local chip
 (vllm_torchtpu/envs.py TORCH_TPU_BASE_PORT, used by distributed/tpu_mp_multihost.py)."""
-RAIDEN_CONTROLLER_PORT = 51515
-"""The Raiden offload store's controller port on the leader (vllm_torchtpu/offload/raiden_store.py
-_DEFAULT_CONTROLLER_PORT, + local DP rank 0)."""
+RAIDEN_CONTROLLER_PORT = engines.RAIDEN_CONTROLLER_PORT
 
 
 def tpu_ports(cfg: StackConfig, rank: engines.TpuRank) -> list[k8s.core.v1.ContainerPortArgs]:
@@ -459,6 +457,8 @@ def tpu_pod(cfg: StackConfig, rank: engines.TpuRank, memory_gib: int, claim: Str
         # default fails loudly (vllm_torchtpu/platforms/tpu_platform.py, gdn_pool_layout.py).
         env += [_env("TPU_VLLM_ENABLE_UNIFIED_BLOCK_POOL", "1"),
                 _env("VLLM_ENGINE_READY_TIMEOUT_S", str(loading.startup_budget_s(cfg))),
+                # The leader's controller waits this long for all ranks of the slice (engines.py says why).
+                _env("RAIDEN_EXPECTED_WORKERS_TIMEOUT_S", str(engines.raiden_registration_timeout_s(cfg))),
                 _env("USER", "llm-d")]
     else:
         env.append(_field_env("SGLANG_HOST_IP", "status.podIP"))
@@ -483,7 +483,8 @@ def tpu_pod(cfg: StackConfig, rank: engines.TpuRank, memory_gib: int, claim: Str
             ),
             volume_mounts=mounts,
             # Root and a writable root filesystem stay (components/hardening.py ROOT_IMAGES); the rest is hardened.
-            security_context=hardening.root_engine_context(),
+            security_context=hardening.root_engine_context(
+                add=hardening.TPU_ENGINE_CAPABILITIES if cfg.tpu.engine == "vllm-torchtpu" else ()),
             **pod_probes,
         )],
         node_selector=node_selector,

@@ -105,8 +105,9 @@ def test_vllm_json_flags_use_only_accepted_keys(all_plans, shared, name):
 
 @pytest.mark.parametrize("name", ["tpu", "tpu-bf16"])
 def test_tpu_vllm_json_flags_use_only_accepted_keys(all_plans, shared, name):
-    """KV events as on GPU; the Raiden offloading connector takes the OffloadingConnector's byte budget
-    (vllm_torchtpu/offload/raiden_connector.py docstring)."""
+    """KV events as on GPU; the Raiden offloading connector takes the byte budget and the leader's controller
+    address and port, the keys vllm_torchtpu/offload/raiden_store.py reads from kv_connector_extra_config
+    (:2186 cpu_bytes_to_use, :2255 store_server_ip, :2305 raiden_controller_port)."""
     engines_md = shared / "reference" / "engines.md"
     for where, argv in engine_scripts(all_plans[name]):
         flags = dict(facts.split_flags(argv))
@@ -114,7 +115,8 @@ def test_tpu_vllm_json_flags_use_only_accepted_keys(all_plans, shared, name):
         assert set(transfer) <= facts.vllm_kv_transfer_keys(engines_md, VLLM.version) | {"kv_connector_module_path"}
         assert transfer["kv_connector"] == "TPURaidenOffloadingConnector", where
         assert transfer["kv_connector_module_path"] == "vllm_torchtpu.offload.raiden_connector"
-        assert set(transfer["kv_connector_extra_config"]) == {"cpu_bytes_to_use"}
+        assert set(transfer["kv_connector_extra_config"]) == {"cpu_bytes_to_use", "store_server_ip",
+                                                               "raiden_controller_port"}
         assert set(json.loads(flags["--kv-events-config"])) <= facts.vllm_kv_events_keys(engines_md)
 
 
@@ -201,7 +203,7 @@ def test_tpu_topology_fills_two_slices(tpu):
         # One engine per slice as the vLLM-TorchTPU Kimi K3 nightly runs it: TP over every TensorCore, EP over all.
         assert flags["--tensor-parallel-size"] == str(devices) and "--enable-expert-parallel" in flags
         assert (flags["--nnodes"], flags["--node-rank"]) == (str(template["size"]), "${LWS_WORKER_INDEX}")
-        assert flags["--master-addr"] == "${LWS_LEADER_ADDRESS}"
+        assert flags["--master-addr"] == "${LEADER_IP}"  # resolved from the leader name (engines.py)
         assert ("--headless" in flags) == (key == "workerTemplate"), "workers run headless, the leader serves"
         assert "--language-model-only" in flags and flags["--mamba-cache-mode"] == "align"
         assert "--enable-prefix-caching" in flags
