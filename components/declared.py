@@ -164,8 +164,8 @@ TPU_NODE_SETUP = Container(
            "blob/54523a5/guides/tiered-prefix-cache/modelserver/tpu/base/vllm/multi-host/patch-vllm.yaml)")
 VLLM_TPU = Container(
     "vllm-tpu", _repos(versions.VLLM_TORCHTPU.image),
-    # getent and awk resolve the head as the released launcher does (components/engines.py).
-    programs=frozenset({"vllm", "python3", "env", "getent", "awk"}),
+    # ulimit, getent and awk: the released launcher's lines (no core dumps, the head resolved; engines.py).
+    programs=frozenset({"vllm", "python3", "env", "ulimit", "getent", "awk"}),
     shells=frozenset({"/bin/bash"}), installs=(TPU_ENGINE_INSTALL,), root=True, writable_root=True,
     restricted=False, secrets=frozenset({HF_SECRET}), capabilities=frozenset({"IPC_LOCK"}),
     reason="the Python image runs as root and pip-installs the hash-pinned vLLM-TorchTPU lock into its "

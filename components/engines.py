@@ -271,7 +271,8 @@ def tpu_launcher_preamble() -> tuple[str, ...]:
         'until [ -n "$LEADER_IP" ]; do\n'
         f'  LEADER_IP="$(getent hosts "{LEADER}" | awk \'{{print $1; exit}}\')"\n'
         '  [ -n "$LEADER_IP" ] && break\n'
-        f'  [ "$SECONDS" -lt "$deadline" ] || {{ echo "{LEADER} did not resolve within {HEAD_RESOLVE_S} s" >&2; exit 1; }}\n'
+        f'  [ "$SECONDS" -lt "$deadline" ] || '
+        f'{{ echo "{LEADER} did not resolve within {HEAD_RESOLVE_S} s" >&2; exit 1; }}\n'
         "  sleep 5\n"
         "done",
         f'echo "host {WORKER_INDEX}: master address {LEADER_IP}"',
