@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("stack_file", type=Path, help="a Pulumi.<stack>.yaml file")
     args = parser.parse_args(argv)
-    from tools.preview.plan import without_cyclic_gc
+    from tools.preview.collector import without_cyclic_gc
 
     with without_cyclic_gc():
         code = run(args.stack_file)
