@@ -5,6 +5,7 @@ selects on; flags come from components.engines; sizes from components.capacity."
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -364,7 +365,51 @@ class VllmDisaggregatedSet(Component):
 
 
 # --------------------------------------------------------------------------- TPU
+TPU_SHM_GIB = 128
+"""/dev/shm of a TPU engine host, where torch_tpu keeps its compile cache (/dev/shm/torch_tpu_cache): the engine's
+multi-host mp recipe runs `--shm-size=128G` (https://github.com/kowalski-4831/vllm-torchtpu/blob/
+003f5297822635de1c4f00db8b67be35eb03286a/scripts/multihost/run_cluster_mp.sh)."""
+TPU_COMPILED_PROGRAM_BYTES = 13e9
+"""ASSUMPTION: host memory one compiled bucket's programs keep resident, as read on a TP8 Qwen3.5-397B
+vLLM-TorchTPU run (about 13 GB per bucket); no figure is published for Kimi K3."""
+TPU_COMPILED_BUCKETS = 10
+"""ASSUMPTION: the engine's default number of compiled buckets."""
+TPU_RANK_RESIDENT_GIB = 4
+"""ASSUMPTION: one rank's resident process (CPython with torch, jax and libtpu imported); no published figure."""
+TPU_FRONTEND_GIB = 8
+"""ASSUMPTION: the leader's API server and engine core (tokenizer, scheduler, ZMQ queues)."""
+
+
+@dataclass(frozen=True)
+class TpuHostMemory:
+    """What one TPU host's engine pod keeps in host memory, GiB, each term with its source above."""
+
+    pool: int
+    shm: int
+    compiled: int
+    processes: int
+
+    @property
+    def total(self) -> int:
+        return self.pool + self.shm + self.compiled + self.processes
+
+    def line(self) -> str:
+        return (f"TPU pod memory per host: {self.total} GiB = offload pool {self.pool} + /dev/shm {self.shm} "
+                f"(compile cache) + compiled programs {self.compiled} + the ranks' "
+                f"and the frontend's processes {self.processes}")
+
+
+def tpu_host_memory(host_pool_bytes: float) -> TpuHostMemory:
+    ranks = catalog.IRONWOOD.chips_per_host * catalog.IRONWOOD.tensorcores_per_chip
+    return TpuHostMemory(pool=int(-(-host_pool_bytes // GIB)), shm=TPU_SHM_GIB,
+                         compiled=int(-(-TPU_COMPILED_PROGRAM_BYTES * TPU_COMPILED_BUCKETS // GIB)),
+                         processes=ranks * TPU_RANK_RESIDENT_GIB + TPU_FRONTEND_GIB)
+
+
 def tpu_memory_gib(host_pool_bytes: float) -> int:
+    """The pod's request and limit: still the pool plus 64 GiB. The full breakdown (`tpu_host_memory`) does not fit
+    a tpu7x-standard-4t's allocatable beside the capacity model's pool (the summary says by how much), so it is
+    shown, not applied, until the pool leaves room."""
     return int(-(-host_pool_bytes // GIB)) + PROCESS_MEMORY_GIB // 2
 
 

@@ -8,7 +8,19 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from components import benchmark, capacity, catalog, contract, cost, images, limits, loading, prices
+from components import (
+    benchmark,
+    capacity,
+    catalog,
+    contract,
+    cost,
+    images,
+    limits,
+    loading,
+    machines,
+    modelservers,
+    prices,
+)
 from components.cluster import GkeCluster, GkeClusterArgs
 from components.config import StackConfig
 from components.geometry import CheckpointGeometry, CheckpointGeometryArgs
@@ -270,10 +282,25 @@ def summary(cfg: StackConfig) -> list[str]:
         f"(${throughput_cost / prices.HOURS_PER_MONTH:.2f}/h), capacity ${capacity_cost:,.0f}/month",
         *capacity_lines(capacity.serving_capacity(cfg)),
         *slice_lines(cfg),
+        *tpu_memory_lines(cfg),
         *monitoring_lines(cfg),
         *cost.summary_lines(cfg),
         *limits.summary_lines(cfg),
     ]
+
+
+def tpu_memory_lines(cfg: StackConfig) -> list[str]:
+    """What a TPU engine host keeps in memory (components/modelservers.py TpuHostMemory) against the node's
+    allocatable, and what the pod requests today."""
+    if cfg.track != "tpu" or cfg.tpu.engine != "vllm-torchtpu":
+        return []
+    pool = capacity.serving_capacity(cfg).host_bytes_per_node
+    need = modelservers.tpu_host_memory(pool)
+    room = machines.allocatable(machines.MACHINES[catalog.IRONWOOD.machine_type]).memory_bytes / machines.GIB
+    verdict = (f"fits {catalog.IRONWOOD.machine_type} allocatable {room:.1f} GiB" if need.total <= room else
+               f"over {catalog.IRONWOOD.machine_type} allocatable {room:.1f} GiB by {need.total - room:.1f} GiB: the "
+               "offload pool must leave room before the pod can request it")
+    return [need.line() + f"; {verdict}; the pod requests {modelservers.tpu_memory_gib(pool)} GiB (pool + 64)"]
 
 
 def staging_line(cfg: StackConfig) -> str:

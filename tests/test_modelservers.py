@@ -398,3 +398,18 @@ def test_tpu_pods_declare_what_the_engine_binds(tpu):
                                                              51515, *slices}
     assert {p["containerPort"] for p in worker["ports"]} == slices
     assert "readinessProbe" in leader and "readinessProbe" not in worker, "headless workers serve no HTTP"
+
+
+def test_tpu_host_memory_breakdown_is_in_the_summary(plans):
+    """Every term of a TPU host's memory has its figure (modelservers.TpuHostMemory) and the summary shows the sum
+    against the node's allocatable; the shm term is the engine's multi-host recipe's `--shm-size=128G`."""
+    from components import capacity, modelservers
+    from tests.test_config import parse
+
+    cfg = parse("tpu")
+    need = modelservers.tpu_host_memory(capacity.serving_capacity(cfg).host_bytes_per_node)
+    assert need.shm == 128 and need.total == need.pool + need.shm + need.compiled + need.processes
+    assert need.processes == 8 * modelservers.TPU_RANK_RESIDENT_GIB + modelservers.TPU_FRONTEND_GIB
+    [line] = [x for x in plans["tpu"].summary.splitlines() if "TPU pod memory per host" in x]
+    assert f"{need.total} GiB = offload pool {need.pool} + /dev/shm {need.shm}" in line
+    assert "allocatable" in line
