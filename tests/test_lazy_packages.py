@@ -1,50 +1,108 @@
 """tools/preview/lazy_packages.py: the offline plan's lazily loaded provider packages hand out the very objects a
-plain import does, for every name the program uses, and fall back to the package's real `__init__` for a
-name they cannot place."""
+plain import does, for every name the program uses and every class loaded with them (the same module, the same
+class namespace, the same type hints as pulumi resolves them), and fall back to a whole load for what they cannot
+place or read."""
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 
 from tests.conftest import ROOT
+from tools.preview import lazy_packages
 
 PROBE = """
-import json, sys
+import importlib, json, sys, warnings
 sys.path.insert(0, '.')
-from tools.preview import lazy_packages
-lazy_packages.install()
-import pulumi_gcp as gcp
-names = json.loads(sys.argv[1])
-found = {n: getattr(getattr(gcp, p.rsplit('.', 1)[1]), n).__module__ for p, n in names}
-loaded = sorted(m for m in sys.modules if m.startswith(lazy_packages.PACKAGES))
-lazy = all('__getattr__' in vars(sys.modules[p]) for p in lazy_packages.PACKAGES)
-gcp.compute.Autoscaler  # placed by name
-try:
-    gcp.compute.NoSuchThing
-except AttributeError:
-    fell_back = '__getattr__' not in vars(gcp.compute) and hasattr(gcp.compute, 'InstanceTemplate')
-print(json.dumps({"found": found, "loaded": len(loaded), "lazy": lazy, "fell_back": fell_back}))
+warnings.simplefilter('ignore')
+lazy = sys.argv[1] == 'lazy'
+if lazy:
+    from tools.preview import lazy_packages
+    lazy_packages.install()
+import pulumi._types as t
+names, classes = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+
+def hints(obj):
+    for kind, types in (('input', t.input_type_types), ('output', t.output_type_types), ('resource', t.resource_types)):
+        if kind == 'resource' and isinstance(obj, type) and hasattr(obj, '_internal_init') or \\
+                kind != 'resource' and getattr(t, f'is_{kind}_type')(obj):
+            return repr(sorted(types(obj).items()))
+    return None
+
+def facts(obj):
+    return [getattr(obj, '__module__', None), getattr(obj, '__qualname__', None), sorted(vars(obj)), hints(obj)]
+
+found = {f'{p}.{n}': facts(getattr(importlib.import_module(p), n)) for p, n in names}
+if lazy:
+    classes = {name: sorted(n for n in module.__all__.classes.index if n in vars(module))
+               for name, module in sorted(sys.modules.items())
+               if isinstance(getattr(module, '__all__', None), lazy_packages._StarNames)}
+for module, class_names in classes.items():
+    for n in class_names:
+        found[f'{module}.{n}'] = facts(getattr(importlib.import_module(module), n))
+loaded = classes
+print(json.dumps({'found': found, 'loaded': loaded}))
 """
 
 
-def used_names() -> list[tuple[str, str]]:
-    text = "\n".join(p.read_text() for folder in ("components", "stacks") for p in (ROOT / folder).glob("*.py"))
-    return sorted({(f"pulumi_gcp.{m[1]}", m[2]) for m in re.finditer(r"\bgcp\.(compute|container)\.(\w+)", text)})
+def probe(mode: str, names: list[tuple[str, str]], classes: dict[str, list[str]]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", PROBE, mode, json.dumps(names), json.dumps(classes)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_every_name_the_program_uses_comes_from_its_defining_module():
-    names = used_names()
-    assert len(names) > 10
-    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(names)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout)
-    for package, name in names:
-        # A plain `import pulumi_gcp.compute` exports each name from the submodule that defines it.
-        assert result["found"][name].startswith(package + "."), (name, result["found"][name])
-    assert result["lazy"], "the program's names were placed without running a package's full __init__"
-    assert result["loaded"] < 60, "only the modules the program uses were loaded"
-    assert result["fell_back"], "an unknown name runs the real __init__, then fails as a plain import would"
+def result(proc: subprocess.Popen[str]) -> dict:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out)
+
+
+def test_every_name_the_program_uses_and_every_class_loaded_with_it_is_the_plain_imports():
+    names = lazy_packages.program_names(ROOT)
+    assert len({p for p, _ in names}) > 10 and len(names) > 60, names
+    lazy = result(probe("lazy", names, {}))
+    assert sum(map(len, lazy["loaded"].values())) > 100, "the classes were loaded one by one"
+    # The plain import: every name, and every class the lazy run defined, looked up after the packages' real
+    # __init__ ran.
+    plain = result(probe("plain", names, lazy["loaded"]))
+    assert lazy["found"].keys() == plain["found"].keys()
+    for key, facts in lazy["found"].items():
+        assert facts == plain["found"][key], key
+    # The hints pulumi resolves when it serializes each input and output type were resolved above (a class the
+    # lazy run had not defined would have failed it), and match the plain import's.
+    assert sum(1 for facts in lazy["found"].values() if facts[3] is not None) > 100
+
+
+def test_a_name_it_cannot_place_runs_the_real_init_and_fails_as_a_plain_import_would():
+    code = ("import sys; sys.path.insert(0, '.')\n"
+            "from tools.preview import lazy_packages; lazy_packages.install()\n"
+            "import pulumi_gcp as gcp\n"
+            "gcp.compute.Autoscaler\n"
+            "assert '__getattr__' in vars(gcp.compute)\n"
+            "try:\n    gcp.compute.NoSuchThing\nexcept AttributeError:\n"
+            "    assert '__getattr__' not in vars(gcp.compute) and hasattr(gcp.compute, 'InstanceTemplate')\n"
+            "    print('fell back')\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip() == "fell back", proc.stderr[-2000:]
+
+
+GENERATED = '''import pulumi
+from typing import TypedDict
+
+__all__ = ['AArgs', 'AArgsDict']
+
+class AArgsDict(TypedDict):
+    b: 'BArgs'
+
+@pulumi.input_type
+class AArgs:
+    """Doc."""
+'''
+
+
+def test_a_data_module_laid_out_otherwise_loads_whole():
+    parse = lazy_packages._Classes.parse
+    assert parse(GENERATED, compile(GENERATED, "m.py", "exec")) is not None
+    for other in ("ALIAS = AArgs\n", "def helper():\n    return 1\n", "if True:\n    X = 1\n"):
+        text = GENERATED + other
+        assert parse(text, compile(text, "m.py", "exec")) is None, other
