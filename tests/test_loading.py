@@ -289,3 +289,21 @@ def test_every_tpu_host_runs_the_filter_and_the_ranged_prefetch(tpu):
         # TorchTPU's patched prefetch reads only the rank's byte ranges (vllm_torchtpu/model_loader_patches.py).
         assert flags["--safetensors-load-strategy"] == "prefetch"
         assert int(flags["--safetensors-prefetch-num-threads"]) >= 8
+
+
+@pytest.mark.parametrize("name", ["gpu", "gpu2", "gpu3", "slow-disk", "spec"])
+def test_gpu_startup_budget_is_at_least_upstreams(plans, variants, name):
+    """llm-d's GB200 NVL72 engines get a 2,700 s startup probe (components/loading.py UPSTREAM_STARTUP_S); a probe
+    that fires mid-start recreates the whole group, so no GPU stack allows less, whatever its modelled load."""
+    from components import loading
+
+    plan = plans[name] if name in plans else variants[name]
+    served = next(m for m in plan.manifests if m["kind"] == "DisaggregatedSet")
+    for where, container in facts.containers(served):
+        if container["name"] == "vllm":
+            probe = container["startupProbe"]
+            assert probe["periodSeconds"] * probe["failureThreshold"] >= loading.UPSTREAM_STARTUP_S["gpu"], where
+            assert any(m["mountPath"] == "/var/cache/vllm" for m in container["volumeMounts"]), where
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            for key in ("VLLM_CACHE_ROOT", "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH"):
+                assert env[key].startswith("/var/cache/vllm/"), (where, key)
