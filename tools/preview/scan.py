@@ -122,6 +122,9 @@ EXCEPTIONS: tuple[Allowed, ...] = (
             "hf-token-via-secret rule keeps it to that Secret"),
     Allowed(("CKV_K8S_37",), (*PRIVILEGED, TPU_ENGINE), "capabilities: privileged containers hold all; the TPU engine "
             "drops only NET_RAW (which capabilities the TPU runtime uses is not published)"),
+    Allowed(("CKV_K8S_25",), (TPU_ENGINE,), "added capability: the TPU engine adds IPC_LOCK, as the released Raiden "
+            "recipes run it, so the offload store can pin its host pool (components/hardening.py "
+            "TPU_ENGINE_CAPABILITIES; components/declared.py WORKLOADS)"),
     Allowed(("CKV_K8S_43",), ("*",), "image digest: set by config (images.*Digest; docs/security.md); the committed "
             "stacks pull by pinned tag because a digest is read from the registry when the operator pins it"),
     Allowed(("CKV_K8S_8", "CKV_K8S_9"), ("Pod.*.*-vllm-tpu-spec-leaderworkertemplate-workertemplate",),
