@@ -220,6 +220,9 @@ class ModelFacts:
 
 
 KIMI = ModelFacts()
+KIMI_K3_CONFIG_REPO = "moonshotai/Kimi-K3"
+"""The family member whose config.json is published (the model.* geometry defaults are its values); Kimi K3.1 Pro's
+is read from the staged revision at `pulumi up`."""
 
 Track = Literal["gpu", "tpu"]
 

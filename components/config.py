@@ -948,6 +948,14 @@ class StackConfig(BaseModel):
         committed placeholder still in place (`pulumi up` would fail on it only after creating resources)."""
         lines = [f"warning: {PROJECT}:{key} has no effect: {why.split(': remove', 1)[0]}"
                  for key, why, warn in self.inert_keys() if warn]
+        published = f"https://huggingface.co/{catalog.KIMI_K3_CONFIG_REPO}/blob/main/config.json"
+        for field in GEOMETRY_FIELDS:
+            if field in self.model.changed():
+                default = type(self.model).model_fields[field].default
+                lines.append(f"warning: {PROJECT}:model.{field} = {getattr(self.model, field)!r} is not Kimi K3's "
+                             f"published {default!r} ({published}); the engines read the checkpoint's config.json, "
+                             f"not this key, so only the plan's figures follow it, and `pulumi up` stops before any "
+                             f"accelerator exists if the staged config.json disagrees (components/geometry.py)")
         for key, placeholder in PLACEHOLDERS.items():
             section, field = key.split(".", 1)
             if (self.track == section or section == "gcp") and getattr(getattr(self, section), field) == placeholder:
@@ -1019,6 +1027,11 @@ class StackConfig(BaseModel):
     def context_length(self) -> int:
         return self.model.contextLength or (catalog.KIMI.max_positions if self.track == "gpu" else 480 * 1024)
 
+
+GEOMETRY_FIELDS = ("architecture", "mlaLatentDim", "kdaHeads", "kdaHeadDim", "kdaConvKernel", "kdaLayers",
+                   "mlaLayers")
+"""model.* keys that restate the checkpoint's config.json (components/geometry.py compares them at `pulumi up`);
+their defaults are Kimi K3's published values, K3.1 Pro's own are not published."""
 
 PLACEHOLDERS = {
     "gcp.project": "my-gcp-project",

@@ -236,3 +236,14 @@ def _error_without(track: str, drop: list[str], **changes: Any) -> str:
 def test_a_transfer_pool_of_zero_nodes_needs_no_size():
     raw = dict(BASE["gpu"], **{"transferPool.nodeCount": "0", "transferPool.machineType": "n2-standard-8"})
     parse_config(raw)
+
+
+@pytest.mark.parametrize("field,value", [("kdaHeads", "64"), ("mlaLatentDim", "640"), ("kdaLayers", "68")])
+def test_geometry_other_than_the_published_one_is_named_with_what_the_engines_do(field, value):
+    """The engines read the checkpoint's config.json, never these keys: a value other than Kimi K3's published one
+    only moves the plan's figures, so the plan says so (and `pulumi up` checks the staged config.json)."""
+    cfg = parse_config(dict(BASE["gpu"], **{f"model.{field}": value}))
+    [line] = [w for w in cfg.warnings if f"model.{field}" in w]
+    assert line.startswith(f"warning: kimi-k3-1:model.{field} = {value} is not Kimi K3's published ")
+    assert "the engines read the checkpoint's config.json, not this key" in line
+    assert not [w for w in parse_config(BASE["gpu"]).warnings if "model." in w]
