@@ -273,9 +273,44 @@ IMAGE_PULL_S = 600
 """Assumption: pulling the engine image onto a fresh node (tens of GB; not measured here)."""
 
 
+TPU_ENGINE_INSTALL_BYTES = 3.9e9
+"""What one TPU pod downloads and installs at start: the wheels components/locks/vllm-torchtpu.txt pins for CPython
+3.12 on manylinux x86_64, 3.8-4.0 GB as summed from the index's file sizes (2.19 GB of it `nvidia-*` and `triton`)."""
+POD_INSTALL_DOWNLOAD_BYTES_PER_S = 50e6
+"""ASSUMPTION: one pod's download rate from the public index through Cloud NAT, 8 hosts of a slice at once."""
+POD_INSTALL_UNPACK_BYTES_PER_S = 200e6
+"""ASSUMPTION: pip's unpacking and writing of the wheels into site-packages."""
+INSTALL_SPREAD = 0.5
+"""ASSUMPTION: the slowest host of a slice finishes its install up to this fraction of the install later than the
+fastest (the same NAT gateway and index, different CDN edges and retries)."""
+TPU_RENDEZVOUS_TIMEOUT_S = 300
+"""vLLM-TorchTPU's host rendezvous waits this long for every host (vllm_torchtpu/distributed/tpu_mp_multihost.py:66
+`_RENDEZVOUS_TIMEOUT_S`, a constant no variable changes, used at :98 and :110); a host later than that fails its
+pod and RecreateGroupOnPodRestart starts the whole group again."""
+
+
+@dataclass(frozen=True)
+class PodInstall:
+    """The per-pod start cost before the engine runs, and the start skew it leaves between a slice's hosts."""
+
+    install_bytes: float
+    seconds: float
+    skew_s: float
+
+
+def pod_install(cfg: StackConfig, install_bytes: float | None = None) -> PodInstall:
+    """The TPU pods' start-time install of the lock (none on GPU, whose image carries the engine)."""
+    if cfg.track != "tpu" or cfg.tpu.engine != "vllm-torchtpu":
+        return PodInstall(0, 0, 0)
+    size = TPU_ENGINE_INSTALL_BYTES if install_bytes is None else install_bytes
+    seconds = size / POD_INSTALL_DOWNLOAD_BYTES_PER_S + size / POD_INSTALL_UNPACK_BYTES_PER_S
+    return PodInstall(size, seconds, INSTALL_SPREAD * seconds)
+
+
 def startup_budget_s(cfg: StackConfig) -> int:
-    """Seconds of startup probing before the kubelet restarts a loading engine, a whole number of periods."""
-    raw = PROBE_MARGIN * (load_model(cfg).load_s + ENGINE_START_S[cfg.track])
+    """Seconds of startup probing before the kubelet restarts a loading engine, a whole number of periods: the
+    margin over the modelled load, the engine's start and the pod's start-time install (pod_install)."""
+    raw = PROBE_MARGIN * (load_model(cfg).load_s + ENGINE_START_S[cfg.track] + pod_install(cfg).seconds)
     return int(math.ceil(raw / PROBE_PERIOD_S) * PROBE_PERIOD_S)
 
 

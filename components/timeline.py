@@ -57,11 +57,14 @@ def hydration_step(cfg: StackConfig) -> Step:
 
 
 def serving_step(cfg: StackConfig) -> Step:
-    """The serving set's own start once it is created: weight load and engine start (the image pull is
-    handled apart, since a pre-pull DaemonSet can take it off the path)."""
+    """The serving set's own start once it is created: the pod's start-time install (TPU), weight load and engine
+    start (the image pull is handled apart, since a pre-pull DaemonSet can take it off the path)."""
     model = loading.load_model(cfg)
-    seconds = model.load_s + loading.ENGINE_START_S[cfg.track]
-    return Step(seconds, f"weight load {model.load_s / 60:.1f} min (loading.load_model) + engine start "
+    install = loading.pod_install(cfg)
+    seconds = install.seconds + model.load_s + loading.ENGINE_START_S[cfg.track]
+    basis = (f"start-time install {install.install_bytes / 1e9:.1f} GB in {install.seconds / 60:.1f} min per pod "
+             "(loading.pod_install) + " if install.seconds else "")
+    return Step(seconds, f"{basis}weight load {model.load_s / 60:.1f} min (loading.load_model) + engine start "
                          f"{loading.ENGINE_START_S[cfg.track] // 60} min (assumed)")
 
 

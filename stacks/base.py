@@ -331,6 +331,7 @@ def weight_load_lines(cfg: StackConfig) -> list[str]:
                      f"{r.node_bytes * r.nodes_per_replica / 1e12:.2f} TB per replica, "
                      f"{model.seconds(r) / 60:.1f} min at {rate / MIB:,.0f} MiB/s per node ({name})")
     budget = loading.startup_budget_s(cfg)
+    install = loading.pod_install(cfg)
     half = dataclasses.replace(model, throughput_mibps=model.throughput_mibps // 2)
     sizing = ("storage.throughputMiBps" if cfg.storage.throughputMiBps
               else "the least at which no node waits on the volume")
@@ -348,7 +349,10 @@ def weight_load_lines(cfg: StackConfig) -> list[str]:
         f"at half of it every start loads for {half.load_s / 60:.1f} min: {idle_h:.1f} more idle accelerator "
         f"node-hours ({idle_cost})",
         f"  startup probe budget {budget // 60} min = {loading.PROBE_MARGIN:g} x (load {model.load_s / 60:.1f} + "
-        f"engine start {loading.ENGINE_START_S[cfg.track] // 60} min assumed); pulumi waits "
+        f"engine start {loading.ENGINE_START_S[cfg.track] // 60} min assumed"
+        + (f" + start-time install {install.seconds / 60:.1f} min, {install.install_bytes / 1e9:.1f} GB per pod; "
+           f"host start skew <= {install.skew_s:.0f} s of the {loading.TPU_RENDEZVOUS_TIMEOUT_S} s rendezvous"
+           if install.seconds else "") + "); pulumi waits "
         f"{loading.ready_timeout_s(cfg) // 60} min for the serving sets and {loading.hydration_timeout_s(cfg) // 60} "
         "min for hydration (one transfer Job, at most one node's read limit)",
     ]

@@ -157,6 +157,8 @@ def test_startup_probes_follow_the_modelled_load_time(plans, stack):
     plan = plans[stack]
     load_min = summary_figure(plan, r"load time ([\d.]+) min")
     start_min = summary_figure(plan, r"engine start (\d+) min assumed")
+    if "start-time install" in plan.summary:  # the TPU pods install the lock before the engine starts
+        start_min += summary_figure(plan, r"start-time install ([\d.]+) min")
     served = next(m for m in plan.manifests if m["kind"] in ("DisaggregatedSet", "LeaderWorkerSet"))
     for where, container in facts.containers(served):
         if container["name"] in ("routing-proxy", "tpu-node-setup"):
@@ -307,3 +309,31 @@ def test_gpu_startup_budget_is_at_least_upstreams(plans, variants, name):
             env = {e["name"]: e.get("value") for e in container["env"]}
             for key in ("VLLM_CACHE_ROOT", "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH"):
                 assert env[key].startswith("/var/cache/vllm/"), (where, key)
+
+
+def test_tpu_install_is_on_the_timeline_and_in_the_probe_budget(monkeypatch):
+    """The TPU pods' start-time install is a step of the serving set's start and of the startup budget: a larger
+    lock moves both, and a GPU stack (its image carries the engine) has none."""
+    from components import loading, timeline
+    from tests.test_config import parse
+
+    cfg = parse("tpu")
+    install = loading.pod_install(cfg)
+    assert install.seconds > 0 and "start-time install" in timeline.serving_step(cfg).basis
+    step, budget = timeline.serving_step(cfg).seconds, loading.startup_budget_s(cfg)
+    monkeypatch.setattr(loading, "TPU_ENGINE_INSTALL_BYTES", 4 * loading.TPU_ENGINE_INSTALL_BYTES)
+    assert timeline.serving_step(cfg).seconds == pytest.approx(step + 3 * install.seconds)
+    assert loading.startup_budget_s(cfg) > budget
+    assert loading.pod_install(parse("gpu")).seconds == 0
+
+
+def test_tpu_hosts_reach_the_rendezvous_well_within_its_timeout():
+    """What remains of per-pod start skew (the install's spread between a slice's hosts, from the timeline's
+    figures) stays under half the engine's 300 s host rendezvous, so a slow host cannot recreate the group."""
+    from components import loading
+    from tests.test_config import parse
+
+    install = loading.pod_install(parse("tpu"))
+    assert install.skew_s == pytest.approx(loading.INSTALL_SPREAD * install.seconds)
+    assert install.skew_s < loading.TPU_RENDEZVOUS_TIMEOUT_S / 2, \
+        f"start skew {install.skew_s:.0f} s against the {loading.TPU_RENDEZVOUS_TIMEOUT_S} s rendezvous"
