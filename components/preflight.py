@@ -82,14 +82,19 @@ class Google:
         self.session, self.root, self.timeout, self.sleep = session, (root or "").rstrip("/"), timeout, sleep
 
     @classmethod
-    def from_environment(cls, timeout: float = REQUEST_TIMEOUT_S) -> Google:
-        """GOOGLE_OAUTH_ACCESS_TOKEN, else Application Default Credentials (google.auth.default)."""
+    def from_environment(cls, project: str, timeout: float = REQUEST_TIMEOUT_S) -> Google:
+        """GOOGLE_OAUTH_ACCESS_TOKEN, else Application Default Credentials (google.auth.default). Requests bill to
+        `project` (x-goog-user-project) unless the credentials name a quota project: client-based APIs refuse
+        user credentials that name none (https://cloud.google.com/docs/authentication/adc-troubleshooting/user-creds;
+        the identity needs serviceusage.services.use on it)."""
         import google.auth
         from google.auth.transport.requests import AuthorizedSession
         from google.oauth2.credentials import Credentials
 
         token = os.environ.get(TOKEN_ENV)
         credentials = Credentials(token=token) if token else google.auth.default(scopes=[SCOPE])[0]
+        if not getattr(credentials, "quota_project_id", None) and hasattr(credentials, "with_quota_project"):
+            credentials = credentials.with_quota_project(project)
         return cls(AuthorizedSession(credentials), os.environ.get(API_ROOT_ENV), timeout)
 
     def get(self, host: str, path: str, params: Optional[dict[str, Any]] = None) -> dict[str, Any]:
@@ -663,7 +668,7 @@ def gate_applies(cfg: StackConfig) -> bool:
 def gate(cfg: StackConfig, stack: str, google: Optional[Google] = None) -> list[Check]:
     """The failed Google checks (the Hub's are the model-geometry resource's, which accelerator pools wait for)."""
     try:
-        google = google or Google.from_environment()
+        google = google or Google.from_environment(cfg.gcp.project)
     except Exception as err:  # no credentials: the provider would fail the same way, but later
         return [Check("credentials", False, f"no Google credentials ({str(err).splitlines()[0][:120]}): run "
                                             "gcloud auth application-default login")]

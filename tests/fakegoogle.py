@@ -79,6 +79,8 @@ class FakeGoogle:
     def __init__(self, state: dict[str, Any] | None = None):
         self.state = state or healthy()
         self.calls: list[tuple[str, str]] = []
+        self.billed_to: set[str] = set()
+        """x-goog-user-project of every request (the project the call's quota is charged to)."""
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_port}"
@@ -88,6 +90,7 @@ class FakeGoogle:
     def reset(self, state: dict[str, Any] | None = None) -> None:
         self.state = copy.deepcopy(state) if state is not None else healthy()
         self.calls.clear()
+        self.billed_to.clear()
 
     def __enter__(self) -> FakeGoogle:
         self._thread.start()
@@ -162,6 +165,7 @@ def _handler(fake: FakeGoogle) -> type[BaseHTTPRequestHandler]:
         def _record(self) -> str:
             url = urlsplit(self.path)
             fake.calls.append((self.command, url.path))
+            fake.billed_to.add(self.headers.get("x-goog-user-project", ""))
             return url.path
 
         def do_GET(self) -> None:

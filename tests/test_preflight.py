@@ -79,6 +79,7 @@ def test_a_healthy_project_passes_and_prints_cost_and_time(run, google):
     assert any(line.startswith("time to serving: ") for line in out)
     assert any("rack-c: HEALTHY" in line for line in out)
     assert any(path.endswith("/reservationSubBlocks/rack-a") for _, path in google.calls)
+    assert google.billed_to == {fakegoogle.PROJECT}  # user credentials need a quota project for these APIs
 
 
 def _only_failure(out: list[str]) -> str:

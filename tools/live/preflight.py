@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None, google: Optional[preflight.Google] =
         return EXIT_FAILED
     if google is None:
         try:
-            google = preflight.Google.from_environment(args.request_timeout)
+            google = preflight.Google.from_environment(cfg.gcp.project, args.request_timeout)
         except Exception as err:  # google.auth.exceptions.DefaultCredentialsError and the like
             print(f"error: no Google credentials ({str(err).splitlines()[0][:160]}): run `gcloud auth "
                   f"application-default login` or set {preflight.TOKEN_ENV}", file=sys.stderr)
