@@ -189,6 +189,35 @@ def test_a_blocking_org_policy(run, google):
     assert "constraints/gcp.resourceLocations does not allow us-central1/us-central1-b" in _only_failure(out)
 
 
+@pytest.mark.parametrize(("constraint", "policy", "line"), [
+    ("gcp.restrictServiceUsage", {"rules": [{"values": {"deniedValues": ["networkservices.googleapis.com"]}}]},
+     "constraints/gcp.restrictServiceUsage refuses networkservices.googleapis.com, which the stack enables"),
+    ("compute.requireShieldedVm", {"rules": [{"enforce": True}]},
+     "constraints/compute.requireShieldedVm is enforced, and a4x-maxgpu-4g-metal nodes run without Shielded GKE "
+     "Nodes"),
+    ("gcp.resourceLocations", {"rules": [{"denyAll": True}]}, "constraints/gcp.resourceLocations does not allow"),
+])
+def test_each_org_policy_the_plan_meets(run, google, constraint, policy, line):
+    google.state["policies"][constraint] = {"name": f"projects/kimi-test-project/policies/{constraint}", "spec": policy}
+    code, out = run()
+    assert code == 1 and line in _only_failure(out)
+
+
+def test_allowed_locations_pass(run, google):
+    google.state["policies"]["gcp.resourceLocations"] = {
+        "spec": {"rules": [{"values": {"allowedValues": ["in:us-locations"]}}]}}
+    code, out = run()
+    assert code == 0, out
+
+
+def test_a_pinned_revision_the_repo_lacks(run, tmp_path):
+    pinned = write_stack(tmp_path, "pinned", {**stack_document("gpu3")["config"],
+                                              "kimi-k3-1:model.revision": "f" * 40})
+    code, out = run(stack=pinned)
+    assert code == 1
+    assert f"{REPO} has no revision {'f' * 40}: set model.revision to a commit of it" in _only_failure(out)
+
+
 def test_an_unreadable_gated_repo(run, hub):
     hub.repos[REPO] = _repo(K3_CONFIG, gated=True)
     hub.repos[REPO].allowed = set()
