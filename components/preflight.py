@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from . import catalog
 from .config import StackConfig
+from .naming import label_value
 from .services import REQUIRED_APIS
 
 API_ROOT_ENV = "KIMI_GOOGLE_API_ROOT"
@@ -590,7 +591,7 @@ def check_bucket(g: Google, cfg: StackConfig, stack: str) -> list[Check]:
         return [Check("bucket", False, explain(err, f"gs://{name}", "storage.buckets.get", cfg.gcp.project),
                       "weights-bucket")]
     labels = bucket.get("labels") or {}
-    ours = labels.get("llm-d-guide") == catalog.GUIDE_NAME and labels.get("pulumi-stack") in (stack, None)
+    ours = labels.get("llm-d-guide") == catalog.GUIDE_NAME and labels.get("pulumi-stack") in (label_value(stack), None)
     if cfg.storage.bucketExists or ours:
         return [Check("bucket", True, f"gs://{name} exists and is this stack's"
                                       + (" (storage.bucketExists)" if cfg.storage.bucketExists else ""))]
