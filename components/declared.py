@@ -73,8 +73,9 @@ class Container:
     images: frozenset[str]
     """Image repositories (components/hardening.py `repository`), any tag or digest of them."""
     programs: frozenset[str] = frozenset()
-    """Executables it may start: `command[0]`, or every command of a `sh -c` script. Empty: the image's entrypoint
-    only (no `command`)."""
+    """Executables it may start: `command[0]`, or every command of a `sh -c` script; an entry of several words is a
+    prefix of the command line (`python -m tools.live.stage_weights`: that module, not any Python). Empty: the
+    image's entrypoint only (no `command`)."""
     shells: frozenset[str] = frozenset()
     """Shells it may start with `-c SCRIPT`; the script's commands must be `programs` (or shell builtins)."""
     installs: tuple[tuple[str, ...], ...] = ()
@@ -97,6 +98,9 @@ class Container:
     """(Secret, key) pairs its environment may reference."""
     claims: frozenset[str] = frozenset()
     """Pod resource claims it may use (`resources.claims[].name`)."""
+    image_from: Optional[str] = None
+    """With no `images`: the image must be one that a container of this name (a user-named engine) runs in the same
+    stack (the pre-pull of the SGLang image)."""
     reason: str = ""
 
 
@@ -137,9 +141,10 @@ def _epp_image() -> str:
 
 
 SHELL_BUILTINS = frozenset({"set", "export", "exec", "echo", "true", "false", "test", "[", "cd", "wait", "exit",
-                            "local", "read", "shift", "trap", "printf", "sleep", "unset", ":", "eval", "return"})
-"""Commands a declared shell script may run without naming them (they start no other program); `eval` is among
-them only because the script itself is declared text: its arguments are checked like any command."""
+                            "local", "read", "shift", "printf", "sleep", "unset", ":", "return",
+                            "break", "continue", "ulimit"})
+"""Commands a declared shell script may run without naming them: they start no other program and run no string as
+code (`eval`, `trap`, `source` and `.` do, so they are not here)."""
 
 HF_SECRET = (contract.HF_TOKEN_SECRET, contract.HF_TOKEN_KEY)
 
@@ -164,8 +169,9 @@ TPU_NODE_SETUP = Container(
            "blob/54523a5/guides/tiered-prefix-cache/modelserver/tpu/base/vllm/multi-host/patch-vllm.yaml)")
 VLLM_TPU = Container(
     "vllm-tpu", _repos(versions.VLLM_TORCHTPU.image),
-    # ulimit, getent and awk: the released launcher's lines (no core dumps, the head resolved; engines.py).
-    programs=frozenset({"vllm", "python3", "env", "ulimit", "getent", "awk"}),
+    # ulimit, getent and awk: the released launcher's lines (no core dumps, the head resolved; engines.py); the
+    # install runs through `installs` (python3 -m pip), so neither python3 nor env is a program of its own.
+    programs=frozenset({"vllm", "ulimit", "getent", "awk"}),
     shells=frozenset({"/bin/bash"}), installs=(TPU_ENGINE_INSTALL,), root=True, writable_root=True,
     restricted=False, secrets=frozenset({HF_SECRET}), capabilities=frozenset({"IPC_LOCK"}),
     reason="the Python image runs as root and pip-installs the hash-pinned vLLM-TorchTPU lock into its "
@@ -173,7 +179,8 @@ VLLM_TPU = Container(
            "offload store locks its host pool, as the engine's Raiden recipes run it (components/hardening.py "
            "TPU_ENGINE_CAPABILITIES)")
 SGLANG_TPU = Container(
-    "sglang", frozenset(), programs=frozenset({"python3", "python"}), shells=frozenset({"/bin/bash"}), root=True,
+    "sglang", frozenset(), programs=frozenset({"python3 -m sglang.launch_server"}), shells=frozenset({"/bin/bash"}),
+    root=True,
     writable_root=True, restricted=False, secrets=frozenset({HF_SECRET}),
     reason="a user-supplied SGLang-TorchTPU image (tpu.sglangImage): any repository, never privileged")
 """`images` empty: the user names the image (config `tpu.sglangImage`), so only its privileges are declared."""
@@ -193,16 +200,18 @@ WORKLOADS: tuple[Workload, ...] = (
              source="components/modelservers.py"),
     Workload("DaemonSet", "{guide}-engine-image-prepull", (
         Container("hold", _repos(versions.VLLM.image, versions.VLLM_TORCHTPU.image), programs=frozenset({"sleep"})),
-        Container("hold", frozenset(), programs=frozenset({"sleep"}))),
+        Container("hold", frozenset(), programs=frozenset({"sleep"}), image_from="sglang")),
         source="components/prepull.py"),
     Workload("Job", "{guide}-weights-stage-{rev}", (
-        Container("stage-weights", _repos(versions.STAGING_IMAGE), programs=frozenset({"python"}),
+        Container("stage-weights", _repos(versions.STAGING_IMAGE),
+                  programs=frozenset({"python -m tools.live.stage_weights"}),
                   shells=frozenset({"sh"}), installs=(STAGING_INSTALL,), secrets=frozenset({HF_SECRET}),
                   writable_volumes=frozenset({"deps", "home"})),),
         service_account=contract.STAGING_SERVICE_ACCOUNT,
         volumes={"code": "configMap", "deps": "emptyDir", "home": "emptyDir"}, source="components/staging.py"),
     Workload("Job", "{guide}-calibration", (
-        Container("calibrate", _repos(versions.CALIBRATION_IMAGE), programs=frozenset({"python3"})),),
+        Container("calibrate", _repos(versions.CALIBRATION_IMAGE),
+                  programs=frozenset({"python3 /calibration/calibrate.py"})),),
         volumes={"script": "configMap", "scratch": "emptyDir", "tmp": "emptyDir"}, source="components/router.py"),
     Workload("Job", "{guide}-inference-perf", (
         Container("inference-perf", _repos(versions.INFERENCE_PERF_IMAGE), programs=frozenset({"inference-perf"}),
@@ -224,8 +233,7 @@ WORKLOADS: tuple[Workload, ...] = (
         source="LWS chart (components/platform.py): the controller creates the serving pods"),
     Workload("Deployment", "nvidia-dra-driver-gpu-controller", (
         Container("compute-domain", _repos(versions.NVIDIA_DRA_DRIVER_IMAGE),
-                  programs=frozenset({"compute-domain-controller"}), restricted=False, writable_root=True,
-                  root=True),),
+                  programs=frozenset({"compute-domain-controller"}), restricted=False, writable_root=True),),
         namespace="nvidia-dra-driver-gpu", service_account="[a-z0-9-]+-service-account-controller", api_token=True,
         source="nvidia-dra-driver-gpu chart (components/dra.py)"),
     Workload("DaemonSet", "nvidia-dra-driver-gpu-kubelet-plugin", (
@@ -404,6 +412,8 @@ class AddressPeer:
 
 
 PRIVATE = "private"
+PRIVATE_MIN_PREFIX = 20
+"""A `PRIVATE` peer is one of the stack's subnets (proxy-only /23, nodes /20 by default): no wider than this."""
 METADATA = AddressPeer("169.254.169.254/32", frozenset({80}))
 GKE_METADATA = AddressPeer("169.254.169.252/32", frozenset({988}))
 INTERNET_HTTPS = AddressPeer("0.0.0.0/0", frozenset({443}), PRIVATE_RANGES)
@@ -423,6 +433,17 @@ EGRESS: dict[str, tuple[AddressPeer, ...]] = {
     "{guide}-load-clients": (AddressPeer(PRIVATE, frozenset({80})),),
 }
 """NetworkPolicy name -> the address peers its egress rules may name (components/netpol.py)."""
+NETWORK_POLICIES: dict[str, tuple[str, ...]] = {
+    "{guide}-default-deny-ingress": ("Ingress",),
+    "{guide}-serving": ("Ingress",),
+    "{guide}-router": ("Ingress", "Egress"),
+    "{guide}-vllm-pods": ("Ingress", "Egress"),
+    "{guide}-sglang-pods": ("Ingress", "Egress"),
+    "{guide}-load-clients": ("Egress",),
+    "{guide}-benchmark": ("Egress",),
+}
+"""Every NetworkPolicy (components/netpol.py) and the directions it restricts: dropping `Egress` from one frees
+its pods' egress, so the types are declared, not just the rules."""
 INGRESS_ADDRESSES: dict[str, tuple[AddressPeer, ...]] = {
     "{guide}-serving": (AddressPeer(PRIVATE, SERVING_PORTS),
                         *(AddressPeer(c, SERVING_PORTS) for c in HEALTH_CHECK_RANGES)),

@@ -70,6 +70,8 @@ K8S_CLUSTER_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleB
 K8S_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
 SERVICE_ACCOUNT_KEY = "gcp:serviceaccount/key:Key"
 IAM_GRANT = re.compile(r"^gcp:[^:]+/i[aA][mM](Member|Binding|Policy):")
+ANY_IAM_GRANT = re.compile(r"^gcp:[^:]+/[a-zA-Z]*I[aA][mM](Member|Binding|Policy):|^gcp:[^:]+/i[aA][mM]")
+"""Every IAM grant, the per-resource ones (`bucketIAMMember`, `serviceAccount/iAMMember`, ...) included."""
 """Every pulumi_gcp IAM grant resource (project, folder, organization, bucket, service account, ...)."""
 
 # --------------------------------------------------------------------------- facts the rules enforce
@@ -158,7 +160,11 @@ def is_unknown(value: Any) -> bool:
 
 
 def _is_list(value: Any) -> bool:
-    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
+    if isinstance(value, list):  # the common case first: plain JSON (the ABC check below is slow)
+        return True
+    if isinstance(value, str | bytes | dict | int | float | bool) or value is None:
+        return False
+    return isinstance(value, Sequence)
 
 
 def _get(props: Any, *keys: str) -> Any:
@@ -183,13 +189,15 @@ def _join(path: str, key: Any) -> str:
 
 def _mappings(value: Any, path: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:
     """Every object inside `value` (itself included), with its path such as `spec.containers[0]`."""
-    if isinstance(value, Mapping):
+    if isinstance(value, dict) or (not isinstance(value, list | str) and isinstance(value, Mapping)):
         yield path, value
         for key, item in value.items():
-            yield from _mappings(item, _join(path, key))
+            if isinstance(item, dict | list) or not isinstance(item, str | int | float | bool | type(None)):
+                yield from _mappings(item, _join(path, key))
     elif _is_list(value):
         for index, item in enumerate(value):
-            yield from _mappings(item, f"{path}[{index}]")
+            if not isinstance(item, str | int | float | bool | type(None)):
+                yield from _mappings(item, f"{path}[{index}]")
 
 
 def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
@@ -525,8 +533,20 @@ def _kind(resource_type: str, props: Mapping[str, Any]) -> str:
     return kind if isinstance(kind, str) else resource_type.rsplit(":", 1)[-1]
 
 
+TEMPLATE_KINDS = {"Deployment": "spec.template.spec", "DaemonSet": "spec.template.spec", "Job": "spec.template.spec",
+                  "StatefulSet": "spec.template.spec", "ReplicaSet": "spec.template.spec",
+                  "CronJob": "spec.jobTemplate.spec.template.spec", "Pod": "spec"}
+"""Built-in kinds and the one place their schema holds a pod spec (custom resources are searched whole)."""
+
+
 def _pod_specs(props: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """Every pod spec inside an object: a mapping with a `containers` list (pods, templates, custom resources)."""
+    path = TEMPLATE_KINDS.get(props.get("kind")) if isinstance(props.get("kind"), str) else None
+    if path is not None:
+        spec = _get(props, *path.split("."))
+        if isinstance(spec, Mapping) and _is_list(spec.get("containers")):
+            yield path, spec
+        return
     for path, mapping in _mappings(props):
         if _is_list(mapping.get("containers")):
             yield path, mapping
@@ -834,31 +854,88 @@ def _tokens(script: str) -> list[str]:
     try:
         return list(lexer)
     except ValueError:  # unbalanced quotes: nothing can be said about it, so nothing is allowed
-        return ["<unparsable script>"]
+        return [UNPARSABLE]
 
 
+UNPARSABLE = "<unparsable script>"
+"""The program a script that cannot be read runs: never declared, so such a script is refused (fail closed)."""
+
+
+@functools.lru_cache(maxsize=256)
 def shell_commands(script: str) -> list[tuple[dict[str, Any], list[str]]]:
     """The simple commands a shell script runs, as (wrapper facts, argv): `VAR=x`, `exec` and `env [-u VAR]...`
     stripped (wrapper facts: the variables `env -u` removes); `$(( ))` arithmetic and `for` word lists are no
-    commands, the bodies of `$( )` (wherever they stand) and `( )` are."""
+    commands; the bodies of `$( )` and backquotes, quoted or not, are (each read as a script of its own). A script
+    this reader cannot follow (unbalanced quotes or parentheses) runs `UNPARSABLE`."""
+    bodies: list[str] = []
+    flat = _substitutions(script, bodies)
     commands: list[list[str]] = []
-    _parse(_tokens(script), commands)
-    return [_unwrap(words) for words in commands]
+    if flat is None:
+        commands.append([UNPARSABLE])
+    else:
+        _parse(_tokens(flat), commands)
+    found = [_unwrap(words) for words in commands]
+    for body in bodies:
+        found += shell_commands(body)
+    return found  # cached per script: callers only read it
 
 
-def _closing(tokens: list[str], start: int) -> int:
-    """Index just past the `)` that closes the `(` before `start` (`))` closes two)."""
-    depth = 1
-    i = start
-    while i < len(tokens):
-        if tokens[i] in ("(", "(("):
-            depth += len(tokens[i])
-        elif tokens[i] in (")", "))"):
-            depth -= len(tokens[i])
-            if depth <= 0:
-                return i + 1
+def _substitutions(script: str, bodies: list[str]) -> str | None:
+    """The script with every `$(( ))` replaced by `0` and every `$( )` or backquoted command by a placeholder word,
+    their bodies collected; None when a quote or a substitution does not close."""
+    out: list[str] = []
+    i, quote = 0, ""
+    while i < len(script):
+        char = script[i]
+        if quote == "'":
+            quote = "" if char == "'" else quote
+            out.append(char)
+            i += 1
+            continue
+        if char == "\\":
+            out.append(script[i:i + 2])
+            i += 2
+            continue
+        if script.startswith("$(", i) or char == "`":
+            arithmetic = script.startswith("$((", i)
+            start = i + (3 if arithmetic else 1 if char == "`" else 2)
+            end = script.find("`", start) if char == "`" else _matching(script, start, 2 if arithmetic else 1)
+            if end < 0:
+                return None
+            if arithmetic:
+                out.append("0")
+            elif char != "`" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", script[start:end]):
+                out.append("__variable__")  # `$(VAR)`: Kubernetes expands it in command and args, no command
+            else:
+                bodies.append(script[start:end])
+                out.append("__substitution__")
+            i = end + 1
+            continue
+        if char == "'" and not quote:
+            quote = "'"
+        elif char == '"':
+            quote = "" if quote == '"' else '"'
+        out.append(char)
         i += 1
-    return i
+    return None if quote else "".join(out)
+
+
+def _matching(script: str, start: int, depth: int) -> int:
+    """Index of the `)` that brings `depth` open parentheses to zero; -1 if none."""
+    quote = ""
+    for i in range(start, len(script)):
+        char = script[i]
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
 
 
 def _parse(tokens: list[str], commands: list[list[str]]) -> None:
@@ -868,14 +945,6 @@ def _parse(tokens: list[str], commands: list[list[str]]) -> None:
     while i < len(tokens):
         token = tokens[i]
         i += 1
-        if token.endswith("$") and i < len(tokens) and tokens[i] in ("(", "(("):
-            end = _closing(tokens, i + 1)
-            body = tokens[i + 1:end - 1]
-            if tokens[i] == "(" and not (len(body) == 1 and ASSIGNMENT.match(body[0] + "=")):
-                _parse(body, commands)  # command substitution: its body runs (not `$(VAR)`, Kubernetes' own)
-            i = end
-            current.append(token + "(...)")
-            continue
         if token.startswith("#") and not current:  # a comment, to the end of its line
             while i < len(tokens) and tokens[i] != ";":
                 i += 1
@@ -984,7 +1053,7 @@ def _check_start(container: Mapping[str, Any], allowed: declared.Container, secr
                 found.append(f"runs the installer {name!r} with the secret variables {visible} in its "
                              "environment (unset them with `env -u`)")
             continue
-        if program not in allowed.programs and program not in declared.SHELL_BUILTINS:
+        if not _declared_program(argv, allowed.programs) and program not in declared.SHELL_BUILTINS:
             found.append(f"runs {program!r} at start, which it does not declare (declared: "
                          f"{sorted(allowed.programs)})")
     words = [str(w) for key in ("command", "args") for w in (container.get(key) or []) if _is_list(
@@ -993,6 +1062,11 @@ def _check_start(container: Mapping[str, Any], allowed: declared.Container, secr
         if word in CREDENTIAL_FLAGS:
             found.append(f"passes a credential on its command line ({word}): use a Secret")
     return found
+
+
+def _declared_program(argv: list[str], programs: frozenset[str]) -> bool:
+    """The command is a declared program: its executable, or the declared words it starts with."""
+    return any(argv[:len(entry.split())] == entry.split() for entry in programs)
 
 
 def _mounts(container: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -1242,7 +1316,7 @@ def _expected_code(name: str) -> dict[str, str]:
 def check_declared_grants(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     """Every IAM grant is a declared (type, role, member): no other role, no other identity (not the namespace's
     `default` account, not the nodes with a wider role)."""
-    if not IAM_GRANT.match(resource_type):
+    if not ANY_IAM_GRANT.match(resource_type):
         return []
     found = []
     for path, role, member in _grant_members(resource_type, props):
@@ -1278,6 +1352,12 @@ def check_declared_rbac(resource_type: str, props: Mapping[str, Any]) -> list[st
                 found.append(f"{name}: rules[{i}] grants every non-resource URL")
         if props.get("aggregationRule"):
             found.append(f"{name}: an aggregated role takes whatever other roles grant; not declared")
+    elif resource_type == "kubernetes:core/v1:ServiceAccount":
+        annotations = _get(props, "metadata", "annotations")
+        for key in annotations if isinstance(annotations, Mapping) else {}:
+            if key.startswith("iam.gke.io/"):
+                found.append(f"service account {name!r} annotation {key}: acting as a Google service account is "
+                             "not declared (Workload Identity principals are granted directly)")
     elif resource_type in (K8S_CLUSTER_ROLE_BINDING, K8S_ROLE_BINDING):
         subjects = props.get("subjects")
         for i, subject in enumerate(subjects if _is_list(subjects) else []):
@@ -1300,7 +1380,7 @@ def _cidr_ok(cidr: Any, excepts: Any, ports: set[Any], peers: Sequence[declared.
             if cidr.endswith("/32") and not excepts:
                 return True
         elif peer.cidr == declared.PRIVATE:
-            if _private(cidr) and not excepts:
+            if _private(cidr) and not excepts and _prefix(cidr) >= declared.PRIVATE_MIN_PREFIX:
                 return True
         elif cidr == peer.cidr and tuple(excepts or ()) == peer.excluded:
             return True
@@ -1314,7 +1394,14 @@ def check_declared_network_policies(resource_type: str, props: Mapping[str, Any]
     if resource_type != K8S_NETWORK_POLICY:
         return []
     name, _ = _object_name(props)
+    types = next((v for k, v in declared.NETWORK_POLICIES.items() if declared.matches(k, name)), None)
     found = []
+    if types is None:
+        found.append(f"NetworkPolicy {name!r} is not declared (components/declared.py NETWORK_POLICIES)")
+    else:
+        policy_types = _get(props, "spec", "policyTypes")
+        if not is_unknown(policy_types) and tuple(policy_types or ()) != types:
+            found.append(f"{name}: policyTypes {_show(policy_types)}, declared {list(types)}")
     for direction, key, table in (("egress", "to", declared.EGRESS), ("ingress", "from", declared.INGRESS_ADDRESSES)):
         peers_allowed = next((v for k, v in table.items() if declared.matches(k, name)), ())
         rules_ = _get(props, "spec", direction)
@@ -1361,6 +1448,13 @@ def check_declared_storage(resource_type: str, props: Mapping[str, Any]) -> list
                              f"{_show(mapping['deviceClassName'])}, declared {device_class!r}")
         return found
     return []
+
+
+def _prefix(cidr: str) -> int:
+    try:
+        return ipaddress.ip_network(cidr, strict=False).prefixlen
+    except ValueError:
+        return 0
 
 
 def _private(cidr: Any) -> bool:
@@ -1420,6 +1514,12 @@ def check_declared_network(resource_type: str, props: Mapping[str, Any]) -> list
                          "every address")
         if props.get("enableKubernetesAlpha") is True:
             found.append("enableKubernetesAlpha is true")
+    elif resource_type == K8S_SERVICE:
+        kind = _get(props, "spec", "type")
+        if kind not in (None, "ClusterIP") and not is_unknown(kind):
+            found.append(f"Service type {_show(kind)}: only ClusterIP Services are declared")
+        if _get(props, "spec", "externalName") or _get(props, "spec", "externalIPs"):
+            found.append("a Service with externalName or externalIPs is not declared")
     elif resource_type == "gcp:compute/network:Network":
         if props.get("autoCreateSubnetworks") is not False and not is_unknown(props.get("autoCreateSubnetworks")):
             found.append("autoCreateSubnetworks is not false: auto-mode subnets in every region are not declared")
@@ -1445,6 +1545,10 @@ def check_declared_nodes(resource_type: str, props: Mapping[str, Any]) -> list[s
         if isinstance(account, str) and not is_unknown(account) and not re.fullmatch(
                 declared.NODE_SA, f"serviceAccount:{account}"):
             found.append(f"{path}.serviceAccount {account!r} is not the declared node service account")
+        mode = _get(config, "workloadMetadataConfig", "mode")
+        if mode != GKE_METADATA and not is_unknown(mode):
+            found.append(f"{path}.workloadMetadataConfig.mode {_show(mode)}: nodes serve pods the GKE metadata server "
+                         "only (Workload Identity), never the node's own credentials")
         if config.get("tags"):
             found.append(f"{path}.tags {_show(config.get('tags'))}: network tags would attach firewall rules")
     for prefix, pool in _pools(resource_type, props):
@@ -1484,20 +1588,53 @@ def _is_default_deny_ingress(props: Mapping[str, Any]) -> bool:
 
 
 def check_stack_default_deny(resources: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    """The model namespace (labelled `llm-d.ai/guide`) has a NetworkPolicy that selects every pod and allows no
-    ingress, so only the allow policies' flows reach its pods (components/netpol.py)."""
+    """Every namespace the program creates other than the platform's (declared.SYSTEM_NAMESPACES) is the model
+    namespace: it carries the guide label (`llm-d.ai/guide`) and has a NetworkPolicy that selects every pod and
+    allows no ingress, so only the allow policies' flows reach its pods (components/netpol.py). Removing the label
+    does not remove the duty."""
     guarded = {_get(p, "metadata", "namespace") for p in _inputs_of(resources, K8S_NETWORK_POLICY)
                if _is_default_deny_ingress(p)}
     violations = []
     for props in _inputs_of(resources, K8S_NAMESPACE):
         name = _get(props, "metadata", "name")
         labels = _get(props, "metadata", "labels")
-        if not isinstance(labels, Mapping) or MODEL_NAMESPACE_LABEL not in labels or is_unknown(name):
+        if is_unknown(name) or name in declared.SYSTEM_NAMESPACES:
             continue
+        if not isinstance(labels, Mapping) or MODEL_NAMESPACE_LABEL not in labels:
+            violations.append(f"namespace {_show(name)} lacks the label {MODEL_NAMESPACE_LABEL}: every namespace but "
+                              f"the platform's {sorted(declared.SYSTEM_NAMESPACES)} is the model namespace")
         if name not in guarded:
             violations.append(f"namespace {_show(name)} has no default-deny ingress NetworkPolicy (podSelector {{}}, "
                               "policyTypes [Ingress], no ingress rules)")
     return violations
+
+
+def check_stack_user_images(resources: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """A container declared to take another container's image (`image_from`: the pre-pull of a user-named SGLang
+    image) runs an image that container runs in this stack, not any image."""
+    sourced = {w.kind for w in declared.WORKLOADS if any(c.image_from for c in w.containers)}
+    wanted: list[tuple[str, str, str]] = []
+    for resource_type, props in resources:
+        kind = _kind(resource_type, props) if _is_kubernetes(resource_type) else ""
+        if kind not in sourced:
+            continue
+        name, namespace = _object_name(props)
+        for _, spec in _pod_specs(props):
+            for container in _containers(spec):
+                for workload in declared.workloads(kind, name, namespace):
+                    allowed = _allowed_for(workload, container)
+                    if allowed is not None and allowed.image_from and hardening.repository(
+                            _image(container) or "x") not in {i for c in workload.containers for i in c.images}:
+                        wanted.append((f"{kind} {name!r} container {container.get('name')!r}", _image(container),
+                                       allowed.image_from))
+    images: dict[str, set[str]] = {}
+    for resource_type, props in resources if wanted else []:
+        if _is_kubernetes(resource_type) and not resource_type.startswith("kubernetes:helm.sh/"):
+            for _, spec in _pod_specs(props):
+                for container in _containers(spec):
+                    images.setdefault(str(container.get("name")), set()).add(_image(container))
+    return [f"{who} runs {image!r}, which no {source!r} container of the stack runs (it may only pre-pull that image)"
+            for who, image, source in wanted if image not in images.get(source, set())]
 
 
 # --------------------------------------------------------------------------- Pulumi policy wrappers
@@ -1617,7 +1754,10 @@ STACK_CHECKS: dict[str, tuple[StackCheck, str]] = {
         check_stack_shielded_cluster,
         "Clusters keep Shielded GKE Nodes on unless a node pool's machine requires it off (bare-metal A4X Max)."),
     "k8s-namespace-default-deny": (
-        check_stack_default_deny, "The model namespace has a default-deny ingress NetworkPolicy."),
+        check_stack_default_deny,
+        "Every namespace but the platform's is the labelled model namespace with a default-deny ingress policy."),
+    "declared-user-images": (
+        check_stack_user_images, "A container that pre-pulls a user-named image runs that image, no other."),
 }
 """Checks that need the whole stack: policy name -> (pure check, description)."""
 

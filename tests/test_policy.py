@@ -17,7 +17,8 @@ import yaml
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from tests.conftest import rendered
+from tests import mutations
+from tests.conftest import VARIANTS, rendered
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY_DIR = ROOT / "policy"
@@ -268,9 +269,11 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]},
      ["r: rules[0] grants 'get' on 'secrets', not declared for this role (components/declared.py ROLES)"]),
     # ---- declared-network-policies
-    ("declared-network-policies", NETPOL, {"metadata": {"name": "kimi-k3-1-vllm-pods"}, "spec": {"egress": [
+    ("declared-network-policies", NETPOL, {"metadata": {"name": "kimi-k3-1-vllm-pods"}, "spec": {
+        "policyTypes": ["Ingress", "Egress"], "egress": [
         {"ports": [{"port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE)}}]}]}}, []),
-    ("declared-network-policies", NETPOL, {"metadata": {"name": "kimi-k3-1-vllm-pods"}, "spec": {"egress": [
+    ("declared-network-policies", NETPOL, {"metadata": {"name": "kimi-k3-1-vllm-pods"}, "spec": {
+        "policyTypes": ["Ingress", "Egress"], "egress": [
         {"ports": [{"port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}]}]}},
      ['kimi-k3-1-vllm-pods: egress[0].to[0] ipBlock "0.0.0.0/1" (except not set, ports [\'443\']) is not a '
       "declared address peer of this policy (components/declared.py)"]),
@@ -958,12 +961,14 @@ def test_stack_policies_run_through_the_analyzer_wrapper(plan_resources):
                         "policyTypes [Ingress], no ingress rules)"]
 
 
-POLICY_VARIANTS = ("bench", "gateway", "sglang", "gpu-pinned", "tpu-pinned", "gpu2", "spec", "tpu-bf16", "quiet")
+POLICY_VARIANTS = tuple(name for name in VARIANTS if name != "adopt")
+"""Every configured variant (tests/conftest.py) but `adopt`, whose bucket the stack reads instead of creating: a read
+resource has no inputs for the pack to check (the bucket rules would see an empty bucket)."""
 
 
 def test_configured_variants_pass_every_policy(variants):
     """`pulumi up` runs the pack mandatory, so every supported configuration must pass it, not just the defaults:
-    the benchmark Jobs, gateway mode (its Gateway), the day-0 TPU image, digests, other machine shapes."""
+    the benchmark Jobs, gateway mode (its Gateway), the SGLang profile, digests, other machine shapes, scale-out."""
     assert {name: all_violations(variants[name].resources) for name in POLICY_VARIANTS} == {
         name: {} for name in POLICY_VARIANTS}
 
@@ -978,3 +983,129 @@ def test_benchmark_results_writer_keeps_its_folder_condition(variants):
     resources = copy.deepcopy(variants["bench"].resources)
     del _one(resources, "gcp:storage/bucketIAMMember:BucketIAMMember", "results-writer")["condition"]
     assert "bucket-writes-prefixed" in all_violations(resources)
+
+
+# --------------------------------------------------------------------------- generated mutations (deny by default)
+ORDERED_CHECKS = sorted(rules.CHECKS.items(), key=lambda item: not item[0].startswith("declared-"))
+"""The declared-* checks first: a mutant is refused at its first violation, and they refuse most."""
+
+
+def refusal(plan: list[dict[str, Any]], changed: list[dict[str, Any]]) -> str | None:
+    """The first policy that refuses a mutated plan, or None: the resource checks on the resources that differ
+    (the others passed already), then the whole-stack checks on the mutated plan."""
+    for resource in changed:
+        for name, (check, _) in ORDERED_CHECKS:
+            if check(resource["type"], resource["inputs"]):
+                return name
+    pairs = [(r["type"], r["inputs"]) for r in plan]
+    return next((name for name, (check, _) in rules.STACK_CHECKS.items() if check(pairs)), None)
+
+
+def run_mutants(resources: list[dict[str, Any]]) -> tuple[dict[str, tuple[int, int]], list[str]]:
+    """(family -> (generated, refused), the mutants nobody refused)."""
+    counts: dict[str, list[int]] = {}
+    missed = []
+    for mutant in mutations.generate(resources):
+        plan, changed = mutant.apply(resources)
+        tally = counts.setdefault(mutant.family, [0, 0])
+        tally[0] += 1
+        if refusal(plan, changed):
+            tally[1] += 1
+        else:
+            missed.append(f"{mutant.family}: {mutant.what}")
+    return {family: (n, r) for family, (n, r) in counts.items()}, missed
+
+
+FAMILIES = {"pods", "containers", "start commands", "services", "network policies", "rbac", "service accounts",
+            "code ConfigMaps", "volumes", "node pools", "cluster", "NAT", "subnets", "addresses", "network", "IAM",
+            "buckets", "namespaces", "firewall", "ingress"}
+"""Every resource family the committed plans hold, each of which the generator must reach."""
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_generated_mutant_of_a_committed_plan_is_refused(plan_resources, stack, record_property):
+    counts, missed = run_mutants(plan_resources[stack])
+    record_property("mutants", counts)
+    assert missed == []
+    assert set(counts) >= FAMILIES
+    assert sum(n for n, _ in counts.values()) > 800
+
+
+@pytest.mark.parametrize("variant, family", [("bench", "pods"), ("gateway", "gateways"), ("sglang", "start commands")])
+def test_every_generated_mutant_of_a_variant_is_refused(variants, variant, family, record_property):
+    """The variants add workloads (benchmark and calibration Jobs), a Gateway and its policies, the SGLang engine."""
+    counts, missed = run_mutants(variants[variant].resources)
+    record_property("mutants", counts)
+    assert missed == []
+    assert counts[family][0] > 0
+
+
+ISSUE_MUTATIONS = [
+    # (plan, family, what the mutant says): the unsafe changes a review found the old pack missed, by name
+    ("tpu", "start commands", "vllm-tpu: pip install without --require-hashes"),
+    ("tpu", "start commands", "vllm-tpu: plain-HTTP index"),
+    ("tpu", "start commands", "vllm-tpu: pip install --extra-index-url"),
+    ("tpu", "start commands", "vllm-tpu: an extra unpinned pip install"),
+    ("tpu", "start commands", "vllm-tpu: HF_TOKEN visible to the installer"),
+    ("gpu", "start commands", "stage-weights: pip install without --require-hashes"),
+    ("gpu", "code ConfigMaps", "weights-staging-code tools--staging--requirements.lock: tampered"),
+    ("gpu", "code ConfigMaps", "weights-staging-code tools--staging--copy.py: tampered"),
+    ("tpu", "pods", "weights-staging-job spec.template.spec: automountServiceAccountToken true"),
+    ("tpu", "containers", "stage-weights: hostPort 8000 on a new port"),
+    ("gpu", "NAT", "net-staging-nat: ALL_SUBNETWORKS_ALL_IP_RANGES"),
+    ("gpu", "firewall", "added Firewall"),
+    ("tpu", "node pools", "cpu-weights-staging: legacy metadata endpoints"),
+    ("gpu", "subnets", "net-staging: public secondary range"),
+    ("tpu", "addresses", "net-staging-ip-0: an external forwarding rule on it"),
+    ("gpu", "containers", "engine-prepull-ds spec.template.spec hold: a shell at start"),
+    ("gpu", "pods", "kimi-k3-1-epp spec.template.spec: RDMA claim"),
+    ("gpu", "volumes", "gpu-devices-rdma: adminAccess"),
+    ("gpu", "containers", "vllm: volume models mounted read-write"),
+    ("tpu", "volumes", "weights-volume-pvc: accessModes ['ReadWriteMany']"),
+    ("gpu", "IAM", "nodes-container.defaultNodeServiceAccount: role roles/storage.admin"),
+    ("tpu", "IAM", "nodes-container.defaultNodeServiceAccount: role roles/artifactregistry.writer"),
+    ("gpu", "IAM", "weights-staging-writer: the namespace's default account"),
+    ("tpu", "rbac", "platform-lws-metrics-reader: ['get', 'list'] on ['secrets']"),
+    ("gpu", "pods", "kimi-k3-1-epp spec.template.spec: shareProcessNamespace true"),
+    ("gpu", "containers", "epp: seccomp Unconfined"),
+    ("tpu", "containers", "epp: runAsUser 0"),
+    ("gpu", "containers", "vllm: hostPort 8000"),
+    ("tpu", "namespaces", "platform-guide-ns: label removed with its default deny"),
+    ("gpu", "ingress", "added Ingress"),
+    ("tpu", "cluster", "cluster-gke: authorized networks removed"),
+    ("gpu", "containers", "vllm: literal VLLM_API_KEY"),
+    ("tpu", "containers", "vllm-tpu: --api-key literal"),
+    ("tpu", "network policies", "netpol-vllm-pods egress[2] ipBlock 0.0.0.0/1+128.0.0.0/1"),
+    ("tpu", "containers", "vllm-tpu: privileged"),
+]
+
+
+def test_the_named_unsafe_changes_are_among_the_generated_and_refused(plan_resources):
+    """The generator is general, but the changes a review listed by name must be among its mutants (each refused,
+    which the generated-mutant tests check too)."""
+    generated = {stack: {(m.family, m.what): m for m in mutations.generate(plan_resources[stack])} for stack in STACKS}
+    absent = []
+    for stack, family, what in ISSUE_MUTATIONS:
+        found = [m for (f, w), m in generated[stack].items() if f == family and what in w]
+        if not found:
+            absent.append((stack, family, what))
+        for mutant in found:
+            assert refusal(*mutant.apply(plan_resources[stack])), (stack, mutant.what)
+    assert absent == []
+
+
+def test_a_privileged_tpu_engine_is_refused_though_its_init_container_may_be(plan_resources):
+    """The regression of an image-keyed exemption: the host-setup init container's privilege is its own (workload,
+    container), so the engine container of the same pod, whatever image it runs, may not be privileged."""
+    resources = copy.deepcopy(plan_resources["tpu"])
+    lws = _one(resources, LWS)
+    spec = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    assert _container(spec, "tpu-node-setup")["securityContext"]["privileged"] is True
+    assert rules.check_declared_workloads(LWS, lws) == []
+    engine = _container(spec, "vllm-tpu")
+    engine["securityContext"]["privileged"] = True
+    assert rules.check_declared_workloads(LWS, lws) == [
+        "spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm-tpu': privileged, which it does not declare"]
+    engine["image"] = _container(spec, "tpu-node-setup")["image"]  # even in the privileged container's own image
+    assert rules.check_declared_workloads(LWS, lws) == [
+        "spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm-tpu': privileged, which it does not declare"]
