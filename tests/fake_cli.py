@@ -4,7 +4,8 @@ default Automation API backend and default smoke subprocess included.
 
 `install(folder, state)` writes one executable per CLI into `folder` (put it first on PATH). Every CLI appends
 its argv to `state/calls.jsonl`. `pulumi` keeps a tiny stack (config, tags, resources, outputs) in
-`state/stack.json` and answers the commands `pulumi.automation` issues (version, stack select/init, config,
+`state/stack.json` and answers the commands `pulumi.automation` issues (version, whoami (a `file://` backend in
+`state/backend`, or FAKE_BACKEND_URL), stack select/init, config,
 stack tag, stack export, stack output, stack history, up, destroy). `kubectl port-forward` prints the line the
 driver waits for with the port in `FAKE_FORWARD_PORT` and stays up; other kubectl calls succeed quietly;
 `gcloud` lists nothing. Only the cloud is fake: the driver, its Automation API calls and the smoke check are real.
@@ -46,6 +47,8 @@ def out(value):
 
 if args[:1] == ["version"]:
     print(VERSION)
+elif args[:1] == ["whoami"]:
+    out({"user": "tester", "url": os.environ.get("FAKE_BACKEND_URL", f"file://{state_dir / 'backend'}")})
 elif args[:2] in (["stack", "select"], ["stack", "init"]):
     pass
 elif args[:2] == ["config", "get"]:
@@ -90,6 +93,11 @@ elif args[:1] in (["up"], ["destroy"]):
     stack["resources"] = ([{"type": "pulumi:pulumi:Stack", "urn": "urn:stack"},
                            {"type": "gcp:container/cluster:Cluster", "urn": "urn:cluster"}]
                           if command == "up" else [])
+    if command == "up" and os.environ.get("FAKE_UP_SECONDS"):  # a long update: the cluster exists meanwhile
+        save()
+        (state_dir / "up.pid").write_text(str(os.getpid()))
+        print(" +  gcp:container:Cluster kimi-k3-1-gpu creating", flush=True)
+        time.sleep(float(os.environ["FAKE_UP_SECONDS"]))
     stack["history"].append("update" if command == "up" else "destroy")
     save()
     print(f"Resources: {'1 created' if command == 'up' else '1 deleted'}", flush=True)
@@ -117,7 +125,8 @@ from pathlib import Path
 
 with open(Path(os.environ["FAKE_CLI_STATE"]) / "calls.jsonl", "a") as log:
     log.write(json.dumps([Path(sys.argv[0]).name, *sys.argv[1:]]) + "\n")
-print("[]")
+if not any(a.startswith("--format=value") for a in sys.argv):  # lists nothing, in the format asked for
+    print("[]")
 '''
 
 
@@ -138,6 +147,12 @@ def install(folder: Path, state: Path, config: dict[str, str], outputs: dict[str
     _write(folder / "kubectl", _KUBECTL)
     _write(folder / "gcloud", _GCLOUD)
     _write(folder / "gke-gcloud-auth-plugin", _GCLOUD)
+
+
+def claims(state: Path) -> dict[str, Any]:
+    """The benchmark claims in the fake's local backend, by stack."""
+    folder = state / "backend" / ".pulumi" / "bench-claims" / "kimi-k3-1"
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.exists() else {}
 
 
 def calls(state: Path) -> list[list[str]]:

@@ -54,6 +54,7 @@ class World:
         self.extra_outputs: dict[str, Any] = {}
         self.resources = resources
         self.tags = dict(tags or {})
+        self.claim_lock = threading.Lock()
         self.interrupted = threading.Event()  # set when the driver asks a running CLI to stop
         self.up_seconds = 0.05  # how long the fake `up` runs after its first lines
 
@@ -103,6 +104,9 @@ class FakeBackend:
     def resource_count(self) -> int:
         return self.w.resources
 
+    def claims(self) -> FakeClaims:
+        return FakeClaims(self.w)
+
     def up(self, on_output: bench.OnOutput) -> None:
         self.w.interrupted.clear()
         on_output("Updating (gpu):")
@@ -134,6 +138,49 @@ class FakeBackend:
         if self.w.destroy_errors:
             raise self.w.destroy_errors.pop(0)
         self.w.resources = 0
+
+
+class FakeClaims:
+    """The backend's compare-and-set, in memory: world.tags[CLAIM_TAG] holds the run id of the claim."""
+
+    atomic = True
+
+    def __init__(self, world: World):
+        self.w = world
+
+    def where(self, stack: str) -> str:
+        return f"fake://claims/{stack}.json"
+
+    def release_command(self, stack: str) -> str:
+        return f"rm fake://claims/{stack}.json"
+
+    def create(self, claim: Any) -> Any:
+        with self.w.claim_lock:
+            if CLAIM_TAG in self.w.tags:
+                return self.get(claim.stack)
+            self.w.hit("claim", claim.run)
+            self.w.tags[CLAIM_TAG] = claim.run
+            return None
+
+    def get(self, stack: str) -> Any:
+        from tools.live.claims import Claim
+
+        run = self.w.tags.get(CLAIM_TAG)
+        return Claim(run, stack, "2026-01-02T03:34:05+00:00", version=run) if run else None
+
+    def renew(self, claim: Any, until: str) -> Any:
+        return claim if self.w.tags.get(CLAIM_TAG) == claim.run else None
+
+    def remove(self, claim: Any) -> bool:
+        with self.w.claim_lock:
+            if self.w.tags.get(CLAIM_TAG) != claim.run:
+                return False
+            self.w.hit("release", claim.run)
+            del self.w.tags[CLAIM_TAG]
+            return True
+
+    def all(self) -> list[Any]:
+        return [c for c in [self.get("gpu")] if c]
 
 
 class FakeCluster:
@@ -350,6 +397,7 @@ OTHER_OPTIONS: dict[str, list[str]] = {
     "--benchmark-timeout": ["0"],
     "--destroy-timeout": ["60"],
     "--smoke-timeout": ["60"],
+    "--claim-lease-seconds": ["60"],
     "--smoke-args": ["--strict", "--skip", "pd-kv-transfer"],
 }
 ALWAYS_GIVEN = {"--stack", "--work-dir", "--out", "--results", "-h", "--help"}
@@ -528,7 +576,7 @@ def test_second_interrupt_stops_waiting_with_the_resume_command(tmp_path):
     code, lines = drive(world, tmp_path)
     assert code == bench.EXIT_INTERRUPTED
     resume = next(line for line in lines if "stopped waiting" in line)
-    assert "pulumi destroy --stack gpu" in resume and f"pulumi stack tag rm {CLAIM_TAG}" in resume
+    assert "pulumi destroy --stack gpu" in resume and "&& rm fake://claims/gpu.json" in resume
     assert world.names().count("destroy") == 1 and "leftovers" not in world.names()
     record = run_record(tmp_path)
     assert record["destroy"]["result"] == "interrupted" and record["destroyed"] is False
@@ -604,10 +652,10 @@ def test_stack_claimed_by_another_run_is_refused(tmp_path):
     world = World(tags={CLAIM_TAG: "20260101T000000Z.other.7"})
     code, lines = drive(world, tmp_path)
     assert code == bench.EXIT_BUSY
-    assert not {"up", "destroy", "set_tag"} & set(world.names())
+    assert not {"up", "destroy", "claim", "release"} & set(world.names())
     refusal = next(line for line in lines if line.startswith("REFUSED"))
-    assert "claimed by benchmark run 20260101T000000Z.other.7" in refusal
-    assert f"pulumi stack tag rm {CLAIM_TAG} --stack gpu" in lines[lines.index(refusal)]
+    assert "claimed by benchmark run 20260101T000000Z.other.7 until" in refusal
+    assert "release it with `rm fake://claims/gpu.json`" in refusal
     assert world.tags[CLAIM_TAG] == "20260101T000000Z.other.7"
 
 
@@ -622,9 +670,9 @@ def test_stack_with_resources_it_did_not_create_is_refused(tmp_path):
 def test_the_claim_lasts_from_before_up_to_after_the_destroy(tmp_path):
     world = World()
     assert drive(world, tmp_path)[0] == 0
-    claims = [(i, entry) for i, entry in enumerate(world.log) if entry[0] == "set_tag"]
-    (set_at, (_, key, run_id)), (released_at, released) = claims
-    assert key == CLAIM_TAG and run_id.startswith("20260102T030405Z.") and released == ("set_tag", CLAIM_TAG, None)
+    claims = [(i, entry) for i, entry in enumerate(world.log) if entry[0] in ("claim", "release")]
+    (set_at, (_, run_id)), (released_at, released) = claims
+    assert run_id.startswith("20260102T030405Z.") and released == ("release", run_id)
     assert set_at < world.names().index("up") and released_at > world.names().index("destroy")
     assert run_record(tmp_path)["run_id"] == run_id
 
@@ -634,7 +682,8 @@ def test_a_failed_destroy_keeps_the_claim_and_says_how_to_release_it(tmp_path):
     code, lines = drive(world, tmp_path)
     assert code == bench.EXIT_FAILED
     assert CLAIM_TAG in world.tags
-    assert any(line.startswith("resume with: pulumi destroy --stack gpu") and "stack tag rm" in line for line in lines)
+    assert any(line.startswith("resume with: pulumi destroy --stack gpu") and "rm fake://claims/gpu.json" in line
+               for line in lines)
 
 
 # --------------------------------------------------------------------------- leftovers, config, smoke wiring
@@ -1119,3 +1168,55 @@ def test_leftovers_reads_the_stack_file_without_the_pulumi_cli(monkeypatch):
     assert leftovers._config("gpu", "track") == "gpu"
     with pytest.raises(leftovers.ConfigUnavailableError, match="pulumi CLI is not on PATH"):
         leftovers._config("no-such-stack", "gcp.project")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_smoke_subprocess_dies_with_a_sigkilled_driver():
+    """The driver starts the smoke check through bench_steps.smoke_command; SIGKILL the driver (no handler runs)
+    and the kernel kills the check too."""
+    parent = ("import subprocess, sys\n"
+              "from tools.live import bench_steps\n"
+              "bench_steps.SMOKE_COMMAND = ('-c', 'import time; time.sleep(60)')\n"
+              "child = subprocess.Popen(bench_steps.smoke_command([]))\n"
+              "print(child.pid, flush=True)\n"
+              "child.wait()\n")
+    driver = subprocess.Popen([sys.executable, "-c", parent], cwd=bench_steps.ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(driver.stdout.readline())
+        time.sleep(0.3)  # the child has run prctl and exec'd its command
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(5)
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            assert time.monotonic() < deadline, "the smoke subprocess outlived its driver"
+            time.sleep(0.05)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+
+
+@pytest.mark.parametrize("kind", ["gs", "file"])
+def test_a_claim_is_one_compare_and_set_and_only_its_holder_renews_or_removes_it(tmp_path, monkeypatch, kind):
+    from tests.gcsemulator import GcsEmulator
+    from tools.live import claims
+
+    def check(store: claims.ClaimStore) -> None:
+        a = claims.Claim("run-a", "gpu", "2026-01-01T00:00:00+00:00")
+        assert store.create(a) is None
+        assert store.create(claims.Claim("run-b", "gpu", "2026-01-01T00:00:00+00:00")).run == "run-a"
+        held = store.get("gpu")
+        assert not store.remove(claims.Claim("run-b", "gpu", held.deadline, version=held.version))
+        renewed = store.renew(held, "2026-01-01T00:30:00+00:00")
+        assert renewed is not None and store.renew(held, "2026-01-02T00:00:00+00:00") is None, "a stale holder"
+        assert [c.run for c in store.all()] == ["run-a"] and store.all()[0].expired(datetime(2026, 1, 1, 1, tzinfo=UTC))
+        assert store.remove(renewed) and store.get("gpu") is None
+
+    if kind == "file":
+        check(claims.store_for(f"file://{tmp_path}", "kimi-k3-1"))
+        return
+    with GcsEmulator() as gcs:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
+        from google.cloud import storage
+
+        storage.Client().create_bucket("state")
+        check(claims.store_for("gs://state/team", "kimi-k3-1"))

@@ -51,6 +51,7 @@ COMMANDS: dict[str, Command] = {
     "bench": Command("tools.live.bench", "deploy, benchmark, report and tear down a stack"),
     "report": Command("tools.live.report", "turn inference-perf results into report.md and plots"),
     "leftovers": Command("tools.live.leftovers", "list billable resources a destroyed stack left behind"),
+    "reap": Command("tools.live.reap", "destroy benchmark stacks whose driver died (claim past its deadline)"),
 }
 
 def usage() -> str:

@@ -43,6 +43,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ from components.naming import label_value
 from tools import deprecated, prog
 from tools.live.bench_steps import Steps, measured_output_tokens_per_second
 from tools.live.bench_teardown import Teardown
+from tools.live.claims import LEASE_S, RENEW_S, Claim, ClaimStore
+from tools.live.claims import deadline as claim_deadline
 from tools.live.cloud import Cluster, GcloudStorage, KubectlCluster
 from tools.live.core import (
     EXIT_BUSY,
@@ -79,7 +82,6 @@ from tools.live.leftovers import GcloudBilling
 from tools.live.pulumi_stack import (
     BENCHMARK_KEY,
     BUCKET_EXISTS_KEY,
-    CLAIM_TAG,
     DELETE_CHECKPOINT_KEY,
     GCP_PROJECT_KEY,
     RUN_ID_KEY,
@@ -133,6 +135,8 @@ class Options:
     destroy_timeout: float = 5400.0
     smoke_timeout: float = SMOKE_TIMEOUT
     cancel_grace: float = 900.0  # how long a CLI asked to stop may take to save its state and exit
+    claim_lease: float = LEASE_S
+    """The claim's deadline is this far ahead, renewed every min(RENEW_S, lease / 6) while the driver lives."""
     smoke_args: list[str] = field(default_factory=list)
 
 
@@ -176,6 +180,9 @@ class Driver(Steps, Teardown):
         self.stop_reason: str | None = None
         self.busy: str | None = None  # why the stack was not ours to touch
         self.claimed = False
+        self.claim: Claim | None = None
+        self.claim_store: ClaimStore | None = None
+        self.renewer: threading.Thread | None = None
         self.up_started = False
         self.cli: Watch | None = None  # the running up/destroy CLI's deadline
         self.cli_name: str | None = None
@@ -191,7 +198,8 @@ class Driver(Steps, Teardown):
     def resume(self) -> str:
         env = "".join(f"{key}={value} " for key, value in self.destroy_env.items())
         where = f"--stack {self.opts.stack} --cwd {self.opts.work_dir.resolve()}"
-        release = f" && pulumi stack tag rm {CLAIM_TAG} {where}" if self.claimed else ""
+        release = (f" && {self.claim_store.release_command(self.opts.stack)}"
+                   if self.claimed and self.claim_store is not None else "")
         return f"{env}pulumi destroy {where} --refresh{release}"
 
     # ---------------------------------------------------------------- stop requests
@@ -337,29 +345,63 @@ class Driver(Steps, Teardown):
         self.console.open_log(self._path("driver.log"))
         self.out(f"results folder: {self.run_dir}")
         where = f"--stack {self.opts.stack} --cwd {self.opts.work_dir.resolve()}"
-        claim = backend.get_tag(CLAIM_TAG)
-        if claim and claim != self.run_id:
-            return self._refuse(f"stack {self.opts.stack} is claimed by benchmark run {claim} (stack tag {CLAIM_TAG})",
-                                f"if that run is over and its stack destroyed, release it with `pulumi stack tag rm "
-                                f"{CLAIM_TAG} {where}`")
+        self.claim_store = store = backend.claims()
+        mine = Claim(self.run_id, self.opts.stack, claim_deadline(self.deps.now(), self.opts.claim_lease),
+                     socket.gethostname())
+        held = store.create(mine)
+        if held is not None:
+            return self._refuse(
+                f"stack {self.opts.stack} is claimed by benchmark run {held.run} until {held.deadline} "
+                f"({store.where(self.opts.stack)})",
+                "if that run is over and its stack destroyed, release it with "
+                f"`{store.release_command(self.opts.stack)}`; "
+                "past its deadline `python -m tools reap` destroys the stack and releases it")
+        self.claim = store.get(self.opts.stack)
+        if self.claim is None or self.claim.run != self.run_id:
+            return self._refuse(f"stack {self.opts.stack} was just claimed by benchmark run "
+                                f"{self.claim.run if self.claim else '(gone)'}", "use another stack")
+        self.claimed = True
+        atomic = "" if store.atomic else (" (note: this backend offers no compare-and-set, so the claim is a stack "
+                                          "tag set then read back; Pulumi's update lock still admits one `up`)")
+        self.out(f"claimed stack {self.opts.stack} for this run until {self.claim.deadline}, renewed while the "
+                 f"driver lives ({store.where(self.opts.stack)}){atomic}")
+        self._renew_claim_in_background()
         count = backend.resource_count()
         if count:
+            self._release_claim()
             return self._refuse(f"stack {self.opts.stack} already holds {count} resource(s) that this run did not "
                                 "create (a kept or interrupted run, or someone's deployment)",
                                 f"the driver destroys only what it creates: finish them with `pulumi destroy {where}`, "
                                 "or run on a stack of your own (copy the stack file to Pulumi.<name>.yaml)")
-        backend.set_tag(CLAIM_TAG, self.run_id)
-        now = backend.get_tag(CLAIM_TAG)
-        if now is None:
-            self.out(f"note: the backend keeps no stack tags (Pulumi CLI older than v3.211.0 on a DIY backend?), so "
-                     f"the claim {CLAIM_TAG} is not recorded; the empty-stack check and the state lock still hold")
-        elif now != self.run_id:
-            return self._refuse(f"stack {self.opts.stack} was just claimed by benchmark run {now}", "use another stack")
-        else:
-            self.claimed = True
-            self.out(f"claimed stack {self.opts.stack} for this run ({CLAIM_TAG}={self.run_id})")
         self._write_run_record()
         return None
+
+    def _renew_claim_in_background(self) -> None:
+        """Push the claim's deadline ahead while this process lives; a dead driver's claim expires and the
+        reaper destroys its stack (tools.live.claims)."""
+        period = min(RENEW_S, self.opts.claim_lease / 6)
+        stop = threading.Event()
+        self.renewer_stop = stop
+
+        def renew() -> None:
+            while not stop.wait(period):
+                claim, store = self.claim, self.claim_store
+                if claim is None or store is None or not self.claimed:
+                    return
+                try:
+                    renewed = store.renew(claim, claim_deadline(self.deps.now(), self.opts.claim_lease))
+                except Exception as err:  # noqa: BLE001 - retried next period; the lease is the bound
+                    self.out(f"note: could not renew the claim ({tail(str(err), 1)}); retrying")
+                    continue
+                if renewed is None:
+                    self.claimed = False
+                    self.problems.append("the claim was taken away (expired and reaped, or removed by a person)")
+                    self.out("!! the claim on the stack was taken away; this run no longer owns it")
+                    return
+                self.claim = renewed
+
+        self.renewer = threading.Thread(target=renew, name="bench-claim", daemon=True)
+        self.renewer.start()
 
     def _refuse(self, why: str, what_to_do: str) -> int:
         self.busy = why
@@ -410,6 +452,11 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="SECONDS",
                         help="time for the smoke check (a subprocess); then it is stopped and the step fails. "
                              "Raise it with a larger --total-timeout in --smoke-args (seconds, default %(default)s)")
+    parser.add_argument("--claim-lease-seconds", type=bounded_number(float, 1, 86400), default=LEASE_S,
+                        metavar="SECONDS",
+                        help="the stack's claim expires this long after the driver last renewed it; then "
+                             "`python -m tools reap` (the teardown workflow, every 15 min) destroys the stack "
+                             "(default %(default)s)")
     parser.add_argument("--smoke-args", nargs=argparse.REMAINDER, default=[],
                         help="everything after it goes to `python -m tools smoke` (must come last); a "
                              "--metrics-url there replaces the driver's own port-forwarded metrics URLs")
@@ -421,7 +468,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
                    skip_benchmark=args.skip_benchmark, destroy_retries=args.destroy_retries,
                    retry_wait=args.backoff_seconds, up_timeout=args.up_timeout, ready_timeout=args.ready_timeout,
                    benchmark_timeout=args.benchmark_timeout, destroy_timeout=args.destroy_timeout,
-                   smoke_timeout=args.smoke_timeout,
+                   smoke_timeout=args.smoke_timeout, claim_lease=args.claim_lease_seconds,
                    smoke_args=list(args.smoke_args))
 
 

@@ -32,6 +32,21 @@ SMOKE_STOP_GRACE_SECONDS = 10.0
 """How long a smoke check asked to stop (SIGTERM to its process group) may take before it is killed."""
 
 
+DIE_WITH_DRIVER = ("import ctypes, os, signal, sys\n"
+                   "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+                   "if os.getppid() != int(sys.argv[1]):\n    sys.exit(1)  # the driver died before prctl\n"
+                   "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n")
+"""Runs the smoke check so that the kernel kills it when the driver dies, SIGKILL included (prctl(2)
+PR_SET_PDEATHSIG, kept across execve; tied to the thread that started it: the driver's main thread). A wrapper
+rather than Popen's preexec_fn, which is not safe in a process with threads."""
+
+
+def smoke_command(argv: list[str]) -> list[str]:
+    if sys.platform.startswith("linux"):
+        return [sys.executable, "-c", DIE_WITH_DRIVER, str(os.getpid()), *SMOKE_COMMAND, *argv]
+    return [sys.executable, *SMOKE_COMMAND, *argv]
+
+
 def _signal_group(proc: subprocess.Popen, signum: int) -> None:
     with contextlib.suppress(OSError):
         os.killpg(proc.pid, signum)
@@ -254,7 +269,7 @@ class Steps:
             smoke = self.deps.smoke
             code = run_bounded(lambda: smoke(argv), watch, "smoke check", check=self.stopper.check)
         else:
-            proc = subprocess.Popen([sys.executable, *SMOKE_COMMAND, *argv], cwd=ROOT, text=True, bufsize=1,
+            proc = subprocess.Popen(smoke_command(argv), cwd=ROOT, text=True, bufsize=1,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             watch.on_stop = lambda: _signal_group(proc, signal.SIGTERM)

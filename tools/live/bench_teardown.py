@@ -21,7 +21,6 @@ from tools.live.leftovers import LeftoverCheckError, split_kept_bucket
 from tools.live.pulumi_stack import (
     BENCHMARK_KEY,
     BUCKET_EXISTS_KEY,
-    CLAIM_TAG,
     CLUSTER_NAME_KEY,
     DELETE_CHECKPOINT_KEY,
     HINTS,
@@ -44,6 +43,7 @@ class Teardown:
         try:
             if self.opts.keep:
                 self.destroy_result = "skipped (--keep)"
+                self._release_claim()  # a kept stack is the user's: no deadline, the reaper leaves it alone
                 self.out(f"==> destroy: skipped (--keep); the stack keeps running and billing. Later: {self.resume}")
                 if self.benchmark_previous is not None:
                     self.out(f"note: {BENCHMARK_KEY} stays true in Pulumi.{self.opts.stack}.yaml "
@@ -110,15 +110,25 @@ class Teardown:
             return False
 
     def _release_claim(self) -> None:
-        if not self.claimed:
+        """Remove this run's claim, and only this run's (the store removes it only at the version we hold)."""
+        if not self.claimed or self.claim is None or self.claim_store is None:
             return
-        try:
-            self.deps.backend.set_tag(CLAIM_TAG, None)
-        except Exception as err:
-            self.problems.append(f"could not release the claim {CLAIM_TAG}: {err}")
-            return
+        stop = getattr(self, "renewer_stop", None)
+        if stop is not None:
+            stop.set()
+        if self.renewer is not None:
+            self.renewer.join(timeout=30)
         self.claimed = False
-        self.out(f"released the claim on stack {self.opts.stack}")
+        try:
+            removed = self.claim_store.remove(self.claim)
+        except Exception as err:
+            self.claimed = True
+            self.problems.append(f"could not release the claim {self.claim_store.where(self.opts.stack)}: {err}")
+            return
+        if removed:
+            self.out(f"released the claim on stack {self.opts.stack}")
+        else:
+            self.out(f"note: the claim on stack {self.opts.stack} was no longer this run's; left alone")
 
     @property
     def kept_bucket(self) -> str | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from components import catalog
+from tools.live.claims import ClaimStore, TagClaims, store_for
 from tools.live.core import OnOutput
 
 PROJECT = catalog.GUIDE_NAME  # the Pulumi project, so also the config namespace
@@ -122,6 +123,9 @@ class Backend(Protocol):
     def resource_count(self) -> int:
         """Resources in the stack's state, not counting the stack itself and providers."""
 
+    def claims(self) -> ClaimStore:
+        """Where benchmark runs claim stacks of this backend (tools.live.claims)."""
+
     def up(self, on_output: OnOutput) -> None:
         """`pulumi up` with the policy pack; StackLockedError if another process holds the lock."""
 
@@ -204,6 +208,11 @@ class AutomationBackend:
             self._stack.remove_tag(key)
         else:
             self._stack.set_tag(key, value)
+
+    def claims(self) -> ClaimStore:
+        store = store_for(self._stack.workspace.who_am_i().url, PROJECT)
+        return store if store is not None else TagClaims(self.get_tag, self.set_tag, self._stack.name, PROJECT,
+                                                         str(self.work_dir.resolve()))
 
     def resource_count(self) -> int:
         resources = self._stack.export_stack().deployment.get("resources") or []

@@ -83,7 +83,8 @@ SHORT_MAX_TOKENS = 16
 CHAT_MAX_TOKENS = 64  # room for a reasoning parser to hand back visible text
 LONG_MAX_TOKENS = 8
 LONG_PROMPT_WORDS = 3000  # about 4,000 tokens with a BPE tokenizer
-TOTAL_SECONDS = 1800.0
+TOTAL_SECONDS = 900.0
+"""A smoke check on a Ready stack takes seconds; 15 min leaves room for a router still warming up."""
 
 
 # --------------------------------------------------------------------------- prompts
@@ -377,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="base URL of one serving pod of a slice, repeatable: each slice must answer on its own "
                              "(GPU: a decode pod's port " f"{contract.MODEL_SERVER_PORT}; TPU: the slice's leader)")
     step = bounded_number(float, 0.01, 86400, above_low=True)
-    parser.add_argument("--step-timeout", type=step, default=600.0, metavar="SECONDS",
+    parser.add_argument("--step-timeout", type=step, default=300.0, metavar="SECONDS",
                         help="retry budget of each HTTP step: no new attempt after it (seconds, default %(default)s; "
                              "was --deadline-seconds)")
     deprecated(parser, "--deadline-seconds", "--step-timeout", type=step)

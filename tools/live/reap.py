@@ -1,0 +1,132 @@
+"""Destroy every benchmark stack whose claim is past its deadline: the driver that claimed it stopped renewing
+(killed, its runner lost), so nobody else will. Runs from the teardown workflow every 15 minutes, needs no list
+of stacks (the claims say which), and reports what is left through `leftovers`, as the driver does.
+
+    python -m tools reap [--work-dir .] [--dry-run] [--destroy-timeout 5400]
+
+The claims live beside the state (tools/live/claims.py). Before destroying, the reaper takes the claim over
+with the same compare-and-set (a driver that renewed meanwhile keeps its stack), and it removes the claim
+only after the destroy finished and the leftover listing was complete; otherwise the claim stays and the next
+pass tries again. Exit: 0 nothing expired or every expired stack destroyed with nothing left; 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from components.naming import label_value
+from tools import prog
+from tools.live.claims import Claim, ClaimStore, TagClaims, deadline, store_for
+from tools.live.core import bounded_number, tail
+from tools.live.leftovers import GcloudBilling, LeftoverCheckError, split_kept_bucket
+from tools.live.pulumi_stack import (
+    CLUSTER_NAME_KEY,
+    DELETE_CHECKPOINT_KEY,
+    GCP_PROJECT_KEY,
+    PROJECT,
+    UNREACHABLE_ENV,
+    AutomationBackend,
+)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog("reap"), description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work-dir", type=Path, default=Path("."), help="the Pulumi project folder (default .)")
+    parser.add_argument("--dry-run", action="store_true", help="list the expired claims, destroy nothing")
+    parser.add_argument("--destroy-timeout", type=bounded_number(float, 1, 86400), default=5400.0,
+                        metavar="SECONDS", help="how long the reaper holds a claim while it destroys (default "
+                                                "%(default)s)")
+    return parser.parse_args(argv)
+
+
+def _store(work_dir: Path) -> tuple[ClaimStore | None, Any]:
+    from pulumi import automation as auto  # noqa: PLC0415 - only when reaping
+
+    workspace = auto.LocalWorkspace(work_dir=str(work_dir.resolve()))
+    return store_for(workspace.who_am_i().url, PROJECT), workspace
+
+
+def expired_claims(work_dir: Path, now: datetime) -> list[tuple[ClaimStore, Claim]]:
+    store, workspace = _store(work_dir)
+    if store is not None:
+        return [(store, claim) for claim in store.all() if claim.expired(now)]
+    found = []
+    for summary in workspace.list_stacks():  # Pulumi Cloud: the claim is each stack's tags
+        backend = AutomationBackend(work_dir)
+        backend.select_or_create(summary.name)
+        tags = TagClaims(backend.get_tag, backend.set_tag, summary.name, PROJECT, str(work_dir.resolve()))
+        found += [(tags, claim) for claim in tags.all() if claim.expired(now)]
+    return found
+
+
+def reap(work_dir: Path, out: Callable[[str], None] = print, dry_run: bool = False,
+         destroy_timeout: float = 5400.0, billing: Any = None, now: Callable[[], datetime] = lambda: datetime.now(UTC)
+         ) -> int:
+    expired = expired_claims(work_dir, now())
+    if not expired:
+        out("reap: no benchmark stack is past its claim's deadline")
+        return 0
+    failed = 0
+    for store, claim in expired:
+        where = store.where(claim.stack)
+        out(f"==> stack {claim.stack}: claim of run {claim.run} expired at {claim.deadline} ({where})")
+        if dry_run:
+            continue
+        held = store.renew(claim, deadline(now(), destroy_timeout))  # take it over, or leave a renewed one alone
+        if held is None:
+            out("    the claim changed meanwhile (its driver renewed it, or another reaper took it): left alone")
+            continue
+        if not _destroy_and_list(work_dir, claim.stack, out, billing or GcloudBilling()):
+            failed += 1
+            out(f"    the claim stays ({where}); the next pass tries again")
+            continue
+        store.remove(held)
+        out(f"    destroyed, nothing billable left; released the claim of run {claim.run}")
+    return 1 if failed else 0
+
+
+def _destroy_and_list(work_dir: Path, stack: str, out: Callable[[str], None], billing: Any) -> bool:
+    backend = AutomationBackend(work_dir)
+    try:
+        backend.select_or_create(stack)
+        project = backend.get_config(GCP_PROJECT_KEY)
+        network = backend.get_config(CLUSTER_NAME_KEY) or f"{PROJECT}-{backend.get_config(f'{PROJECT}:track') or stack}"
+        keep = (backend.get_config(DELETE_CHECKPOINT_KEY) or "false").lower() != "true"
+        kept = (backend.outputs().get("bucketUri") or "").removeprefix("gs://") or None if keep else None
+        out(f"--> pulumi destroy --stack {stack} --refresh")
+        try:
+            backend.destroy(lambda line: out(f"    {line}"), {})
+        except Exception as err:  # noqa: BLE001 - an abandoned run's cluster may be half gone: once more
+            out(f"    destroy failed ({tail(str(err), 1)}); once more with PULUMI_K8S_DELETE_UNREACHABLE=true")
+            backend.destroy(lambda line: out(f"    {line}"), UNREACHABLE_ENV)
+    except Exception as err:  # noqa: BLE001 - one line, the claim stays for the next pass
+        out(f"    FAILED destroy of {stack}: {tail(str(err), 3)}")
+        return False
+    out(f"==> leftovers (pulumi-stack={label_value(stack)})")
+    try:
+        left, by_design = split_kept_bucket(list(billing.leftovers(label_value(stack), project, network)), kept)
+    except LeftoverCheckError as err:
+        out(f"    could not check everything: {err}")
+        return False
+    for line in by_design:
+        out(f"    {line}  (kept by design: the checkpoint copy; storage.deleteCheckpointOnDestroy=false)")
+    for line in left:
+        out(f"    {line}")
+    if left:
+        out(f"    {len(left)} resource(s) still billable under pulumi-stack={label_value(stack)}")
+    return not left
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    return reap(args.work_dir, dry_run=args.dry_run, destroy_timeout=args.destroy_timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
