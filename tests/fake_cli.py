@@ -125,7 +125,9 @@ from pathlib import Path
 
 with open(Path(os.environ["FAKE_CLI_STATE"]) / "calls.jsonl", "a") as log:
     log.write(json.dumps([Path(sys.argv[0]).name, *sys.argv[1:]]) + "\n")
-if not any(a.startswith("--format=value") for a in sys.argv):  # lists nothing, in the format asked for
+if sys.argv[1:3] == ["auth", "list"]:
+    print("tester@example.com")
+elif not any(a.startswith("--format=value") for a in sys.argv):  # lists nothing, in the format asked for
     print("[]")
 '''
 
