@@ -290,7 +290,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             retry_after = hub.limited()
             if retry_after is not None:
                 self.send_response(429)
-                self.send_header("Retry-After", retry_after)
+                if retry_after != "<absent>":
+                    self.send_header("Retry-After", retry_after)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return

@@ -86,7 +86,7 @@ def run(hub: FakeHub, dest: str, token: str | None = TOKEN, repo: str = REPO, **
     lines: list[str] = []
     kwargs.setdefault("workers", 3)
     kwargs.setdefault("chunk_bytes", MIB)
-    kwargs.setdefault("backoff", Backoff(tries=4, base_s=0.01, max_s=0.05))
+    kwargs.setdefault("backoff", Backoff(tries=4, base_s=0.01, max_s=0.05, rate_floor_s=0.01))
     report = stage(repo, hub.repos[repo].commit, dest, token=token, endpoint=hub.url, log=lines.append,
                    progress_s=0.05, **kwargs)
     return report, lines
@@ -525,7 +525,7 @@ def test_a_three_minute_rate_limit_window_with_retry_after_is_waited_out(gcs):
         limited = hub.stats.rate_limited
         assert len(limited) >= 4 and hub.stats.first_after_window - limited[0] >= 180
         assert report.copied_files == len(hub.repos[REPO].files)
-        assert 60 in clock.sleeps, "Retry-After honoured, not capped at the backoff's 0.05 s"
+        assert any(60 <= s <= 90 for s in clock.sleeps), "Retry-After honoured (plus jitter), not the backoff's 0.05 s"
         assert_exactly_the_commit(hub, dest)
 
 
@@ -538,12 +538,52 @@ def test_retry_after_is_bounded_and_a_window_longer_than_the_patience_fails_in_o
     with fake_hub() as hub:
         hub.rate_limit(7200, "86400", clock)
         backoff = Backoff(tries=4, base_s=0.01, max_s=0.05, retry_after_max_s=600, patience_s=1800, clock=clock)
-        with pytest.raises(StagingError, match=r"still rate limited by the Hub \(HTTP 429\) after \d+ min without "
-                                               r"progress \(the copier waits up to 30 min\)") as failure:
+        with pytest.raises(StagingError, match=r"still rate limited by the Hub \(HTTP 429\) after \d+ min and \d+ "
+                                               r"answers without progress \(the copier waits up to 30 min") as failure:
             run(hub, f"gs://{bucket}/rl2/", backoff=backoff)
         assert "\n" not in str(failure.value)
         assert clock.sleeps and max(clock.sleeps) == 600, "Retry-After beyond the bound waits the bound"
     assert not objects(bucket)
+
+
+@pytest.mark.parametrize("retry_after", ["0", "-5", "nan", "Wed, 21 Oct 2015 07:28:00 GMT", "<absent>", "soon",
+                                         "99999999"])
+def test_every_retry_after_waits_at_least_the_floor_with_jitter(gcs, retry_after):
+    """A Hub rate limiting for 60 s answers with a Retry-After that asks for no wait (or garbage, or absurdly
+    long): one worker sends at most one request per floor interval, waits are jittered, the copy completes."""
+    from tools.staging.hub import Backoff
+
+    bucket = new_bucket(gcs)
+    clock = ScaledClock(1000)
+    lines: list[str] = []
+    with fake_hub(gated=False) as hub:
+        hub.rate_limit(60, retry_after, clock, after_files=1)
+        backoff = Backoff(tries=4, base_s=0.01, max_s=30, rate_floor_s=2, retry_after_max_s=120, clock=clock,
+                          announce_s=1, log=lines.append)
+        report, _ = run(hub, f"gs://{bucket}/ra/", workers=1, backoff=backoff)
+        limited = hub.stats.rate_limited
+        assert limited and report.copied_files == len(hub.repos[REPO].files)
+        gaps = [b - a for a, b in zip(limited, limited[1:], strict=False)]
+        assert all(gap >= 2 for gap in gaps), gaps
+        assert len(limited) <= 60 / 2 + 1
+        waits = [s for s in clock.sleeps if s >= 2]
+        assert len(set(waits)) == len(waits) and max(waits) <= 120, "jittered, and never past the bound"
+        assert any(line.startswith("rate limited by the Hub (HTTP 429) on ") and "waiting" in line
+                   for line in lines), lines
+
+
+def test_rate_limited_waits_are_bounded_in_count(gcs):
+    from tools.staging import StagingError
+    from tools.staging.hub import Backoff
+
+    bucket = new_bucket(gcs)
+    clock = ScaledClock(1000)
+    with fake_hub(gated=False) as hub:
+        hub.rate_limit(86400, "0", clock)
+        backoff = Backoff(tries=4, base_s=0.01, max_s=0.05, rate_floor_s=1, rate_tries=5, clock=clock)
+        with pytest.raises(StagingError, match=r"after \d+ min and 5 answers without progress") as failure:
+            run(hub, f"gs://{bucket}/rc/", backoff=backoff)
+        assert "\n" not in str(failure.value) and len(hub.stats.rate_limited) == 6
 
 
 def test_two_copiers_at_once_download_every_file_once(gcs):

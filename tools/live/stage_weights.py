@@ -15,7 +15,8 @@ and for objects in the folder that the copier did not write: it refuses them ins
 bad arguments. The copier's records, leases and manifest go to FOLDER.copier/ beside the folder. A rerun
 reads the stored files back and copies only those whose bytes are not the Hub's; several copiers may run on one
 folder at once (leases), and --shards splits the files into balanced shares, one per copier.
-Rate limits are waited out (Retry-After honoured up to 10 min a wait, for up to 60 min without progress).
+Rate limits are waited out (Retry-After honoured up to 10 min a wait, never less than a 2 s floor with jitter, for up to
+60 min and 300 answers without progress; long waits are logged).
 """
 
 from __future__ import annotations

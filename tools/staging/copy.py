@@ -17,6 +17,7 @@ copier did not write). Every run asks the Hub for the list (one API call).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import io
 import threading
@@ -69,6 +70,8 @@ def stage(repo_id: str, revision: str, dest_uri: str, *, workers: int = 8, token
     if workers < 1:
         raise StagingError(f"--workers {workers}: at least 1")
     started = time.monotonic()
+    if backoff.log is None:
+        backoff = dataclasses.replace(backoff, log=log)  # rate-limit waits are shown where the user waits
     dest = Destination.parse(dest_uri)
     hub = Hub(repo_id, token=token, endpoint=endpoint, backoff=backoff)
     commit, files = hub.files(revision)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import math
 import queue
 import random
 import re
@@ -94,49 +95,71 @@ class Backoff:
     """When to try again and when to give up.
 
     Failures (cut connections, 5xx) are retried with exponential backoff and jitter, at most `tries` in a row
-    without progress. Rate limits (429, and 503 with Retry-After) are a wait, not a failure: the copier waits
-    what `Retry-After` asks, up to `retry_after_max_s` (longer values are capped there and asked again), and
-    keeps going as long as the rate limit lifts within `patience_s` of the last byte received."""
+    without progress. Rate limits (429, and 503 with Retry-After) are a wait, not a failure. Every wait has a
+    floor and jitter, whatever `Retry-After` says (0, negative, `nan`, a date in the past, absent or garbage):
+    the wait is the largest of what it asks, `rate_floor_s`, and an exponential backoff over the rate-limited
+    answers in a row (so a Hub that keeps answering `Retry-After: 0` is asked less and less often), times 1 to
+    1.5 (jitter, so workers and pods do not come back together), at most `retry_after_max_s` (longer values
+    wait that and ask again). The copier keeps going while the limit lifts within `patience_s` of the last
+    byte received and within `rate_tries` rate-limited answers in a row; each wait of `announce_s` or more
+    is logged with what it waits for."""
 
     tries: int = 8
     base_s: float = 1.0
     max_s: float = 30.0
     retry_after_max_s: float = 600.0
     patience_s: float = 3600.0
+    rate_floor_s: float = 2.0
+    """At most one request per worker per this many seconds while rate limited."""
+    rate_tries: int = 300
+    """Rate-limited answers in a row without progress before the copier stops (with patience_s, whichever first)."""
+    announce_s: float = 10.0
     clock: Clock = REAL_CLOCK
+    log: Optional[Callable[[str], None]] = None
 
     def delay(self, attempt: int) -> float:
         return min(self.max_s, self.base_s * 2 ** (max(attempt, 1) - 1)) * (0.5 + random.random() / 2)
+
+    def rate_delay(self, retry_after: Optional[float], limited: int) -> float:
+        """The wait before the next request after the `limited`-th rate-limited answer in a row."""
+        asked = retry_after if retry_after is not None and math.isfinite(retry_after) else 0.0
+        grown = min(self.max_s, self.rate_floor_s * 2 ** (max(limited, 1) - 1))
+        return min(self.retry_after_max_s, max(asked, grown, self.rate_floor_s) * (1 + random.random() / 2))
 
     def retrier(self) -> Retrier:
         return Retrier(self)
 
 
 class Retrier:
-    """One operation's retry budget: `tries` failures in a row, or `patience_s` of rate limiting, since the
-    last progress (`progressed()` resets both)."""
+    """One operation's retry budget: `tries` failures in a row, or `rate_tries` rate-limited answers or
+    `patience_s` of rate limiting, since the last progress (`progressed()` resets all)."""
 
     def __init__(self, backoff: Backoff):
         self.backoff = backoff
         self.failures = 0
+        self.limited = 0
         self.since = backoff.clock.now()
 
     def progressed(self) -> None:
-        self.failures, self.since = 0, self.backoff.clock.now()
+        self.failures, self.limited, self.since = 0, 0, self.backoff.clock.now()
 
     def failed(self, status: Optional[int], retry_after: Optional[float], what: str) -> None:
         """Wait before the next try, or raise StagingError with `what` when the budget is spent."""
         backoff = self.backoff
         limited = status == 429 or (status == 503 and retry_after is not None)
         if limited:
-            delay = min(backoff.retry_after_max_s,
-                        retry_after if retry_after is not None else backoff.delay(self.failures + 1))
+            self.limited += 1
+            delay = backoff.rate_delay(retry_after, self.limited)
             waited = backoff.clock.now() - self.since
-            if waited + delay > backoff.patience_s:
+            if waited + delay > backoff.patience_s or self.limited > backoff.rate_tries:
                 raise StagingError(f"{what}: still rate limited by the Hub (HTTP {status}) after "
-                                   f"{waited / 60:.0f} min without progress (the copier waits up to "
-                                   f"{backoff.patience_s / 60:.0f} min); rerun later, or use a token with a higher "
-                                   "rate limit (HF_TOKEN)")
+                                   f"{waited / 60:.0f} min and {self.limited - 1} answers without progress (the "
+                                   f"copier waits up to {backoff.patience_s / 60:.0f} min and {backoff.rate_tries} "
+                                   "answers); rerun later, or use a token with a higher rate limit (HF_TOKEN)")
+            if backoff.log is not None and delay >= backoff.announce_s:
+                backoff.log(f"rate limited by the Hub (HTTP {status}) on {what}: waiting {delay:.0f} s "
+                            f"(answer {self.limited} in a row, {waited / 60:.0f} of {backoff.patience_s / 60:.0f} min "
+                            "without progress)")
             backoff.clock.sleep(delay)
             return
         self.failures += 1
@@ -307,12 +330,13 @@ def _retry_after(value: Optional[str]) -> Optional[float]:
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
+        return max(0.0, seconds) if math.isfinite(seconds) else None  # nan, inf: not a delay
     except ValueError:
         pass
     try:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
