@@ -486,6 +486,34 @@ def test_an_unsafe_hub_file_name_is_refused_in_one_line_before_anything_is_writt
     assert not objects(bucket), "nothing written, not even the write probe"
 
 
+@pytest.mark.parametrize("names,reason", [
+    (["model\u202egpj.safetensors"], "an invisible formatting character (bidi control, zero-width), U+202E"),
+    (["config\u200b.json"], "an invisible formatting character (bidi control, zero-width), U+200B"),
+    (["tokenizer\ufeff.model"], "U+FEFF"),
+    (["chat\u00a0template.jinja"], "a space other than U+0020, U+00A0"),
+    (["\uff0e\uff0e/escape.json"], "a character that normalises to '.', '/' or '\\' (a fullwidth or compatibility"),
+    (["a\u2024b/x.json"], "a character that normalises to '.'"),
+    (["%2e%2e/escape.json"], "a percent-encoded '.', '/' or '\\'"),
+    (["shards%2Fmodel.safetensors"], "a percent-encoded"),
+    (["caf\u00e9.json", "cafe\u0301.json"], "the same name as 'cafe\\u0301.json' under Unicode normalisation or case"),
+    (["Config.json"], "the same name as 'Config.json' under Unicode normalisation or case"),
+])
+def test_names_that_spoof_or_collide_are_refused_in_one_line(gcs, names, reason):
+    """The rule (docs/weights.md): no invisible or bidi characters, no compatibility forms of '.', '/' or '\\',
+    no percent-encoded separators, and no two names equal under NFC and case folding (`config.json` is in the
+    repository already)."""
+    from tools.staging import StagingError
+
+    bucket = new_bucket(gcs)
+    with fake_hub(**{name: FakeFile(100, seed=9 + i, lfs=False) for i, name in enumerate(names)}) as hub:
+        with pytest.raises(StagingError, match=r"the Hub lists .* not a safe object name \(.*\); nothing was "
+                                               "copied") as failure:
+            run(hub, f"gs://{bucket}/un/")
+        assert reason in str(failure.value) and str(failure.value).isascii(), "printable, with the culprit spelled out"
+        assert "\n" not in str(failure.value) and not hub.stats.requests
+    assert not objects(bucket)
+
+
 def test_stale_files_of_another_commit_are_cleared_and_foreign_objects_refused(gcs):
     from google.cloud import storage
 

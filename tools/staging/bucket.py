@@ -13,6 +13,7 @@ import hashlib
 import io
 import re
 import threading
+import unicodedata
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,13 @@ OBJECT_NAME_MAX_BYTES = 1024
 """Object names are at most 1,024 bytes of UTF-8 and contain no CR or LF
 (https://cloud.google.com/storage/docs/objects#naming)."""
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+INVISIBLE_CATEGORIES = {"Cf": "an invisible formatting character (bidi control, zero-width)",
+                        "Co": "a private-use character", "Cn": "an unassigned code point", "Cs": "a lone surrogate",
+                        "Zl": "a line separator", "Zp": "a paragraph separator",
+                        "Zs": "a space other than U+0020"}
+"""Unicode general categories refused in a name: each renders as nothing, or as something else, so two names
+that look the same would be different files (https://www.unicode.org/reports/tr36/ "Visual Security Issues")."""
+PERCENT_SEPARATOR = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
 SIDECAR_SUFFIX = ".copier/"
 
 
@@ -71,6 +79,17 @@ def unsafe_reason(path: str, dest: Destination) -> Optional[str]:
         return "an absolute path"
     if CONTROL.search(path):
         return "a control character"
+    for char in path:
+        category = unicodedata.category(char)
+        if INVISIBLE_CATEGORIES.get(category) and char != " ":
+            return f"{INVISIBLE_CATEGORIES[category]}, U+{ord(char):04X}"
+    if "\\" in path:
+        return "a backslash"
+    if PERCENT_SEPARATOR.search(path):
+        return "a percent-encoded '.', '/' or '\\'"
+    folded = unicodedata.normalize("NFKC", path)
+    if any(folded.count(c) != path.count(c) for c in "./\\"):
+        return "a character that normalises to '.', '/' or '\\' (a fullwidth or compatibility form)"
     segments = path.split("/")
     if "" in segments:
         return "an empty path segment"
@@ -79,6 +98,12 @@ def unsafe_reason(path: str, dest: Destination) -> Optional[str]:
     if len(dest.name(path).encode()) > OBJECT_NAME_MAX_BYTES:
         return f"longer than the {OBJECT_NAME_MAX_BYTES} bytes an object name may have"
     return None
+
+
+def twin_key(path: str) -> str:
+    """Names equal under Unicode normalisation (NFC/NFD) and case are one name to a person, and to a
+    case-insensitive or normalising file system: the same key."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", path).casefold())
 
 
 def written_by_copier(blob: Any) -> bool:

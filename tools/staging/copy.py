@@ -31,7 +31,7 @@ from typing import Any, Optional
 import google_crc32c
 
 from . import StagingError
-from .bucket import CHUNK_BYTES, Bucket, Destination, metadata, unsafe_reason, written_by_copier
+from .bucket import CHUNK_BYTES, Bucket, Destination, metadata, twin_key, unsafe_reason, written_by_copier
 from .hub import COMMIT, Backoff, Clock, Hub, HubFile
 from .ledger import Busy, Lease, Ledger, proven
 from .progress import Progress, human_bytes, human_seconds
@@ -162,13 +162,17 @@ def _generation(blob: Any) -> Optional[int]:
 def check_names(files: list[HubFile], dest: Destination, where: str) -> None:
     """Refuse, before anything is written, file names that cannot be objects or files in the volume."""
     paths = {f.path for f in files}
-    for file in files:
+    seen: dict[str, str] = {}
+    for file in sorted(files, key=lambda f: f.path):
         reason = unsafe_reason(file.path, dest)
+        twin = seen.setdefault(twin_key(file.path), file.path)
+        if reason is None and twin != file.path:
+            reason = f"the same name as {ascii(twin)} under Unicode normalisation or case"
         if reason is None and any("/".join(file.path.split("/")[:i]) in paths
                                   for i in range(1, file.path.count("/") + 1)):
             reason = "a folder with the name of another file"
         if reason is not None:
-            raise StagingError(f"the Hub lists {file.path!r} in {where}: not a safe object name ({reason}); "
+            raise StagingError(f"the Hub lists {ascii(file.path)} in {where}: not a safe object name ({reason}); "
                                "nothing was copied")
 
 
