@@ -105,6 +105,7 @@ class AArgs:
 def test_a_data_module_laid_out_otherwise_loads_whole():
     parse = lazy_packages._Classes.parse
     assert parse(GENERATED, compile(GENERATED, "m.py", "exec")) is not None
-    for other in ("ALIAS = AArgs\n", "def helper():\n    return 1\n", "if True:\n    X = 1\n"):
+    for other in ("ALIAS = AArgs\n", "def helper():\n    return 1\n", "if True:\n    X = 1\n",
+                  "@pulumi.type_token(\n    'x:y:Z')\nclass Z:\n    pass\n"):
         text = GENERATED + other
         assert parse(text, compile(text, "m.py", "exec")) is None, other

@@ -118,6 +118,9 @@ class _Classes:
         classes = _Classes(text, code)
         if not classes.matches or classes.bodies.keys() != classes.index.keys():
             return None
+        # Every decorator line is one a class statement's match holds (none continued over several lines).
+        if text.count("\n@", classes.header_end - 1) != sum(m.group(1).count("\n") for m in classes.matches):
+            return None
         classes.header = compile(text[:classes.header_end], code.co_filename, "exec", dont_inherit=True)
         known = set(classes.header.co_names) | classes.index.keys() | _decorator_and_base_names(classes)
         if not set(code.co_names) <= known:
@@ -139,7 +142,7 @@ class _Classes:
 
     def build(self, name: str, namespace: dict[str, Any]) -> Any:
         """What the module's `class` statement does: the body run by __build_class__, then the decorators; a
-        statement this does not read (a decorator with arguments over several lines, keyword bases) is compiled
+        statement this does not read (keyword bases, a decorator with nested calls) is compiled
         from its own lines of the source instead."""
         match = self.matches[self.index[name]]
         decorators = [line[1:].strip() for line in match.group(1).splitlines()]
