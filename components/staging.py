@@ -127,6 +127,13 @@ def staging_model(cfg: StackConfig, checkpoint_bytes: int = catalog.KIMI.checkpo
         })
 
 
+def proof_readback_seconds(cfg: StackConfig, checkpoint_bytes: int = catalog.KIMI.checkpoint_bytes) -> float:
+    """A folder that already holds the revision is proven, not trusted (tools/staging: records in the bucket are
+    never believed): each pod reads its share back and hashes it. Nothing comes from the Hub, so the bound is the
+    pods' hashing, assumed at the copy's measured CPU rate (both hash every byte)."""
+    return checkpoint_bytes / (staging_pods(cfg, checkpoint_bytes) * POD_CPU * COPIER_MBPS_PER_CPU * 1e6)
+
+
 LISTER_ROLE = "roles/storage.objectViewer"
 """List and read the bucket: listing is checked on the bucket, so it cannot be limited to a prefix."""
 WRITER_ROLE = "roles/storage.objectUser"

@@ -45,7 +45,14 @@ from components.revision import HubRevision, HubRevisionArgs
 from components.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
 from components.services import ProjectServices, ProjectServicesArgs
 from components.staging import MACHINE_TYPE as STAGING_MACHINE_TYPE
-from components.staging import CheckpointStaging, CheckpointStagingArgs, staging_addresses, staging_model, staging_pods
+from components.staging import (
+    CheckpointStaging,
+    CheckpointStagingArgs,
+    proof_readback_seconds,
+    staging_addresses,
+    staging_model,
+    staging_pods,
+)
 from components.storage import CheckpointBucket, CheckpointBucketArgs
 from components.weights import WeightStaging, WeightStagingArgs
 
@@ -309,7 +316,9 @@ def staging_line(cfg: StackConfig) -> str:
             f"{model.seconds / 60:.1f} min: {model.pods} pods x {model.workers_per_pod} streams, one per staging node, "
             f"leaving from {model.addresses} NAT addresses, "
             f"aggregate {model.aggregate_mbps / 1000:.2f} GB/s (limited by {model.limit}; pod rate "
-            f"{model.pod_mbps:.0f} MB/s = {model.sources['pod rate']}); 0 when the bucket already holds the revision")
+            f"{model.pod_mbps:.0f} MB/s = {model.sources['pod rate']}); when the bucket already holds the revision "
+            f"nothing comes from the Hub, but the pods read their shares back to prove them: about "
+            f"{proof_readback_seconds(cfg) / 60:.1f} min (components/staging.py proof_readback_seconds)")
 
 
 def replicas(cfg: StackConfig) -> int:
