@@ -13,10 +13,13 @@ IP_STAMP  := $(IP_VENV)/.installed
 # checkov pins packages .venv has newer releases of: a third virtualenv (requirements-checkov.txt).
 CK_VENV   ?= .venv-checkov
 CK_STAMP  := $(CK_VENV)/.installed
+# The engine-code tier (tests/engine/): vLLM 0.33.0's own Python on a CPU torch, a fourth virtualenv.
+EN_VENV   ?= .venv-engines
+EN_STAMP  := $(EN_VENV)/.installed
 # How `make test` starts pytest (.ci/run wraps it to count the run's wall and CPU seconds).
 PYTEST    ?= $(PY) -m pytest
 
-.PHONY: plan charts test lint schema bench-plan actionlint clean inference-perf
+.PHONY: plan charts test lint schema bench-plan actionlint clean inference-perf engines engine-tests
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@echo "building $(VENV) from requirements-dev.txt (about 1.3 GB; 2-15 min, by the network)"
@@ -48,6 +51,19 @@ $(CK_STAMP): requirements-checkov.txt
 	$(CK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $(CK_STAMP)
 
+## engines: the engine-code test tier's virtualenv (requirements-engines.txt, installed --no-deps: exactly that list)
+engines: $(EN_STAMP)
+
+$(EN_STAMP): requirements-engines.txt
+	@echo "building $(EN_VENV) from requirements-engines.txt (vLLM 0.33.0 on a CPU torch, about 2.1 GB; 2-10 min)"
+	$(PYTHON) -m venv $(EN_VENV)
+	$(EN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-engines.txt
+	touch $(EN_STAMP)
+
+## engine-tests: tests/engine/ inside .venv-engines, calling the pinned engine's own functions on this stack's values
+engine-tests: $(EN_STAMP)
+	$(EN_VENV)/bin/python -m pytest -o addopts="" -q -rs -p no:cacheprovider --confcutdir=tests/engine tests/engine
+
 ## scan: checkov over every stack's plan and its benchmark variant (docs/security.md, section 5)
 scan: $(STAMP) $(CK_STAMP) plan
 	$(PY) -m tools scan --with-benchmark
@@ -65,8 +81,9 @@ charts: $(STAMP)
 
 ## test: the whole suite: lint, config schema in sync, tests (which render and validate the plan, run the
 ## pinned inference-perf from .venv-inference-perf and the pinned checkov from .venv-checkov)
-test: lint schema $(CLI) $(IP_STAMP) $(CK_STAMP)
+test: lint schema $(CLI) $(IP_STAMP) $(CK_STAMP) $(EN_STAMP)
 	$(PYTEST)
+	$(MAKE) --no-print-directory engine-tests
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
