@@ -13,6 +13,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+# Tests reach only loopback: the engine reads the local config.json it is given, never the Hub.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 
 
 def _require_vllm() -> None:
