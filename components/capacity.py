@@ -7,6 +7,7 @@ components.staging.staging_model.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from . import catalog, kvblocks, loading
@@ -49,6 +50,131 @@ def weight_staging(cfg: StackConfig) -> WeightStaging:
     )
 
 
+# --------------------------------------------------------------------------- weights held
+@dataclass(frozen=True)
+class HeldWeights:
+    """Checkpoint bytes one device keeps after loading, from the tensor layout (components/loading.py) and the
+    sharding the engine applies: the non-expert part split over the engine's TP ranks (whole at TP=1, since every
+    data-parallel engine runs its own copy), and one EP rank's routed experts with their scales (vLLM 0.33.0 reads
+    every expert's scales but `FusedMoE.weight_loader` keeps only the local experts' parameters,
+    vllm/model_executor/layers/fused_moe/layer.py `_map_global_expert_id_to_local_expert_id`; TorchTPU's filter
+    does not even read them)."""
+
+    tensor_parallel: int
+    expert_parallel: int
+    dense: float
+    experts: float
+    scales: float
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.experts + self.scales
+
+
+def weights_held_per_device(cfg: StackConfig, role: str = "prefill") -> HeldWeights:
+    """Bytes of weights each device of a `role` replica holds (GPU: `prefill` or `decode` group; TPU: the slice).
+    Assumption: every non-expert tensor splits evenly over TP (norms, the router and MLA's latent projections are
+    replicated by vLLM but are under 0.1% of it)."""
+    if cfg.track == "gpu":
+        g = cfg.gpu
+        nodes = g.prefillNodesPerGroup if role == "prefill" else g.decodeNodesPerGroup
+        tp, ep = g.tensorParallel, nodes * g.spec.gpus_per_node  # vLLM: EP = DP x TP, every GPU of the group
+    else:
+        tp = ep = cfg.tpu.tensorParallel
+    share = math.ceil(loading.ROUTED_EXPERTS / ep) / loading.ROUTED_EXPERTS  # linear placement: the largest share
+    return HeldWeights(tp, ep, loading.layout_bytes("whole") / tp, loading.layout_bytes("expert") * share,
+                       loading.layout_bytes("expert_scale") * share)
+
+
+# --------------------------------------------------------------------------- non-weight HBM
+GPU_NON_WEIGHT_BYTES = {"activations": 6e9, "cuda graphs": 2e9, "DeepEP/NVSHMEM and NCCL buffers": 4e9}
+"""ASSUMPTION (not measured, not published for this model): what vLLM 0.33.0 subtracts from
+`--gpu-memory-utilization` x HBM besides weights before sizing the KV cache: the profiled activation peak, the
+CUDA-graph estimate and non-torch allocations (`available_kv_cache_memory_bytes = requested_memory -
+non_kv_cache_memory - cudagraph_memory_estimate`, vllm/v1/worker/gpu_worker.py L753). Replace with the engine's
+log line "Available KV cache memory" once measured."""
+TPU_NIGHTLY_MEMORY_FRACTION = 0.70
+TPU_NIGHTLY_KV_BYTES = 3 * 2**30
+"""vLLM-TorchTPU's Kimi K3 nightly on a v7x-32 slice (TP=32 with EP): "gpu-memory-utilization 0.85 (0.7 leaves
+~3 GiB/rank of KV ...)" (github.com/kowalski-4831/vllm-torchtpu scripts/vllm/benchmarking/configs/
+kimi-k3-tp32-ep-agentx.sh at ca556ca)."""
+
+
+def tpu_non_weight_bytes() -> float:
+    """Non-weight HBM per TPU rank implied by the nightly: 0.70 x 96 GiB - its weights per rank (TP = EP = 32) -
+    ~3 GiB of KV, about 19 GiB (compilation buffers, activations, collectives)."""
+    hbm = catalog.IRONWOOD.hbm_gib_per_chip * 2**30 / catalog.IRONWOOD.tensorcores_per_chip
+    share = math.ceil(loading.ROUTED_EXPERTS / 32) / loading.ROUTED_EXPERTS
+    weights = (loading.layout_bytes("whole") / 32
+               + (loading.layout_bytes("expert") + loading.layout_bytes("expert_scale")) * share)
+    return TPU_NIGHTLY_MEMORY_FRACTION * hbm - weights - TPU_NIGHTLY_KV_BYTES
+
+
+def non_weight_bytes(cfg: StackConfig) -> float:
+    return sum(GPU_NON_WEIGHT_BYTES.values()) if cfg.track == "gpu" else tpu_non_weight_bytes()
+
+
+# --------------------------------------------------------------------------- the engine's block pool
+@dataclass(frozen=True)
+class KvCacheGroups:
+    """vLLM's grouping of a hybrid model's layers into KV cache groups of equal size
+    (vllm/v1/core/kv_cache_planning.py `_get_kv_cache_groups_uniform_page_size`): group size = the smallest layer
+    count of a type, or the largest when it is under 1.5 x the smallest; each type padded to whole groups. One
+    block id of the shared pool costs `group_size` pages (`get_kv_cache_config_from_groups`: num_blocks =
+    available_memory // bytes_per_block)."""
+
+    group_size: int
+    attention_groups: int
+    state_groups: int
+    page_bytes: int
+    state_blocks_per_request: int
+    """Blocks a running request holds in each KDA group in `align` mode: 2 + num_speculative_blocks
+    (vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes; single_type_kv_cache_manager.py MambaManager
+    frees the state block of two steps ago)."""
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.group_size * self.page_bytes
+
+    @property
+    def groups(self) -> int:
+        return self.attention_groups + self.state_groups
+
+
+def kv_cache_groups(cfg: StackConfig) -> KvCacheGroups:
+    m = cfg.model
+    rule = kvblocks.block_rule(cfg)
+    smallest, largest = min(m.mlaLayers, m.kdaLayers), max(m.mlaLayers, m.kdaLayers)
+    size = largest if largest < smallest * 1.5 else smallest
+    spec = m.speculativeTokens if m.speculative != "off" else 0
+    return KvCacheGroups(size, -(-m.mlaLayers // size), -(-m.kdaLayers // size), rule.page_bytes, 2 + spec)
+
+
+def engine_blocks(cfg: StackConfig, pool_bytes: float) -> int:
+    """Usable blocks of one engine's pool (the BlockPool keeps one null block back)."""
+    return max(int(pool_bytes) // kv_cache_groups(cfg).bytes_per_block - 1, 0)
+
+
+def blocks_per_sequence(cfg: StackConfig, tokens: int) -> int:
+    """Blocks one running request of `tokens` holds: every MLA group a block per `block_tokens`, every KDA group
+    only its align-mode state blocks (`HybridKVCacheCoordinator` sums the groups' `get_num_blocks_to_allocate`)."""
+    g = kv_cache_groups(cfg)
+    return g.attention_groups * -(-tokens // kvblocks.block_rule(cfg).block_tokens) \
+        + g.state_groups * g.state_blocks_per_request
+
+
+def sequences_that_fit(cfg: StackConfig, pool_bytes: float) -> int:
+    """Full-context requests one engine admits at once, by its own block accounting."""
+    return engine_blocks(cfg, pool_bytes) // blocks_per_sequence(cfg, cfg.context_length)
+
+
+def cached_bytes_per_token(cfg: StackConfig) -> float:
+    """Bytes a cached prefix token costs on one rank: with dense align-mode retention every block boundary keeps a
+    block in every group (MLA pages and KDA state snapshots), padding layers included."""
+    g = kv_cache_groups(cfg)
+    return g.groups * g.bytes_per_block / kvblocks.block_rule(cfg).block_tokens
+
+
 # --------------------------------------------------------------------------- KV capacity
 TPU_HOST_RAM_SHARE = 0.9
 """Share of the usable host RAM (seed: ~800 GiB per node) the host-DRAM KV tier may take."""
@@ -56,24 +182,33 @@ TPU_HOST_RAM_SHARE = 0.9
 
 @dataclass(frozen=True)
 class ServingCapacity:
-    """KV capacity of one serving replica (a GPU prefill group, or a TPU slice) and what the router needs.
+    """KV capacity of one serving replica (a GPU prefill or decode group, or a TPU slice) and what the router needs,
+    in the engine-effective block (components/kvblocks.py) and the engine's own block accounting."""
 
-    The unit is the engine-effective block (components/kvblocks.py): every cached block keeps one page per MLA
-    layer and, with prefix caching in `align` mode, one KDA state page per KDA layer padded to the same size."""
-
+    role: str
     devices_per_replica: int
     hbm_bytes_per_device: int
-    weight_bytes_per_device: float
+    usable_bytes_per_device: float
+    weights: HeldWeights
+    non_weight_bytes_per_device: float
     kv_pool_bytes_per_device: float
     kv_groups: int
     """Independent KV pools per replica: data-parallel engines (GPU) or one engine per slice (TPU); MLA's
     latent cache is replicated across the TP ranks of one engine."""
     rule: kvblocks.BlockRule
+    groups: KvCacheGroups
     context_length: int
+    blocks_per_engine: int
+    sequences_per_engine: int
     hbm_tokens: int
+    """Prefix tokens the replica's HBM pools can keep cached."""
     host_tokens: int
     host_bytes_per_node: float
     endpoints_per_replica: int
+
+    @property
+    def weight_bytes_per_device(self) -> float:
+        return self.weights.total
 
     @property
     def block_tokens(self) -> int:
@@ -81,9 +216,19 @@ class ServingCapacity:
 
     @property
     def bytes_per_token(self) -> float:
-        """One rank's bytes per cached token: its paged layers, plus any per-sequence state spread over a
-        full-length sequence."""
-        return self.rule.bytes_per_token + self.rule.state_bytes_per_sequence / self.context_length
+        """One rank's bytes per cached prefix token over every KV cache group."""
+        return self.groups.groups * self.groups.bytes_per_block / self.block_tokens
+
+    @property
+    def sequences(self) -> int:
+        """Full-context requests the replica admits in HBM at once."""
+        return self.kv_groups * self.sequences_per_engine
+
+    @property
+    def blocks_per_sequence(self) -> int:
+        g = self.groups
+        return g.attention_groups * -(-self.context_length // self.block_tokens) \
+            + g.state_groups * g.state_blocks_per_request
 
     @property
     def lru_capacity_per_server(self) -> int:
@@ -102,8 +247,12 @@ def serving_capacity(cfg: StackConfig) -> ServingCapacity:
     return _replica_capacity(cfg, "prefill")
 
 
+def decode_capacity(cfg: StackConfig) -> ServingCapacity:
+    """A GPU decode group (where a session lives while it generates); the slice on TPU."""
+    return _replica_capacity(cfg, "decode" if cfg.track == "gpu" else "prefill")
+
+
 def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
-    checkpoint = catalog.KIMI.checkpoint_bytes
     if cfg.track == "gpu":
         gpu = cfg.gpu
         nodes = gpu.prefillNodesPerGroup if role == "prefill" else gpu.decodeNodesPerGroup
@@ -116,33 +265,36 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
         size_keys = f"gpu.{role}NodesPerGroup or gpu.gpuMemoryPercent"
     else:
         tpu = cfg.tpu
+        role = "slice"
         devices = tpu.chips_per_slice * catalog.IRONWOOD.tensorcores_per_chip
         hbm = catalog.IRONWOOD.hbm_gib_per_chip * 2**30 // catalog.IRONWOOD.tensorcores_per_chip
         usable = hbm * tpu.memFractionPercent / 100
         kv_groups = 1  # one engine per slice: attention TP spans every TensorCore
         endpoints = 1  # the router targets only the leader of each replica
         size_keys = "tpu.topology or tpu.memFractionPercent"
-    # Experts shard over every device (EP = all GPUs of a group / the slice's EP x TP); non-expert weights are
-    # whole in every GPU data-parallel engine (split only over its TP ranks), and TP-sharded on TPU.
-    replicated = cfg.model.replicatedWeightsGB * 1e9 if cfg.track == "gpu" else 0.0
-    weights = (checkpoint - replicated) / devices + replicated / (cfg.gpu.tensorParallel if cfg.track == "gpu" else 1)
-    pool = usable - weights
+    weights = weights_held_per_device(cfg, "decode" if role == "decode" else "prefill")
+    other = non_weight_bytes(cfg)
+    pool = usable - weights.total - other
     rule = kvblocks.block_rule(cfg)
+    groups = kv_cache_groups(cfg)
     context = cfg.context_length
     if pool <= 0:
-        key = size_keys.split(" ")[0]
+        keys = size_keys.split(" or ")
+        key = next((k for k in keys if k.split(".")[1] in getattr(cfg, k.split(".")[0]).changed()), keys[0])
         raise ConfigError(key, getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1]),
-                          f"weights need {weights / 1e9:.0f} GB per device of {usable / 1e9:.0f} GB usable HBM; "
-                          f"more devices per replica are needed ({size_keys})")
-    per_token = rule.bytes_per_token + rule.state_bytes_per_sequence / context
-    hbm_tokens = int(kv_groups * pool / per_token)
-    engine_tokens = int(pool / per_token)  # a sequence lives in one engine's pool (per rank: MLA replicated over TP)
-    if engine_tokens < context:
+                          f"weights need {weights.total / 1e9:.0f} GB per device and the engine "
+                          f"{other / 1e9:.0f} GB more, of {usable / 1e9:.0f} GB usable HBM; more devices per "
+                          f"replica are needed ({size_keys})")
+    blocks = engine_blocks(cfg, pool)
+    per_sequence = blocks_per_sequence(cfg, context)
+    if blocks < per_sequence:
         key, value = _blame(cfg, size_keys)
         raise ConfigError(key, value,
-                          f"one sequence of {context:,} tokens needs {context * per_token / 1e9:.1f} GB of KV cache "
-                          f"but one engine's pool holds {pool / 1e9:.1f} GB ({engine_tokens:,} tokens); lower it or "
-                          f"change {size_keys}")
+                          f"one sequence of {context:,} tokens needs {per_sequence:,} KV blocks "
+                          f"({per_sequence * groups.bytes_per_block / 1e9:.1f} GB) but one engine's pool holds "
+                          f"{blocks:,} ({pool / 1e9:.1f} GB); lower it or change {size_keys}")
+    per_token = cached_bytes_per_token(cfg)
+    hbm_tokens = kv_groups * (blocks // groups.groups) * rule.block_tokens
     if cfg.track == "gpu":
         host_tokens = int(nodes * host_per_node / (per_token * cfg.gpu.tensorParallel))
     else:
@@ -158,9 +310,11 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
                               f"{limit / 2**30:.0f} GiB of the ~{catalog.IRONWOOD.usable_host_memory_gib} GiB usable; "
                               f"lower tpu.hicacheRatio")
     return ServingCapacity(
-        devices_per_replica=devices, hbm_bytes_per_device=hbm, weight_bytes_per_device=weights,
-        kv_pool_bytes_per_device=pool, kv_groups=kv_groups, rule=rule, context_length=context, hbm_tokens=hbm_tokens,
-        host_tokens=host_tokens, host_bytes_per_node=host_per_node, endpoints_per_replica=endpoints,
+        role=role, devices_per_replica=devices, hbm_bytes_per_device=hbm, usable_bytes_per_device=usable,
+        weights=weights, non_weight_bytes_per_device=other, kv_pool_bytes_per_device=pool, kv_groups=kv_groups,
+        rule=rule, groups=groups, context_length=context, blocks_per_engine=blocks,
+        sequences_per_engine=blocks // per_sequence, hbm_tokens=hbm_tokens, host_tokens=host_tokens,
+        host_bytes_per_node=host_per_node, endpoints_per_replica=endpoints,
     )
 
 
@@ -202,8 +356,7 @@ class SliceCapacity:
 
 def _sessions(c: ServingCapacity) -> tuple[int, int]:
     """(HBM, host) full-length sequences of one replica: a sequence lives in one engine's pool."""
-    per_engine = int(c.kv_pool_bytes_per_device / c.bytes_per_token) // c.context_length
-    return c.kv_groups * per_engine, c.host_tokens // c.context_length
+    return c.sequences, c.host_tokens // c.context_length
 
 
 def slice_capacity(cfg: StackConfig) -> SliceCapacity:

@@ -414,13 +414,22 @@ def dashboard_name(cfg: StackConfig) -> str:
 
 def capacity_lines(c: capacity.ServingCapacity) -> list[str]:
     gb = 1e9
-    r = c.rule
+    r, w, g = c.rule, c.weights, c.groups
     return [
         f"engine-effective KV block: {r.block_tokens} tokens ({r.engine}, asked {r.requested_tokens}): {r.steps[-1]}",
-        f"per device: weights {c.weight_bytes_per_device / gb:.1f} GB, HBM left for KV "
-        f"{c.kv_pool_bytes_per_device / gb:.1f} GB of {c.hbm_bytes_per_device / gb:.1f} GB",
-        f"KV per replica ({c.bytes_per_token:,.0f} B/token at {c.context_length:,} context): "
-        f"{c.hbm_tokens:,} tokens in HBM + {c.host_tokens:,} in host DRAM",
+        f"per device: weights {w.total / gb:.1f} GB held (TP {w.tensor_parallel}, EP {w.expert_parallel}: non-expert "
+        f"{w.dense / gb:.1f} + routed experts {w.experts / gb:.1f} + their scales {w.scales / gb:.1f}; "
+        "components/capacity.py weights_held_per_device), non-weight "
+        f"{c.non_weight_bytes_per_device / gb:.1f} GB (capacity.non_weight_bytes), HBM left for KV "
+        f"{c.kv_pool_bytes_per_device / gb:.1f} GB of {c.usable_bytes_per_device / gb:.1f} GB usable "
+        f"({c.hbm_bytes_per_device / gb:.1f} GB)",
+        f"KV pool per engine: {c.blocks_per_engine:,} blocks of {g.group_size} pages x {g.page_bytes:,} B "
+        f"({g.attention_groups} MLA + {g.state_groups} KDA groups, vLLM kv_cache_planning); one "
+        f"{c.context_length:,}-token request holds {c.blocks_per_sequence:,} blocks (MLA every block, "
+        f"KDA {g.state_blocks_per_request} per group in align mode): {c.sequences_per_engine} per engine, "
+        f"{c.sequences} per {c.role} replica",
+        f"KV per replica ({c.bytes_per_token:,.0f} B/cached token): {c.hbm_tokens:,} tokens in HBM + "
+        f"{c.host_tokens:,} in host DRAM",
         f"router cache: lruCapacityPerServer {c.lru_capacity_per_server:,} blocks of {c.block_tokens} tokens "
         f"per endpoint ({c.endpoints_per_replica} per replica)",
     ]

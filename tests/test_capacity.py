@@ -10,12 +10,11 @@ from components.config import ConfigError
 from tests.conftest import run_plan, stack_document, write_stack
 from tests.test_config import parse
 
-# Every cached block keeps one page per MLA layer and, with prefix caching in `align` mode, one KDA state page per
-# KDA layer padded to the same size (components/kvblocks.py), so a token costs (24 + 69) layers x the engine's
-# attention page per token on each rank:
-#   GPU (vLLM, fp8): 93 x (512 + 64) x 1 B = 53,568 B;  TPU (Pallas MLA pads 576 to 640 lanes): 93 x 640 = 59,520 B.
-GPU_BYTES = 53_568
-TPU_BYTES = 59_520
+# vLLM groups 24 MLA + 69 KDA layers into 1 + 3 groups of 24 (kv_cache_planning._get_kv_cache_groups_uniform_page_size),
+# so a cached prefix token costs 4 x 24 x the attention page per token on each rank:
+#   GPU (vLLM, fp8): 96 x 576 B = 55,296 B;  TPU (Pallas MLA pads 576 to 640 lanes): 96 x 640 = 61,440 B.
+GPU_BYTES = 55_296
+TPU_BYTES = 61_440
 
 
 def test_per_token_figures():
@@ -25,70 +24,74 @@ def test_per_token_figures():
 
 
 def test_gpu_hand_worked():
-    """A prefill group: 4 nodes x 4 GB300 = 16 GPUs.
-    weights/GPU = 1.56e12 / 16 = 97.5e9 B; usable = 279e9 x 0.90 = 251.1e9; KV pool = 153.6e9 B/GPU.
-    HBM tokens = 16 engines (TP=1) x 153.6e9 / 53,568 = 45,878,136.
-    host: 960e9 x 50% = 480e9 B/node; 4 nodes -> 1.92e12 / 53,568 = 35,842,293 tokens.
-    lruCapacityPerServer = (45,878,136 + 35,842,293) // 4 pods // 11,392-token blocks = 1,793."""
+    """A prefill group: 4 nodes x 4 GB300 = 16 GPUs, TP=1, EP=16.
+    weights/GPU = non-expert 113.487e9 (whole at TP=1) + 56/896 of the experts 85.086e9 + their scales 5.318e9
+    = 203.89e9; usable = 279e9 x 0.90 = 251.1e9; non-weight 12e9 assumed; KV pool = 35.209e9 B/GPU.
+    blocks = 35.209e9 // (24 x 11,392 x 576 B) - 1 = 222; a 1,048,576-token request holds 93 MLA + 3 x 2 KDA = 99
+    -> 2 per engine, 32 per group. Cached: 16 x (222 // 4) x 11,392 = 10,024,960 HBM tokens;
+    host 4 x 480e9 / 55,296 = 34,722,222; lruCapacityPerServer = 44,747,182 // 4 // 11,392 = 981."""
     c = capacity.serving_capacity(parse("gpu"))
-    assert c.weight_bytes_per_device == pytest.approx(97.5e9)
-    assert c.kv_pool_bytes_per_device == pytest.approx(153.6e9)
-    assert c.bytes_per_token == GPU_BYTES and c.block_tokens == 11_392
-    assert (c.hbm_tokens, c.host_tokens) == (45_878_136, 35_842_293)
-    assert c.lru_capacity_per_server == 1_793
+    assert c.weight_bytes_per_device == pytest.approx(203.89e9, rel=1e-4)
+    assert c.kv_pool_bytes_per_device == pytest.approx(35.209e9, rel=1e-4)
+    assert (c.blocks_per_engine, c.blocks_per_sequence, c.sequences_per_engine, c.sequences) == (222, 99, 2, 32)
+    assert (c.hbm_tokens, c.host_tokens) == (10_024_960, 34_722_222)
+    assert c.lru_capacity_per_server == 981
     assert capacity.cpu_offload_bytes_per_engine(parse("gpu")) == 120_000_000_000  # 480e9 / 4 local DP engines
 
 
 def test_tpu_hand_worked():
-    """A 2x2x4 slice: 16 chips x 2 TensorCores = 32 devices of 96 GiB (103,079,215,104 B).
-    usable = x 0.85 = 87,617,332,838.4; weights = 1.56e12 / 32 = 48.75e9; KV pool = 38,867,332,838.4 B.
-    TP=32 replicates the MLA latent on every device, so one pool per replica.
-    HBM tokens = 38,867,332,838.4 / 59,520 = 653,012; ratio 2 -> 1,306,024 in host DRAM
-    (8 devices x 2 x 38.87e9 = 579 GiB per host, under 90% of ~800 GiB; cpu_bytes_to_use = 2 x 32 x pool).
-    lruCapacityPerServer = 1,959,036 // 1 leader // 1,024-token blocks = 1,913."""
+    """A 2x2x4 slice: 32 TensorCores of 96 GiB, TP = EP = 32: weights 48.75e9; usable x 0.85 = 87.617e9;
+    non-weight = the nightly's 0.70 x 96 GiB - 48.75e9 - 3 GiB = 20.19e9; pool 18.68e9.
+    blocks = 18.68e9 // (24 x 1,024 x 640) - 1 = 1,186; a 491,520-token request holds 480 + 6 = 486 -> 2."""
     c = capacity.serving_capacity(parse("tpu"))
-    assert c.weight_bytes_per_device == pytest.approx(48.75e9)
-    assert c.kv_pool_bytes_per_device == pytest.approx(38_867_332_838.4)
-    assert (c.hbm_tokens, c.host_tokens) == (653_012, 1_306_024)
-    assert c.host_bytes_per_node / 2**30 == pytest.approx(579.17, abs=0.01)
-    assert c.lru_capacity_per_server == 1_913
-    assert capacity.tpu_offload_bytes_per_engine(parse("tpu")) == int(2 * 38_867_332_838.4 * 32)
+    assert c.weight_bytes_per_device == pytest.approx(48.75e9, rel=1e-3)
+    assert c.non_weight_bytes_per_device == pytest.approx(20.186e9, rel=1e-3)
+    assert (c.blocks_per_engine, c.blocks_per_sequence, c.sequences) == (1_186, 486, 2)
+    assert (c.hbm_tokens, c.host_tokens) == (303_104, 606_208)
+    assert c.lru_capacity_per_server == 888
+    assert capacity.tpu_offload_bytes_per_engine(parse("tpu")) == int(2 * c.kv_pool_bytes_per_device * 32)
 
 
-def test_replicated_non_expert_weights_assumption():
-    """50 GB held whole by every TP=1 engine: (1.56e12 - 50e9) / 16 + 50e9 = 144.375e9 B per GPU, leaving
-    251.1e9 - 144.375e9 = 106.725e9 B for KV."""
-    c = capacity.serving_capacity(parse("gpu", model__replicatedWeightsGB="50"))
-    assert c.weight_bytes_per_device == pytest.approx(144.375e9)
-    assert c.kv_pool_bytes_per_device == pytest.approx(106.725e9)
+@pytest.mark.parametrize("changes", [{"gpu__tensorParallel": 2}, {"model__kvCacheDtype": "bf16"},
+                                     {"model__contextLength": "262144"}])
+def test_weights_pool_sessions_and_router_move_together(changes):
+    """TP halves the non-expert part per GPU (more pool, fewer engines); bf16 doubles every page; a shorter
+    context admits more requests. Each figure follows from the one before it."""
+    base, c = capacity.serving_capacity(parse("gpu")), capacity.serving_capacity(parse("gpu", **changes))
+    assert c.kv_pool_bytes_per_device == pytest.approx(
+        c.usable_bytes_per_device - c.weight_bytes_per_device - c.non_weight_bytes_per_device)
+    assert c.blocks_per_engine == int(c.kv_pool_bytes_per_device) // c.groups.bytes_per_block - 1
+    assert c.sequences_per_engine == c.blocks_per_engine // c.blocks_per_sequence
+    assert c.lru_capacity_per_server == (c.hbm_tokens + c.host_tokens) // c.endpoints_per_replica // c.block_tokens
+    assert (c.weight_bytes_per_device, c.sequences, c.lru_capacity_per_server) != (
+        base.weight_bytes_per_device, base.sequences, base.lru_capacity_per_server)
+    if "gpu__tensorParallel" in changes:
+        assert c.weights.dense == pytest.approx(base.weights.dense / 2) and c.kv_groups == base.kv_groups // 2
 
 
 @pytest.mark.parametrize("stack,changes,expected", [
-    # 2x2x2: 16 devices -> 97.5e9 B of weights per device over 87.6e9 usable.
+    # 2x2x2: 16 devices -> 97.3e9 B of weights per device + 20.2e9 non-weight over 87.6e9 usable.
     ("tpu", {"tpu__topology": "2x2x2", "tpu__tensorParallel": 16},
-     "kimi-k3-1:tpu.topology = '2x2x2': weights need 98 GB per device of 88 GB usable HBM; more devices per "
-     "replica are needed (tpu.topology or tpu.memFractionPercent)"),
-    # One node per prefill group: 390e9 B per GPU over 251e9 usable.
-    ("gpu", {"gpu__prefillNodesPerGroup": 1},
-     "kimi-k3-1:gpu.prefillNodesPerGroup = 1: weights need 390 GB per device of 251 GB usable HBM; more devices "
-     "per replica are needed (gpu.prefillNodesPerGroup or gpu.gpuMemoryPercent)"),
-    # The decode groups are checked too.
-    ("gpu", {"gpu__decodeNodesPerGroup": 1},
-     "kimi-k3-1:gpu.decodeNodesPerGroup = 1: weights need 390 GB per device of 251 GB usable HBM; more devices "
-     "per replica are needed (gpu.decodeNodesPerGroup or gpu.gpuMemoryPercent)"),
-    # 2-node groups at 74%: 8 GPUs hold 195e9 B of weights each, leaving 11.46e9 B per engine = 213,933 tokens of
-    # 53,568 B, less than one 1,048,576-token sequence (56.2 GB), although the group as a whole holds 1.7M tokens.
-    ("gpu", {"gpu__prefillNodesPerGroup": 2, "gpu__decodeNodesPerGroup": 2, "gpu__gpuMemoryPercent": 74},
-     "kimi-k3-1:gpu.decodeNodesPerGroup = 2: one sequence of 1,048,576 tokens needs 56.2 GB of KV cache but one "
-     "engine's pool holds 11.5 GB (213,933 tokens); lower it or change gpu.decodeNodesPerGroup or "
-     "gpu.gpuMemoryPercent"),
-    # 60%: pool 13.1e9 B holds 220,052 tokens of 59,520 B, less than one 491,520-token sequence (29.3 GB).
+     "kimi-k3-1:tpu.topology = '2x2x2': weights need 97 GB per device and the engine 20 GB more, of 88 GB usable "
+     "HBM; more devices per replica are needed (tpu.topology or tpu.memFractionPercent)"),
     ("tpu", {"tpu__memFractionPercent": 60},
-     "kimi-k3-1:tpu.memFractionPercent = 60: one sequence of 491,520 tokens needs 29.3 GB of KV cache but one "
-     "engine's pool holds 13.1 GB (220,052 tokens); lower it or change tpu.topology or tpu.memFractionPercent"),
-    # Ratio 4: 4 x 38.87e9 x 8 = 1,158 GiB per host.
-    ("tpu", {"tpu__hicacheRatio": 4},
-     "kimi-k3-1:tpu.hicacheRatio = 4: the host pool (tpu.hicacheRatio 4 x the HBM KV pool) would take 1158 GiB per "
+     "kimi-k3-1:tpu.memFractionPercent = 60: weights need 49 GB per device and the engine 20 GB more, of 62 GB "
+     "usable HBM; more devices per replica are needed (tpu.topology or tpu.memFractionPercent)"),
+    # One node per prefill group: every GPU holds the non-expert 113.5e9 and a quarter of the experts.
+    ("gpu", {"gpu__prefillNodesPerGroup": 1},
+     "kimi-k3-1:gpu.prefillNodesPerGroup = 1: weights need 475 GB per device and the engine 12 GB more, of 251 GB "
+     "usable HBM; more devices per replica are needed (gpu.prefillNodesPerGroup or gpu.gpuMemoryPercent)"),
+    # The decode groups are checked too; 2-node groups no longer hold the weights at TP=1.
+    ("gpu", {"gpu__prefillNodesPerGroup": 2, "gpu__decodeNodesPerGroup": 2},
+     "kimi-k3-1:gpu.decodeNodesPerGroup = 2: weights need 294 GB per device and the engine 12 GB more, of 251 GB "
+     "usable HBM; more devices per replica are needed (gpu.decodeNodesPerGroup or gpu.gpuMemoryPercent)"),
+    # 70%: 203 blocks, less than the 486 one 491,520-token request holds.
+    ("tpu", {"tpu__memFractionPercent": 70},
+     "kimi-k3-1:tpu.memFractionPercent = 70: one sequence of 491,520 tokens needs 486 KV blocks (7.6 GB) but one "
+     "engine's pool holds 203 (3.2 GB); lower it or change tpu.topology or tpu.memFractionPercent"),
+    # Ratio 8: 8 x 18.68e9 x 8 devices = 1,114 GiB per host.
+    ("tpu", {"tpu__hicacheRatio": 8},
+     "kimi-k3-1:tpu.hicacheRatio = 8: the host pool (tpu.hicacheRatio 8 x the HBM KV pool) would take 1114 GiB per "
      "node, over 720 GiB of the ~800 GiB usable; lower tpu.hicacheRatio"),
 ])
 def test_configurations_that_cannot_fit(stack, changes, expected):
@@ -99,11 +102,11 @@ def test_configurations_that_cannot_fit(stack, changes, expected):
 
 def test_plan_rejects_what_does_not_fit(tmp_path):
     config = dict(stack_document("tpu")["config"])
-    config["kimi-k3-1:tpu.hicacheRatio"] = 4
+    config["kimi-k3-1:tpu.hicacheRatio"] = 8
     out = tmp_path / "out"
     proc = run_plan(out, "--stack-file", str(write_stack(tmp_path, "big", config)))
     assert proc.returncode != 0
-    assert "kimi-k3-1:tpu.hicacheRatio = 4" in proc.stderr and "Traceback" not in proc.stderr
+    assert "kimi-k3-1:tpu.hicacheRatio = 8" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists() or not any(out.iterdir())
 
 
@@ -111,6 +114,7 @@ def test_plan_rejects_what_does_not_fit(tmp_path):
 def test_summary_prints_the_capacity_figures(plans, stack):
     c = capacity.serving_capacity(parse(stack))
     summary = plans[stack].summary
-    assert f"weights {c.weight_bytes_per_device / 1e9:.1f} GB" in summary
+    assert f"weights {c.weight_bytes_per_device / 1e9:.1f} GB held" in summary
+    assert f"{c.sequences_per_engine} per engine, {c.sequences} per {c.role} replica" in summary
     assert f"HBM left for KV {c.kv_pool_bytes_per_device / 1e9:.1f} GB" in summary
     assert f"{c.hbm_tokens:,} tokens in HBM + {c.host_tokens:,} in host DRAM" in summary
