@@ -1,0 +1,56 @@
+"""vLLM 0.33.0's own port rules against the ports each GPU pod declares (components/contract.py): the pod's script
+(components/engines.py vllm_command preamble, run here by bash with LWS's worker index) lowers each base by its
+start rank, and the engine adds its global DP rank back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from components import contract, engines
+
+
+def _pod_ports(cfg, worker_index: int) -> dict[str, int]:
+    """KV_EVENTS_BASE, VLLM_NIXL_SIDE_CHANNEL_PORT and START_RANK as the generated pod script computes them."""
+    preamble = [line for line in engines.vllm_command(cfg, "prefill").preamble
+                if line.startswith(("START_RANK=", "KV_EVENTS_BASE=", "export VLLM_NIXL_SIDE_CHANNEL_PORT="))]
+    script = "\n".join(["set -eu", *preamble, 'echo "$KV_EVENTS_BASE $VLLM_NIXL_SIDE_CHANNEL_PORT $START_RANK"'])
+    out = subprocess.run(["bash", "-c", script], env={"LWS_WORKER_INDEX": str(worker_index), "PATH": os.defpath},
+                         capture_output=True, text=True, timeout=30, check=True).stdout.split()
+    return {"kv_events_base": int(out[0]), "nixl_base": int(out[1]), "start_rank": int(out[2])}
+
+
+def test_every_engine_publishes_kv_events_on_a_port_its_pod_declares(gpu_cfg):
+    """ZmqEventPublisher.offset_endpoint_port (vllm/distributed/kv_events.py) adds the global DP rank to the
+    endpoint's port: every pod's engines publish on contract.KV_EVENTS_PORT + local rank."""
+    from vllm.distributed.kv_events import ZmqEventPublisher
+
+    for worker in range(gpu_cfg.gpu.prefillNodesPerGroup):
+        pod = _pod_ports(gpu_cfg, worker)
+        endpoint = engines.vllm_kv_events(gpu_cfg)["endpoint"].replace(engines.KV_EVENTS_BASE,
+                                                                       str(pod["kv_events_base"]))
+        for local in range(gpu_cfg.gpu.data_parallel_local):
+            bound = ZmqEventPublisher.offset_endpoint_port(endpoint, pod["start_rank"] + local)
+            assert bound == f"tcp://*:{contract.KV_EVENTS_PORT + local}", (worker, local)
+
+
+def test_every_engine_binds_its_nixl_side_channel_on_a_port_its_pod_declares(gpu_cfg):
+    """The NIXL scheduler binds envs.VLLM_NIXL_SIDE_CHANNEL_PORT + parallel_config.data_parallel_index
+    (vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py); ParallelConfig derives the index from the
+    DP rank (vllm/config/parallel.py) and vllm.envs reads the pod's exported base."""
+    import vllm.envs as envs
+    from vllm.config import ParallelConfig
+
+    g = gpu_cfg.gpu
+    size = g.prefillNodesPerGroup * g.data_parallel_local
+    for worker in range(g.prefillNodesPerGroup):
+        pod = _pod_ports(gpu_cfg, worker)
+        for local in range(g.data_parallel_local):
+            parallel = ParallelConfig(tensor_parallel_size=g.tensorParallel, data_parallel_size=size,
+                                      data_parallel_rank=pod["start_rank"] + local, enable_expert_parallel=True)
+            os.environ["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(pod["nixl_base"])
+            try:
+                port = envs.VLLM_NIXL_SIDE_CHANNEL_PORT + parallel.data_parallel_index
+            finally:
+                del os.environ["VLLM_NIXL_SIDE_CHANNEL_PORT"]
+            assert port == contract.NIXL_SIDE_CHANNEL_PORT + local, (worker, local)
