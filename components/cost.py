@@ -116,3 +116,14 @@ def per_slice(cfg: StackConfig) -> tuple[Optional[float], float, bool]:
     slices = capacity.serving_slices(cfg)
     amount, complete = total(shared)
     return (None if accelerators.usd_per_hour is None else accelerators.usd_per_hour / slices), amount, complete
+
+
+def slice_increment(cfg: StackConfig) -> tuple[float, bool]:
+    """($/h one more slice adds besides its accelerators, whether every item of it is priced): the stack priced
+    with slices + 1 less the stack as configured, so what grows with slices (boot disks, NAT per VM, the volume's
+    throughput for more readers) is counted and what does not (CPU pools, cluster fee, bucket) is not."""
+    section = "gpu" if cfg.track == "gpu" else "tpu"
+    current = getattr(cfg, section)
+    bigger = cfg.model_copy(update={section: current.model_copy(update={"slices": current.slices + 1})})
+    now, grown = total(hourly_costs(cfg)[1:]), total(hourly_costs(bigger)[1:])
+    return grown[0] - now[0], now[1] and grown[1]

@@ -375,11 +375,14 @@ def slice_lines(cfg: StackConfig) -> list[str]:
     each, shared, complete = cost.per_slice(cfg)
     key = "kimi-k3-1:cost.gpuNodeHourUsd" if cfg.track == "gpu" else "kimi-k3-1:cost.tpuChipHourUsd"
     shared_text = f"${shared:,.2f}/h" + ("" if complete else " (some items unpriced)")
+    grows, grows_complete = cost.slice_increment(cfg)
+    increment = (f"${grows:,.2f}/h more for its boot disks, NAT and the volume's throughput"
+                 + ("" if grows_complete else " (some items unpriced)") + " (cost.slice_increment)")
     if each is None:
-        price = f"accelerators unpriced (set {key}); rest of the stack {shared_text}"
+        price = f"each slice adds its accelerators (unpriced: set {key}) + {increment}"
         total_price = f"{c.slices} x unpriced accelerators + rest of the stack {shared_text}"
     else:
-        price = f"${each:,.2f}/h accelerators"
+        price = f"each slice adds ${each:,.2f}/h accelerators + {increment}"
         total_price = (f"${c.slices * each + shared:,.2f}/h ({c.slices} x ${each:,.2f} + rest of the stack "
                        f"{shared_text})")
     where = "decode groups" if cfg.track == "gpu" else "replica"

@@ -274,6 +274,14 @@ def test_priced_slices_add_up():
     from stacks.base import slice_lines
 
     per_slice, total = slice_lines(parse("gpu", gpu__slices=3, cost__gpuNodeHourUsd="42.50"))
-    assert per_slice.endswith("; $680.00/h accelerators")  # 16 nodes x $42.50
+    assert "; each slice adds $680.00/h accelerators + $" in per_slice  # 16 nodes x $42.50
+    # The increment is the stack with one slice more less the stack: what grows with slices, nothing else.
+    from components import cost
+
+    three, four = (parse("gpu", gpu__slices=n, cost__gpuNodeHourUsd="42.50") for n in (3, 4))
+    grows, _ = cost.slice_increment(three)
+    assert grows == pytest.approx(cost.total(cost.hourly_costs(four))[0] - cost.total(cost.hourly_costs(three))[0]
+                                  - 680)
+    assert f"${grows:,.2f}/h more for its boot disks" in per_slice
     rest = float(total.split("rest of the stack $")[1].split("/h")[0].replace(",", ""))
     assert total.split("; ")[-1].startswith(f"${3 * 680 + rest:,.2f}/h (3 x $680.00 + rest of the stack")
