@@ -165,7 +165,7 @@ def test_summary_gives_per_slice_and_total_capacity_and_cost(variants):
     total = next(line for line in summary.splitlines() if line.startswith("total (3 slices"))
     hbm = int(per_slice.split("decode groups: ")[1].split(" in HBM")[0].replace(",", ""))
     assert f"{3 * hbm:,} sessions in HBM" in total
-    assert "accelerators unpriced (set kimi-k3-1:cost.gpuNodeHourUsd)" in per_slice
+    assert "each slice adds its accelerators (unpriced: set kimi-k3-1:cost.gpuNodeHourUsd) + $" in per_slice
     # More readers of the one volume: the throughput is sized for all 12 replicas.
     assert "12 replicas on 48 nodes load their copies in" in summary
 
