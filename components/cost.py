@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
-from . import capacity, catalog, prices
+from . import capacity, catalog, prices, timeline
 from .config import StackConfig
+from .machines import MACHINES
 from .staging import staging_addresses
 
 
@@ -127,3 +128,59 @@ def slice_increment(cfg: StackConfig) -> tuple[float, bool]:
     bigger = cfg.model_copy(update={section: current.model_copy(update={"slices": current.slices + 1})})
     now, grown = total(hourly_costs(cfg)[1:]), total(hourly_costs(bigger)[1:])
     return grown[0] - now[0], now[1] and grown[1]
+
+
+BILLED_TYPES = ("gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool")
+"""What bills by the hour while `pulumi up` runs: the cluster fee and the node pools (disks and addresses are small
+beside them and are priced in the hourly estimate)."""
+
+
+def node_pool_rate(cfg: StackConfig, resource: dict[str, Any]) -> Optional[float]:
+    """$/h of one node pool of resources.json, None when its machine has no price (A4X Max has no list price)."""
+    inputs = resource.get("inputs", {})
+    nodes = inputs.get("nodeCount") or inputs.get("initialNodeCount") or 0
+    machine = (inputs.get("nodeConfig") or {}).get("machineType", "")
+    if cfg.track == "gpu" and machine == cfg.gpu.spec.machine_type:
+        price = cfg.cost.price("gpuNodeHourUsd") or prices.GPU_NODE_HOUR.usd
+    elif machine in MACHINES and MACHINES[machine].extended and cfg.track == "tpu":
+        chip = cfg.cost.price("tpuChipHourUsd") or prices.TPU_CHIP_HOUR.usd
+        price = chip and chip * dict(MACHINES[machine].extended).get("google.com/tpu", 0)
+    else:
+        price = cfg.cost.price("cpuNodeHourUsd") or prices.cpu_node_hour(machine).usd
+    return None if price is None else price * nodes
+
+
+def spend_until(cfg: StackConfig, resources: list[dict[str, Any]], at: float, finish: dict[str, float],
+                skip: str = "") -> tuple[float, float, list[str]]:
+    """(dollars spent by `at` seconds into the first up, $/h billing then, unpriced pools) over the cluster and
+    the node pools that finished before `at`, each billed from its finish (components/timeline.py durations)."""
+    spent, rate, unpriced = 0.0, 0.0, []
+    for r in resources:
+        if r["name"] == skip or r["type"] not in BILLED_TYPES or finish[r["name"]] > at:
+            continue
+        billed = prices.GKE_CLUSTER_HOUR.usd if r["type"] == BILLED_TYPES[0] else node_pool_rate(cfg, r)
+        if billed is None:
+            unpriced.append(r["name"])
+            continue
+        spent += billed * (at - finish[r["name"]]) / 3600
+        rate += billed
+    return spent, rate, unpriced
+
+
+def first_answer_lines(cfg: StackConfig, resources: list[dict[str, Any]]) -> list[str]:
+    """What the first `pulumi up` costs until the stack serves: each billed resource from the minute it exists
+    (its finish on the plan's timeline) to the time to serving."""
+    finish, _ = timeline.finish_times(resources, lambda r, start, done: timeline.step(cfg, r).seconds)
+    serving = timeline.critical_path(cfg, resources).serving_s
+    spent, _, unpriced = spend_until(cfg, resources, serving, finish)
+    by_name = {r["name"]: r for r in resources}
+
+    def node_hours(name: str) -> str:
+        inputs = by_name[name].get("inputs", {})
+        nodes = inputs.get("nodeCount") or inputs.get("initialNodeCount") or 0
+        machine = (inputs.get("nodeConfig") or {}).get("machineType", "")
+        return f"{nodes * (serving - finish[name]) / 3600:.1f} {machine} node-hours ({name})"
+
+    left_out = "".join(f" + {node_hours(name)} unpriced" for name in unpriced)
+    return [f"until the first answer (first up, {serving / 60:.1f} min): ${spent:,.2f} for the cluster and the "
+            f"priced node pools{left_out}, each from the minute it exists (cost.first_answer_lines)"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from components import catalog, cost, prices
 from components.config import parse_config
 
@@ -21,3 +23,28 @@ def test_a_stack_outside_the_tables_region_is_told_whose_prices_it_sees():
 def test_every_estimate_names_what_it_never_includes():
     lines = cost.summary_lines(parse_config(TPU))
     assert lines[-1] == "  not in the estimate (usage-billed): " + "; ".join(prices.NOT_PRICED)
+
+
+def test_until_the_first_answer_bills_each_pool_from_its_finish_to_serving():
+    """Two pools and a cluster on a made-up timeline: the spend is each one's rate x (serving - its finish)."""
+    cfg = parse_config({**TPU, "cost.tpuChipHourUsd": "5", "cost.cpuNodeHourUsd": "1"})
+    resources = [
+        {"name": "c", "type": "gcp:container/cluster:Cluster", "inputs": {}},
+        {"name": "cpu", "type": "gcp:container/nodePool:NodePool",
+         "inputs": {"nodeCount": 2, "nodeConfig": {"machineType": "n2-standard-8"}}},
+        {"name": "tpu", "type": "gcp:container/nodePool:NodePool",
+         "inputs": {"nodeCount": 4, "nodeConfig": {"machineType": "tpu7x-standard-4t"}}},
+        {"name": "late", "type": "gcp:container/nodePool:NodePool",
+         "inputs": {"nodeCount": 1, "nodeConfig": {"machineType": "n2-standard-8"}}},
+    ]
+    finish = {"c": 0.0, "cpu": 1800.0, "tpu": 3600.0, "late": 9000.0}
+    spent, rate, unpriced = cost.spend_until(cfg, resources, 7200.0, finish)
+    assert unpriced == []
+    assert rate == prices.GKE_CLUSTER_HOUR.usd + 2 * 1 + 4 * 4 * 5
+    assert spent == pytest.approx(prices.GKE_CLUSTER_HOUR.usd * 2 + 2 * 1.5 + 80 * 1)
+
+
+def test_the_plans_first_answer_line_names_the_unpriced_accelerator_hours(plans):
+    line = next(line for line in plans["gpu"].summary.splitlines() if line.startswith("until the first answer"))
+    assert line.endswith("a4x-maxgpu-4g-metal node-hours (gpu-0) unpriced, each from the minute it exists "
+                         "(cost.first_answer_lines)"), line

@@ -20,7 +20,6 @@ from typing import Any, Optional
 
 from components import cost, preflight, prices, timeline
 from components.config import PROJECT, ConfigError, StackConfig, parse_config
-from components.machines import MACHINES
 from tools import prog
 from tools.live.core import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
@@ -45,21 +44,6 @@ def plan_resources(stack_file: Path, plan: Optional[Path]) -> list[dict[str, Any
     return render.render(stack_file.resolve())["resources"]
 
 
-def _node_rate(cfg: StackConfig, resource: dict[str, Any]) -> Optional[float]:
-    """$/h of one node pool of resources.json, None when its machine has no price (A4X Max has no list price)."""
-    inputs = resource.get("inputs", {})
-    nodes = inputs.get("nodeCount") or inputs.get("initialNodeCount") or 0
-    machine = (inputs.get("nodeConfig") or {}).get("machineType", "")
-    if cfg.track == "gpu" and machine == cfg.gpu.spec.machine_type:
-        price = cfg.cost.price("gpuNodeHourUsd") or prices.GPU_NODE_HOUR.usd
-    elif machine in MACHINES and MACHINES[machine].extended and cfg.track == "tpu":
-        chip = cfg.cost.price("tpuChipHourUsd") or prices.TPU_CHIP_HOUR.usd
-        price = chip and chip * dict(MACHINES[machine].extended).get("google.com/tpu", 0)
-    else:
-        price = cfg.cost.price("cpuNodeHourUsd") or prices.cpu_node_hour(machine).usd
-    return None if price is None else price * nodes
-
-
 def failed_up_cost(cfg: StackConfig, resources: list[dict[str, Any]], step: str) -> Optional[str]:
     """Where `pulumi up` would have stopped for a failed check, and what it had spent by then: every node pool and
     the cluster that finished before that resource's step ends, billed from their finish (components/timeline.py
@@ -76,17 +60,7 @@ def failed_up_cost(cfg: StackConfig, resources: list[dict[str, Any]], step: str)
     ends = {r["name"]: finish[r["name"]] for r in hit}
     at_name = min(ends, key=ends.get)
     at = ends[at_name]
-    spent, rate, unpriced = 0.0, 0.0, []
-    for r in resources:
-        if r["name"] == at_name or finish[r["name"]] > at or r["type"] not in ("gcp:container/cluster:Cluster",
-                                                        "gcp:container/nodePool:NodePool"):
-            continue
-        billed = prices.GKE_CLUSTER_HOUR.usd if r["type"] == "gcp:container/cluster:Cluster" else _node_rate(cfg, r)
-        if billed is None:
-            unpriced.append(r["name"])
-            continue
-        spent += billed * (at - finish[r["name"]]) / 3600
-        rate += billed
+    spent, rate, unpriced = cost.spend_until(cfg, resources, at, finish, skip=at_name)
     extra = f" + {', '.join(unpriced)} (unpriced: set kimi-k3-1:cost.gpuNodeHourUsd)" if unpriced else ""
     return (f"`pulumi up` would fail at {at_name} about {at / 60:.1f} min in, having spent ${spent:,.2f}{extra}; "
             f"what it created bills ${rate:,.2f}/h until `pulumi destroy`")

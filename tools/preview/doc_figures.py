@@ -37,6 +37,7 @@ BLOCKS = (
     # per device, sessions, cost and time. Headlines only; docs/capacity.md and docs/weights.md have the details.
     Block("README.md", "plan-figures", ("accelerators:", "weight load:", "per device:", "KV per replica",
                                          "router cache:", "per slice", "total", "cost estimate", "time to serving",
+                                         "until the first answer",
                                          "scheduling:"), continuation=False),
 )
 

@@ -218,7 +218,7 @@ def render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
         resources.append(entry)
 
     sys.path.insert(0, str(ROOT))
-    from components import timeline
+    from components import cost, timeline
     from components.config import load_config
     from stacks import summary_lines
 
@@ -237,7 +237,7 @@ def render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
         "crds": [[c.resource, file, text] for c in charts.values() for _, file, text in c.crds],
         "outputs": mark_mocked(_clean(json_format.MessageToDict(outputs), "outputs")),
         "summary": stack_file_warnings(stack_file, project) + summary_lines(load_config())
-        + timeline.summary_lines(load_config(), resources) + [
+        + timeline.summary_lines(load_config(), resources) + cost.first_answer_lines(load_config(), resources) + [
             f"{key} is not set: pulumi up stops until you run "
             f"`pulumi config set --secret {key.split(':', 1)[1]} <value>`"
             for key in unset_secrets(stack_file, project)] + chart_lines(charts) + report.lines(),
