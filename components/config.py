@@ -762,10 +762,6 @@ class ModelConfig(Section):
     kdaStateDtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="KDA recurrent state element type (vLLM --mamba-ssm-cache-dtype; float32 is its "
                                "default and the only one vLLM-TorchTPU 0.29.0 uses).")
-    replicatedWeightsGB: int = Field(
-        0, ge=0, description="Assumption: non-expert weights (GB) every GPU data-parallel engine holds whole; "
-                             "unpublished for K3.1, 0 = all weights shard evenly.",
-        json_schema_extra=for_track("gpu"))
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:

@@ -74,7 +74,7 @@ MISTAKES: list[tuple[str, list[str], str]] = [
     ("gpu", ["tpu.slices: 3"], "tpu.slices"),
     ("tpu", ["gpu.prefillGroups: 2"], "gpu.prefillGroups"),
     ("tpu", ["gpu.prefillNodesPerGroup: 5"], "gpu.prefillNodesPerGroup"),
-    ("tpu", ["model.replicatedWeightsGB: 10"], "model.replicatedWeightsGB"),
+    ("tpu", ["model.replicatedWeightsGB: 10"], "model.replicatedWeightsGB"),  # removed: an unknown key now
     ("tpu", ["tpu.sglangImage: registry.example/sglang-tpu:day0"], "tpu.sglangImage"),
     ("gpu", ["router.gatewayClass: gke-l7-regional-external-managed"], "router.gatewayClass"),
     ("gpu", ["model.speculativeTokens: 5"], "model.speculativeTokens"),
