@@ -318,9 +318,19 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
     )
 
 
+KV_GEOMETRY_FIELDS = ("mlaLatentDim", "kdaHeads", "kdaHeadDim", "kdaConvKernel", "kdaLayers", "mlaLayers",
+                      "kvCacheDtype", "kdaStateDtype")
+"""model.* keys that set the bytes a cached token or a KDA state costs."""
+
+
 def _blame(cfg: StackConfig, size_keys: str) -> tuple[str, object]:
-    """The key a KV-fit error names: model.contextLength if the user set it, else the first sizing key they
-    changed (model.contextLength when none)."""
+    """The key a KV-fit error names: a cache geometry key set away from its default (Kimi K3's published value),
+    else model.contextLength if the user set it, else the first sizing key they changed (model.contextLength when
+    none)."""
+    changed = cfg.model.changed()
+    for field in KV_GEOMETRY_FIELDS:
+        if field in changed:
+            return f"model.{field}", getattr(cfg.model, field)
     if cfg.model.contextLength is None:
         for key in size_keys.split(" or "):
             section, field = key.split(".")

@@ -237,3 +237,12 @@ def test_geometry_other_than_the_published_one_is_named_with_what_the_engines_do
     assert line.startswith(f"warning: kimi-k3-1:model.{field} = {value} is not Kimi K3's published ")
     assert "the engines read the checkpoint's config.json, not this key" in line
     assert not [w for w in parse_config(BASE["gpu"]).warnings if "model." in w]
+
+
+def test_an_absurd_cache_geometry_is_blamed_on_the_key_changed_not_the_context():
+    from components.capacity import serving_capacity
+
+    cfg = parse_config(dict(BASE["gpu"], **{"model.mlaLatentDim": "100000"}))
+    with pytest.raises(ConfigError) as info:
+        serving_capacity(cfg)
+    assert str(info.value).startswith("kimi-k3-1:model.mlaLatentDim = 100000: one sequence of 1,048,576 tokens")
