@@ -136,6 +136,12 @@ class GcloudBilling:
         return found
 
 
+def item_lines(left: Sequence[str], kept: Sequence[str]) -> list[str]:
+    """The report's lines for what a destroy left, the bucket it keeps by design first (leftovers and reap)."""
+    return ([f"    {line}  (kept by design: the checkpoint copy; storage.deleteCheckpointOnDestroy=false)"
+             for line in kept] + [f"    {line}" for line in left])
+
+
 def split_kept_bucket(lines: Sequence[str], bucket: str | None) -> tuple[list[str], list[str]]:
     """(left, kept): the checkpoint bucket a destroy keeps by design is not a leftover."""
     names = {bucket, f"gs://{bucket}", f"gs://{bucket}/"} if bucket else set()
@@ -207,10 +213,8 @@ def main(argv: Sequence[str] | None = None, billing: GcloudBilling | None = None
         return code
     if problem:
         print(f"could not check everything: {problem}")
-    for line in kept:
-        print(f"    {line}  (kept by design: the checkpoint copy; storage.deleteCheckpointOnDestroy=false)")
-    for line in left:
-        print(f"    {line}")
+    for line in item_lines(left, kept):
+        print(line)
     if left:
         print(f"{len(left)} resource(s) still billable under pulumi-stack={label}")
     elif not problem:

@@ -23,7 +23,7 @@ from components.naming import label_value
 from tools import prog
 from tools.live.claims import Claim, ClaimStore, TagClaims, deadline, store_for
 from tools.live.core import bounded_number, tail
-from tools.live.leftovers import GcloudBilling, LeftoverCheckError, split_kept_bucket
+from tools.live.leftovers import GcloudBilling, LeftoverCheckError, item_lines, split_kept_bucket
 from tools.live.pulumi_stack import (
     CLUSTER_NAME_KEY,
     DELETE_CHECKPOINT_KEY,
@@ -117,10 +117,8 @@ def _destroy_and_list(work_dir: Path, stack: str, out: Callable[[str], None], bi
     except Exception as err:  # noqa: BLE001 - gcloud missing or not logged in: one line, the claim stays
         out(f"    could not list leftovers: {tail(str(err), 1)}")
         return False
-    for line in by_design:
-        out(f"    {line}  (kept by design: the checkpoint copy; storage.deleteCheckpointOnDestroy=false)")
-    for line in left:
-        out(f"    {line}")
+    for line in item_lines(left, by_design):
+        out(line)
     if left:
         out(f"    {len(left)} resource(s) still billable under pulumi-stack={label_value(stack)}")
     return not left
