@@ -128,9 +128,10 @@ class KvCacheGroups:
     state_groups: int
     page_bytes: int
     state_blocks_per_request: int
-    """Blocks a running request holds in each KDA group in `align` mode: 2 + num_speculative_blocks
-    (vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes; single_type_kv_cache_manager.py MambaManager
-    frees the state block of two steps ago)."""
+    """Blocks a running request holds in each KDA group in `align` mode: 2 + num_speculative_blocks +
+    num_prefill_checkpoint_blocks (vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes;
+    single_type_kv_cache_manager.py MambaManager frees the state block of two steps ago; the checkpoint block:
+    kda_prefill_checkpoint_blocks)."""
 
     @property
     def bytes_per_block(self) -> int:
@@ -141,13 +142,28 @@ class KvCacheGroups:
         return self.attention_groups + self.state_groups
 
 
+FLASHKDA_HEAD_DIM = 128
+"""vLLM 0.33.0 runs Kimi K3's KDA prefill with FlashKDA on a GB300 or GB200 (`resolve_kda_prefill_backend` with the
+default "auto": `is_flashkda_supported` needs CUDA capability 9, 10 or 12, head_dim 128, bf16 activations, a bf16 or
+fp32 recurrent state and K3's bounded gate, vllm/models/kimi_k3/nvidia/kda.py L363-379, L486-520)."""
+
+
+def kda_prefill_checkpoint_blocks(cfg: StackConfig) -> int:
+    """State blocks a request holds per KDA group for the prefill checkpoint: the K3 KDA layer's spec sets
+    `num_prefill_checkpoint_blocks = int(alignment is not None)`, and the alignment is 16 for FlashKDA, None for the
+    other kernels (vllm/models/kimi_k3/nvidia/kda.py L901-909, vllm/model_executor/layers/mamba/kda_checkpoint.py
+    L9-10). GPU only: vLLM-TorchTPU pages its KDA states by its own layout (components/kvblocks.py)."""
+    return int(cfg.track == "gpu" and cfg.model.kdaHeadDim == FLASHKDA_HEAD_DIM)
+
+
 def kv_cache_groups(cfg: StackConfig) -> KvCacheGroups:
     m = cfg.model
     rule = kvblocks.block_rule(cfg)
     smallest, largest = min(m.mlaLayers, m.kdaLayers), max(m.mlaLayers, m.kdaLayers)
     size = largest if largest < smallest * 1.5 else smallest
     spec = m.speculativeTokens if m.speculative != "off" else 0
-    return KvCacheGroups(size, -(-m.mlaLayers // size), -(-m.kdaLayers // size), rule.page_bytes, 2 + spec)
+    return KvCacheGroups(size, -(-m.mlaLayers // size), -(-m.kdaLayers // size), rule.page_bytes,
+                         2 + spec + kda_prefill_checkpoint_blocks(cfg))
 
 
 def engine_blocks(cfg: StackConfig, pool_bytes: float) -> int:

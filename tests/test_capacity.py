@@ -27,13 +27,13 @@ def test_gpu_hand_worked():
     """A prefill group: 4 nodes x 4 GB300 = 16 GPUs, TP=1, EP=16.
     weights/GPU = non-expert 113.487e9 (whole at TP=1) + 56/896 of the experts 85.086e9 + their scales 5.318e9
     = 203.89e9; usable = 279e9 x 0.90 = 251.1e9; non-weight 12e9 assumed; KV pool = 35.209e9 B/GPU.
-    blocks = 35.209e9 // (24 x 11,392 x 576 B) - 1 = 222; a 1,048,576-token request holds 93 MLA + 3 x 2 KDA = 99
-    -> 2 per engine, 32 per group. Cached: 16 x (222 // 4) x 11,392 = 10,024,960 HBM tokens;
+    blocks = 35.209e9 // (24 x 11,392 x 576 B) - 1 = 222; a 1,048,576-token request holds 93 MLA + 3 KDA groups x
+    (2 align-mode states + 1 FlashKDA prefill checkpoint) = 102 -> 2 per engine, 32 per group. Cached: 16 x (222 // 4) x 11,392 = 10,024,960 HBM tokens;
     host 4 x 480e9 / 55,296 = 34,722,222; lruCapacityPerServer = 44,747,182 // 4 // 11,392 = 981."""
     c = capacity.serving_capacity(parse("gpu"))
     assert c.weight_bytes_per_device == pytest.approx(203.89e9, rel=1e-4)
     assert c.kv_pool_bytes_per_device == pytest.approx(35.209e9, rel=1e-4)
-    assert (c.blocks_per_engine, c.blocks_per_sequence, c.sequences_per_engine, c.sequences) == (222, 99, 2, 32)
+    assert (c.blocks_per_engine, c.blocks_per_sequence, c.sequences_per_engine, c.sequences) == (222, 102, 2, 32)
     assert (c.hbm_tokens, c.host_tokens) == (10_024_960, 34_722_222)
     assert c.lru_capacity_per_server == 981
     assert capacity.cpu_offload_bytes_per_engine(parse("gpu")) == 120_000_000_000  # 480e9 / 4 local DP engines

@@ -1,0 +1,143 @@
+"""The GPU engine's KV pool from vLLM 0.33.0's own KV-cache planning, fed the plan's bytes per device, against
+components/capacity.py: blocks per engine, blocks one full-context request holds, and the requests the engine admits.
+
+The path is the engine core's (vllm/v1/engine/core.py `_initialize_kv_caches`): each layer's `get_kv_cache_spec`,
+`resolve_kv_cache_layout`, `get_global_kv_cache_groups`, `get_kv_cache_configs`, then the capacity it logs
+(vllm/v1/core/kv_cache_utils.py `get_kv_cache_capacity`, "Maximum concurrency for N tokens per request"). Only
+what the engine would ask the device is supplied here: the memory profile (`determine_available_memory`, replaced by
+the plan's KV pool per device) and the compute capability of a GB300 (SM 10.3), which picks the KDA prefill kernel.
+The layer classes are the released ones with their constructors skipped (they build CUDA streams and weights); the
+attributes set are the ones those constructors derive from the config."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from components import capacity, kvblocks
+from tests.engine.conftest import kimi_k3_layer_kinds, stack_config, stand_in_for_flashinfer, vllm_config_for
+
+GB300 = (10, 3)
+"""Compute capability of a GB300 (Blackwell Ultra, sm_103)."""
+
+
+class _Gb300:
+    """The device queries the KDA layer makes (vllm/models/kimi_k3/nvidia/kda.py `is_flashkda_supported`)."""
+
+    @staticmethod
+    def is_cuda() -> bool:
+        return True
+
+    @staticmethod
+    def get_device_capability(device_id: int = 0):
+        from vllm.platforms.interface import DeviceCapability
+
+        return DeviceCapability(*GB300)
+
+    @staticmethod
+    def is_device_capability_family(family: int, device_id: int = 0) -> bool:
+        return GB300[0] * 10 == family
+
+    @staticmethod
+    def is_device_capability(capability, device_id: int = 0) -> bool:
+        return GB300[0] * 10 + GB300[1] == capability
+
+
+def _specs(cfg, vllm_config, monkeypatch) -> tuple[dict, object]:
+    """{layer name: KVCacheSpec} as the released layers return it on one rank."""
+    from torch import nn
+    from vllm.models.kimi_k3.nvidia import kda
+    from vllm.models.kimi_k3.nvidia.mla import MultiHeadLatentAttention
+
+    monkeypatch.setattr(kda, "current_platform", _Gb300)
+    text = vllm_config.model_config.hf_text_config
+    linear = text.linear_attn_config
+
+    class Kda(kda.KimiK3DeltaAttention):
+        def __init__(self):  # what GatedDeltaNetAttention.__init__ and KimiK3DeltaAttention.__init__ set
+            nn.Module.__init__(self)
+            self.model_config, self.cache_config = vllm_config.model_config, vllm_config.cache_config
+            self.speculative_config = vllm_config.speculative_config
+            self.num_spec = self.speculative_config.num_speculative_tokens if self.speculative_config else 0
+            self.tp_size = vllm_config.parallel_config.tensor_parallel_size
+            self.num_heads, self.head_dim = linear["num_heads"], linear["head_dim"]
+            self.conv_size = linear["short_conv_kernel_size"]
+            self.gate_lower_bound = linear.get("gate_lower_bound")
+            self.kda_prefill_backend = kda.resolve_kda_prefill_backend(
+                "auto", self.head_dim, self.model_config.dtype, self.get_state_dtype()[1], self.gate_lower_bound)
+
+    class Mla(MultiHeadLatentAttention):
+        def __init__(self):  # what MultiHeadLatentAttention.__init__ sets
+            nn.Module.__init__(self)
+            self.head_size = text.kv_lora_rank + text.qk_rope_head_dim
+            self.kv_cache_dtype = vllm_config.cache_config.cache_dtype
+            self.non_causal_multi_token_decode = False
+
+    kda_layer, mla_layer = Kda(), Mla()
+    assert kda_layer.kda_prefill_backend == "flashkda"  # what a GB300 runs
+    layers = {"kda": kda_layer, "mla": mla_layer}
+    return {f"model.layers.{i}.self_attn": layers[kind].get_kv_cache_spec(vllm_config)
+            for i, kind in enumerate(kimi_k3_layer_kinds(cfg))}, kda_layer
+
+
+
+def _engine_pool(cfg, tmp_path, monkeypatch, role: str = "prefill"):
+    """(KVCacheConfig, the capacity the engine logs, the plan's replica capacity) for one data-parallel engine."""
+    from vllm.platforms.interface import Platform
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
+
+    vllm_config = vllm_config_for(cfg, tmp_path, role)
+    stand_in_for_flashinfer()
+    mla_backend = AttentionBackendEnum.FLASHINFER_MLA.get_class()
+    Platform._align_hybrid_block_size(vllm_config, mla_backend)
+    specs, kda_layer = _specs(cfg, vllm_config, monkeypatch)
+    resolve_kv_cache_layout(vllm_config, [[layout.name for layout in get_supported_kv_cache_layouts(
+        [mla_backend, kda_layer.get_attn_backend()])]], list(specs.values()))
+    groups = get_global_kv_cache_groups(vllm_config, [specs])
+    plan = capacity.serving_capacity(cfg) if role == "prefill" else capacity.decode_capacity(cfg)
+    [config] = get_kv_cache_configs(vllm_config, [specs], [int(plan.kv_pool_bytes_per_device)], groups)
+    return config, get_kv_cache_capacity(vllm_config, config), plan
+
+
+def test_the_engines_groups_are_the_plans(gpu_cfg, tmp_path, monkeypatch):
+    """24 MLA + 69 KDA layers: 1 MLA group and 3 KDA groups of 24 (one padded), one block id costing 24 pages."""
+    config, _, plan = _engine_pool(gpu_cfg, tmp_path, monkeypatch)
+    from vllm.v1.kv_cache_interface import MambaSpec, MLAAttentionSpec
+
+    kinds = [type(g.kv_cache_spec) for g in config.kv_cache_groups]
+    assert kinds.count(MLAAttentionSpec) == plan.groups.attention_groups == 1
+    assert kinds.count(MambaSpec) == plan.groups.state_groups == 3
+    assert max(len(g.layer_names) for g in config.kv_cache_groups) == plan.groups.group_size == 24
+    assert {g.kv_cache_spec.page_size_bytes for g in config.kv_cache_groups} == {plan.groups.page_bytes}
+    assert config.kv_cache_tensors[0].size // config.num_blocks == plan.groups.bytes_per_block
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_blocks_and_admitted_requests_are_the_engines(gpu_cfg, tmp_path, monkeypatch, role):
+    """The plan's usable blocks are the engine's `num_blocks` less the null block the BlockPool keeps; a full-context
+    request holds what `get_max_concurrency_for_kv_cache_config` counts per group (93 MLA blocks + 3 KDA groups x
+    (2 align-mode states + 1 FlashKDA prefill checkpoint)); the requests admitted are the usable blocks over that,
+    which is the whole part of the concurrency the engine logs."""
+    config, (tokens, concurrency), plan = _engine_pool(gpu_cfg, tmp_path, monkeypatch, role)
+    per_request = round(config.num_blocks / concurrency)
+    assert config.num_blocks - 1 == plan.blocks_per_engine == 222
+    assert per_request == plan.blocks_per_sequence == 102
+    assert math.floor(concurrency) == plan.sequences_per_engine == (config.num_blocks - 1) // per_request == 2
+    assert plan.sequences == plan.kv_groups * plan.sequences_per_engine == 32
+
+
+@pytest.mark.parametrize("changes", [{"model.kvCacheDtype": "bf16"}, {"model.contextLength": "262144"},
+                                     {"gpu.tensorParallel": "2"}, {"gpu.gpuMemoryPercent": "95"}])
+def test_the_engine_follows_a_changed_stack(tmp_path, monkeypatch, changes):
+    """The same equalities on stacks the tests change: KV dtype, context, TP, the memory share."""
+    cfg = stack_config("gpu", **changes)
+    config, (_, concurrency), plan = _engine_pool(cfg, tmp_path, monkeypatch)
+    assert config.num_blocks - 1 == plan.blocks_per_engine
+    assert round(config.num_blocks / concurrency) == plan.blocks_per_sequence
+    assert math.floor(concurrency) == plan.sequences_per_engine
+    assert config.kv_cache_groups[0].kv_cache_spec.block_size == kvblocks.gpu_rule(cfg).block_tokens
+
