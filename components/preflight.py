@@ -50,6 +50,21 @@ EFFECTIVE_POLICY = ("https://cloud.google.com/resource-manager/docs/reference/or
 BUCKETS_GET = "https://cloud.google.com/storage/docs/json_api/v1/buckets/get"
 SPECIFIC_CONSUMPTION = "https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations"
 
+QUOTAS_PAGE = "https://cloud.google.com/docs/quotas/view-manage"
+HDML_QUOTA_PREFIX = "HDML_"
+HDML_QUOTA_SOURCE = "https://docs.cloud.google.com/compute/docs/disks/hyperdisks"
+"""Hyperdisk ML's regional quotas, as regions.get reports them. Compute names them with this prefix when it refuses
+a volume (`Quota 'HDML_TOTAL_THROUGHPUT' exceeded`, the provisioned MiB/s of the region's Hyperdisk ML volumes);
+the compute v1 discovery document (revision 20261106, Quota.metric) lists no HDML metric at all, and no Google page
+we could read names the capacity one. So the check takes the region's HDML_ metrics as they come: the one ending
+in _THROUGHPUT against the volume's provisioned MiB/s, the one ending in _GB against its GiB (the suffixes of the
+documented Hyperdisk Balanced pair HDB_TOTAL_THROUGHPUT / HDB_TOTAL_GB), and says so when a region reports none."""
+TPU_RESERVED_QUOTA = "https://cloud.google.com/kubernetes-engine/docs/how-to/tpus"
+"""GKE, "Ensure sufficient quota for on-demand or Spot VMs": a TPU node pool that consumes a TPU reservation needs
+no TPU quota; on-demand and Spot pools need the region's Compute Engine TPU quota (compute.googleapis.com, not
+tpu.googleapis.com). regions.get documents no TPU7x metric (compute v1 Quota.metric stops at the v5 ones), so
+for tpu.spot the preflight names the chips to check on the Quotas page instead of reading a guessed metric."""
+
 ACCELERATOR_QUOTA_METRIC = {"a4x-max": "NVIDIA_GB300_GPUS", "a4x": "NVIDIA_GB200_GPUS"}
 """regions.get quota metric of each GPU family, by the pattern of the documented ones (compute v1 Quota.metric:
 NVIDIA_H100_GPUS, NVIDIA_A100_80GB_GPUS); GB200/GB300 are not in that enum, so a region that reports no such
@@ -171,8 +186,10 @@ class Ask:
     slice_hosts: int = 0
     """Hosts one slice needs inside one sub-block (GPU: one NVL72 rack per slice)."""
     accelerators: int = 0
+    """GPUs or TPU chips of the whole stack."""
     accelerator_metric: Optional[str] = None
     shielded: bool = True
+    spot: bool = False
 
 
 def ask(cfg: StackConfig) -> Ask:
@@ -185,7 +202,8 @@ def ask(cfg: StackConfig) -> Ask:
     t = cfg.tpu
     return Ask(cfg.gcp.project, cfg.gcp.region, cfg.gcp.zone, catalog.IRONWOOD.machine_type,
                None if t.spot else t.reservation, t.reservationProject or cfg.gcp.project,
-               t.slices * t.hosts_per_slice, slice_hosts=t.hosts_per_slice)
+               t.slices * t.hosts_per_slice, slice_hosts=t.hosts_per_slice,
+               accelerators=t.slices * t.chips_per_slice, spot=t.spot)
 
 
 # --------------------------------------------------------------------------- the checks
@@ -457,12 +475,32 @@ def quota_demand(cfg: StackConfig) -> list[tuple[str, float, str, str]]:
         cpus.setdefault(metric, []).append(MACHINES[machine].vcpus * count)
     demand = [(metric, sum(v), "the CPU pools (systemPool, transferPool, staging)", "cpu")
               for metric, v in cpus.items()]
-    demand.append(("STATIC_ADDRESSES", staging_addresses(cfg), "the staging NAT addresses (storage.stagingPods)",
-                   "net"))
+    demand.append(("STATIC_ADDRESSES", staging_addresses(cfg), "Cloud NAT: one static address per staging VM "
+                                                               "(storage.stagingPods)", "net-staging-ip"))
     a = ask(cfg)
-    if a.accelerator_metric and a.accelerators:
+    if cfg.track == "gpu" and a.accelerator_metric and a.accelerators:
         demand.append((a.accelerator_metric, a.accelerators, "gpu.slices", "gpu-0"))
     return demand
+
+
+@dataclass(frozen=True)
+class HdmlDemand:
+    gib: int
+    mibps: int
+
+
+def hdml_demand(cfg: StackConfig) -> HdmlDemand:
+    """The stack's one Hyperdisk ML volume: storage.volumeSizeGi and its provisioned throughput
+    (components/capacity.py weight_staging, what stacks/base.py gives the StorageClass)."""
+    from .capacity import weight_staging
+
+    staging = weight_staging(cfg)
+    return HdmlDemand(staging.volume_gib, staging.throughput_mibps)
+
+
+HDML_STEP = "weights-volume"
+"""Logical name prefix of the Hyperdisk ML volume's resources (stacks/base.py): where `up` would fail on a short
+Hyperdisk ML quota."""
 
 
 def check_quotas(g: Google, cfg: StackConfig, mine: Held = NOTHING_HELD) -> list[Check]:
@@ -474,13 +512,14 @@ def check_quotas(g: Google, cfg: StackConfig, mine: Held = NOTHING_HELD) -> list
     quotas = {q.get("metric"): q for q in answer.get("quotas") or []}
     credit = _held_quota(cfg, mine)
     checks = []
-    for metric, amount, driver, step in quota_demand(cfg):
+    for metric, amount, driver, step in quota_demand(cfg) + _hdml_rows(cfg, quotas, region, checks):
         quota = quotas.get(metric)
         if quota is None:
             checks.append(Check("quota", True, f"{metric}: not reported by regions.get in {region}; check it on "
                                                "the Quotas page"))
             continue
-        free = float(quota.get("limit", 0)) - float(quota.get("usage", 0)) + credit.get(metric, 0)
+        held_volume = amount if step == HDML_STEP and mine.any else 0  # a later up: the volume is the stack's
+        free = float(quota.get("limit", 0)) - float(quota.get("usage", 0)) + credit.get(metric, 0) + held_volume
         if free < amount:
             checks.append(Check("quota", False, f"{metric} in {region}: {free:g} free of {quota.get('limit', 0):g}, "
                                                 f"the stack needs {amount:g} for {driver}: request more "
@@ -488,7 +527,59 @@ def check_quotas(g: Google, cfg: StackConfig, mine: Held = NOTHING_HELD) -> list
                                 step))
         else:
             checks.append(Check("quota", True, f"{metric} in {region}: {free:g} free, {amount:g} needed"))
+    checks += _nat_ports(cfg) + _tpu_quota(cfg)
     return checks
+
+
+def _hdml_rows(cfg: StackConfig, quotas: dict[str, Any], region: str,
+               notes: list[Check]) -> list[tuple[str, float, str, str]]:
+    """Quota rows for the Hyperdisk ML metrics the region reports (HDML_QUOTA_SOURCE), or a note per one it
+    does not."""
+    want = hdml_demand(cfg)
+    metrics = [m for m in quotas if str(m).startswith(HDML_QUOTA_PREFIX)]
+    rows: list[tuple[str, float, str, str]] = []
+    for suffix, amount, what, key in (("_THROUGHPUT", want.mibps, "MiB/s", "storage.throughputMiBps"),
+                                      ("_GB", want.gib, "GiB", "storage.volumeSizeGi")):
+        found = [m for m in metrics if m.endswith(suffix)]
+        if found:
+            rows += [(m, amount, f"the Hyperdisk ML volume ({amount} {what}, {key})", HDML_STEP) for m in found]
+        else:
+            notes.append(Check("quota", True, f"Hyperdisk ML {what}: regions.get reports no {HDML_QUOTA_PREFIX}*"
+                                              f"{suffix} metric in {region}; check {amount} {what} on the Quotas "
+                                              f"page ({QUOTAS_PAGE})"))
+    return rows
+
+
+def _nat_ports(cfg: StackConfig) -> list[Check]:
+    """Cloud NAT of the staging subnet: each staging VM reserves NAT_MIN_PORTS_PER_VM_ONE_ADDRESS ports of the 64,512
+    one address has (components/limits.py), so the addresses must cover VMs x ports; the cluster's NAT allocates
+    its addresses itself (AUTO_ONLY)."""
+    from .limits import NAT_PORTS_PER_ADDRESS
+    from .staging import staging_addresses, staging_pods
+
+    vms, addresses = staging_pods(cfg), staging_addresses(cfg)
+    ports = vms * catalog.NAT_MIN_PORTS_PER_VM_ONE_ADDRESS
+    if ports > addresses * NAT_PORTS_PER_ADDRESS:
+        fit = addresses * NAT_PORTS_PER_ADDRESS // catalog.NAT_MIN_PORTS_PER_VM_ONE_ADDRESS
+        return [Check("nat", False, f"the staging NAT needs {vms} VMs x {catalog.NAT_MIN_PORTS_PER_VM_ONE_ADDRESS} "
+                                    f"ports = {ports} of {addresses} addresses x {NAT_PORTS_PER_ADDRESS}: lower "
+                                    f"storage.stagingPods to {fit}", "net-staging-nat")]
+    return [Check("nat", True, f"staging NAT: {vms} VMs x {catalog.NAT_MIN_PORTS_PER_VM_ONE_ADDRESS} ports on "
+                               f"{addresses} static addresses ({catalog.CLOUD_NAT_ADDRESSES_SOURCE})")]
+
+
+def _tpu_quota(cfg: StackConfig) -> list[Check]:
+    """tpu7x chips: a reservation's hosts are checked with the reservation; quota applies to Spot only
+    (TPU_RESERVED_QUOTA)."""
+    if cfg.track != "tpu":
+        return []
+    a = ask(cfg)
+    if not a.spot:
+        return [Check("quota", True, f"tpu7x: {a.accelerators} chips come from reservation {a.reservation}, which "
+                                     f"needs no TPU quota ({TPU_RESERVED_QUOTA})")]
+    return [Check("quota", True, f"tpu7x Spot: {a.accelerators} chips need the region's preemptible TPU7x quota in "
+                                 f"{cfg.gcp.region}, which regions.get does not report: check it on the Quotas page "
+                                 f"({QUOTAS_PAGE}; {TPU_RESERVED_QUOTA})")]
 
 
 def _held_quota(cfg: StackConfig, mine: Held) -> dict[str, float]:

@@ -49,6 +49,11 @@ def healthy(sub_blocks: tuple[str, ...] = ("rack-a", "rack-b", "rack-c"), hosts:
         "quotas": [{"metric": "N2_CPUS", "limit": 500.0, "usage": 0.0},
                    {"metric": "C3_CPUS", "limit": 500.0, "usage": 0.0},
                    {"metric": "STATIC_ADDRESSES", "limit": 16.0, "usage": 0.0},
+                   # Hyperdisk ML: Compute's own quota refusal names HDML_TOTAL_THROUGHPUT; the capacity metric's
+                   # name is documented nowhere we could read, so the preflight matches HDML_*_GB and this fake
+                   # uses the Hyperdisk Balanced pattern (HDB_TOTAL_GB) for it.
+                   {"metric": "HDML_TOTAL_GB", "limit": 4000.0, "usage": 0.0},
+                   {"metric": "HDML_TOTAL_THROUGHPUT", "limit": 200000.0, "usage": 0.0},
                    {"metric": "NVIDIA_GB300_GPUS", "limit": 256.0, "usage": 0.0}],
         "policies": {},
         "node_pools": None,  # the stack's cluster: None = none yet (404), else nodePools.list's nodePools
@@ -83,6 +88,8 @@ class FakeGoogle:
         """x-goog-user-project of every request (the project the call's quota is charged to)."""
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
+        # A client that timed out (the timeout tests) has closed its socket by the time the answer is written.
+        self.server.handle_error = lambda request, client_address: None
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.01},
                                         daemon=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from components import limits, preflight
+from components import catalog, limits, preflight
 from components.config import ConfigError
 from tests import fakegoogle
 from tests.conftest import ROOT, fixture_stack, stack_document, write_stack
@@ -173,6 +173,74 @@ def test_a_short_accelerator_quota(run, google):
     assert "NVIDIA_GB300_GPUS in us-central1: 156 free of 256, the stack needs 192 for gpu.slices" in _only_failure(out)
 
 
+def _quota(google, metric: str) -> dict:
+    return next(q for q in google.state["quotas"] if q["metric"] == metric)
+
+
+@pytest.mark.parametrize(("metric", "usage", "line"), [
+    ("HDML_TOTAL_THROUGHPUT", 100000.0,
+     "HDML_TOTAL_THROUGHPUT in us-central1: 100000 free of 200000, the stack needs 115200 for the Hyperdisk ML volume "
+     "(115200 MiB/s, storage.throughputMiBps)"),
+    ("HDML_TOTAL_GB", 3000.0,
+     "HDML_TOTAL_GB in us-central1: 1000 free of 4000, the stack needs 1800 for the Hyperdisk ML volume (1800 GiB, "
+     "storage.volumeSizeGi)"),
+])
+def test_a_short_hyperdisk_ml_quota_names_the_key(run, google, metric, usage, line):
+    """The volume's provisioned throughput and size against the region's Hyperdisk ML quotas; `up` would fail at
+    the volume, with the CPU pools and the cluster billing by then."""
+    _quota(google, metric)["usage"] = usage
+    code, out = run()
+    assert code == 1
+    assert line in _only_failure(out)
+    assert any(line.startswith("`pulumi up` would fail at weights-volume") for line in out), out
+
+
+def test_a_region_without_hyperdisk_ml_metrics_is_a_note(run, google):
+    google.state["quotas"] = [q for q in google.state["quotas"] if not q["metric"].startswith("HDML_")]
+    code, out = run()
+    assert code == 0, out
+    assert any("Hyperdisk ML MiB/s: regions.get reports no HDML_*_THROUGHPUT metric in us-central1; check 115200 "
+               "MiB/s on the Quotas page" in line for line in out)
+    assert any("Hyperdisk ML GiB: regions.get reports no HDML_*_GB metric" in line for line in out)
+
+
+def test_cloud_nat_addresses_short(run, google):
+    """The staging NAT takes one static address per staging VM (gpu3: 3 VMs)."""
+    _quota(google, "STATIC_ADDRESSES").update(limit=8.0, usage=6.0)
+    code, out = run()
+    assert code == 1
+    assert "STATIC_ADDRESSES in us-central1: 2 free of 8, the stack needs 3 for Cloud NAT: one static address per " \
+           "staging VM (storage.stagingPods)" in _only_failure(out)
+    assert any(line.startswith("`pulumi up` would fail at net-staging-ip-") for line in out), out
+
+
+def test_cloud_nat_ports_per_vm_against_its_addresses(run, monkeypatch):
+    """Ports per VM x VMs above what the addresses hold: the line names storage.stagingPods."""
+    from components import catalog
+
+    code, out = run()
+    assert code == 0 and any("staging NAT: 3 VMs x 32768 ports on 3 static addresses" in line for line in out), out
+    monkeypatch.setattr(catalog, "NAT_MIN_PORTS_PER_VM_ONE_ADDRESS", 65536)
+    code, out = run()
+    assert code == 1
+    assert "the staging NAT needs 3 VMs x 65536 ports = 196608 of 3 addresses x 64512: lower storage.stagingPods " \
+           "to 2" in _only_failure(out)
+
+
+def test_throttled_and_slow_quota_reads_are_one_line(run, google):
+    throttled = (429, fakegoogle.status(429, "RESOURCE_EXHAUSTED", "Quota exceeded"), {"Retry-After": "0"})
+    google.state["errors"]["/regions/"] = [throttled] * preflight.RETRIES
+    code, out = run()
+    assert code == 1
+    assert f"throttled reading region us-central1's quotas after {preflight.RETRIES} tries (429)" in _only_failure(out)
+    google.reset()
+    google.state["delay"]["/regions/"] = 0.6
+    code, out = run()
+    assert code == 1
+    assert "could not read region us-central1's quotas: no answer from compute.googleapis.com within 0.3 s" \
+        in _only_failure(out)
+
+
 def test_a_disabled_compute_api_names_the_command(run, google):
     google.state["services"]["compute.googleapis.com"] = "DISABLED"
     code, out = run()
@@ -250,6 +318,27 @@ def test_a_tpu_stack_asks_for_its_slices_hosts(run, google, tpu):
     assert code == 1
     assert "has 7 free hosts of 7, the stack asks for 8: set tpu.slices to 1" in _only_failure(out)
     assert any(line.startswith("`pulumi up` would fail at tpu-0 about ") for line in out)
+
+
+def test_tpu_chips_reserved_need_no_quota_and_spot_names_its_chips(run, google, tpu, tmp_path):
+    """tpu7x: chips from the reservation need no TPU quota; Spot needs the region's preemptible TPU7x quota, which
+    regions.get does not report, so the line names the chips to check."""
+    google.state["reservations"] = {"us-central1-c": {"test-tpu7x-reservation": {
+        "kind": "compute#reservation", "name": "test-tpu7x-reservation", "zone": "us-central1-c", "status": "READY",
+        "specificReservationRequired": True,
+        "specificReservation": {"count": "8", "inUseCount": "0",
+                                "instanceProperties": {"machineType": "tpu7x-standard-4t"}}}}}
+    code, out = run(stack=fixture_stack("tpu"), plan=tpu.folder)
+    assert code == 0, out
+    assert any("tpu7x: 32 chips come from reservation test-tpu7x-reservation, which needs no TPU quota" in line
+               for line in out)
+    config = {k: v for k, v in stack_document("tpu")["config"].items() if k != "kimi-k3-1:tpu.reservation"}
+    spot = write_stack(tmp_path, "spot", {**config, "kimi-k3-1:tpu.spot": True})
+    google.calls.clear()
+    code, out = run(stack=spot, plan=tpu.folder)
+    assert code == 0, out
+    assert any("tpu7x Spot: 32 chips need the region's preemptible TPU7x quota in us-central1" in line for line in out)
+    assert not any("/reservations/" in path for _, path in google.calls)  # Spot: no reservation to read
 
 
 @pytest.mark.parametrize(("answer", "verdict"), [
@@ -390,6 +479,58 @@ def test_each_capped_count_fails_naming_its_key(key, value, limit):
     with pytest.raises(ConfigError) as err:
         limits.check(cfg)
     assert err.value.key == key and limit in str(err.value)
+
+
+@pytest.mark.parametrize(("topology", "slices"), [(t, n) for t in catalog.TPU_MULTIHOST_TOPOLOGIES for n in range(1, 9)])
+def test_every_accepted_tpu_shape_stays_within_its_limits(topology, slices):
+    cfg = parse("tpu", tpu__topology=topology, tpu__slices=slices,
+                tpu__tensorParallel=catalog.topology_chips(topology) * catalog.IRONWOOD.tensorcores_per_chip)
+    found = {limit.name: limit for limit in limits.check(cfg)}
+    assert found["tpu7x sub-block: hosts of one slice's pool"].demand == cfg.tpu.hosts_per_slice
+
+
+def _exceed(monkeypatch, name: str, value: int) -> None:
+    monkeypatch.setattr(limits, name, value)
+
+
+@pytest.mark.parametrize(("stack", "limit", "key", "push"), [
+    ("gpu3", "staging NAT: ports per VM x staging VMs", "storage.stagingPods",
+     lambda m: _exceed(m, "NAT_PORTS_PER_ADDRESS", 1024)),
+    ("gpu3", "Hyperdisk ML volume: read-only attachments", "gpu.slices",
+     lambda m: _exceed(m, "HYPERDISK_ML_READERS", 16)),
+    ("gpu3", "NVL72 sub-block: nodes of one slice's pool", "gpu.prefillGroups",
+     lambda m: m.setattr(limits.catalog, "NVL72_MAX_NODES", 8)),
+    ("tpu", "tpu7x sub-block: hosts of one slice's pool", "tpu.topology",
+     lambda m: _exceed(m, "TPU7X_SUB_BLOCK_HOSTS", 2)),
+])
+def test_each_cloud_cap_refuses_the_stack_that_outgrows_it(monkeypatch, stack, limit, key, push):
+    """Caps no accepted config reaches today, lowered: the stack is refused with the key that drives the count and
+    the cap's source (what a lower cap in a future release would do)."""
+    cfg = parse(stack)
+    push(monkeypatch)
+    with pytest.raises(ConfigError) as err:
+        limits.check(cfg)
+    assert err.value.key == key and limit in str(err.value) and "(http" in str(err.value)
+
+
+def test_the_service_range_holds_every_service_the_plan_creates(variants):
+    """ClusterIP Services counted on the rendered plan (charts included): the same at 3 and 8 slices, within
+    network.servicesCidr, listed in the plan summary; a range too small is refused naming the key."""
+    gpu3, gpu8 = variants["gpu3"], variants["gpu8"]
+    count = limits.cluster_ip_services(gpu3.manifests)
+    assert count == limits.cluster_ip_services(gpu8.manifests) >= 1
+    assert f"service range: ClusterIP Services: {count} of 4096" in gpu8.summary
+    cfg = parse("gpu3", network__servicesCidr="10.8.0.0/32")
+    with pytest.raises(ConfigError) as err:
+        limits.check(cfg, gpu3.manifests)
+    assert err.value.key == "network.servicesCidr" and limits.SERVICE_RANGE_SOURCE in str(err.value)
+
+
+def test_the_dra_rule_is_gkes_own_words():
+    assert "at least 2 times the number of A4X Max nodes in the cluster plus 1" in limits.DRA_QUOTA_SOURCE
+    assert "https://docs.cloud.google.com/ai-hypercomputer/docs/create/gke-ai-hypercompute-custom-a4x-max" \
+        in limits.DRA_QUOTA_SOURCE
+    assert limits.dra_critical_pods(18) >= 37 and limits.dra_critical_pods(128) == 257
 
 
 def test_every_limit_names_its_source_and_can_fail():

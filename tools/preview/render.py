@@ -229,6 +229,16 @@ def render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
                               unrendered=tuple(name for name, c in charts.items() if c.skipped))
     if report.failures:
         raise PlanError("scheduling: " + " | ".join(report.failures))
+    from components import limits
+    from components.config import ConfigError
+
+    try:  # the counts only the rendered plan knows (the charts' Services), as __main__.py checks the others
+        service_range = limits.check(load_config(), [m for _, m in manifests])[-1]
+    except ConfigError as err:
+        raise PlanError(str(err)) from None
+    summary = summary_lines(load_config())
+    at = summary.index(limits.SUMMARY_HEADING) + len(limits.limits(load_config())) + 1
+    summary[at:at] = [f"  {service_range.line()}"]
     document = {
         "resources": resources,
         "manifests": [m for _, m in manifests],
@@ -236,7 +246,7 @@ def render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
         "charts": [c.index() for c in charts.values()],
         "crds": [[c.resource, file, text] for c in charts.values() for _, file, text in c.crds],
         "outputs": mark_mocked(_clean(json_format.MessageToDict(outputs), "outputs")),
-        "summary": stack_file_warnings(stack_file, project) + summary_lines(load_config())
+        "summary": stack_file_warnings(stack_file, project) + summary
         + timeline.summary_lines(load_config(), resources) + cost.first_answer_lines(load_config(), resources) + [
             f"{key} is not set: pulumi up stops until you run "
             f"`pulumi config set --secret {key.split(':', 1)[1]} <value>`"
