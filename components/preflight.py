@@ -475,12 +475,39 @@ def quota_demand(cfg: StackConfig) -> list[tuple[str, float, str, str]]:
         cpus.setdefault(metric, []).append(MACHINES[machine].vcpus * count)
     demand = [(metric, sum(v), "the CPU pools (systemPool, transferPool, staging)", "cpu")
               for metric, v in cpus.items()]
+    demand.append(("HDB_TOTAL_GB", boot_disks_gb(cfg), f"the hyperdisk-balanced boot disks "
+                                                       f"({catalog.BOOT_DISK_GB_ACCELERATOR} GB per accelerator node, "
+                                                       f"{cfg.track}.slices)", f"{cfg.track}-0"))
     demand.append(("STATIC_ADDRESSES", staging_addresses(cfg), "Cloud NAT: one static address per staging VM "
                                                                "(storage.stagingPods)", "net-staging-ip"))
     a = ask(cfg)
     if cfg.track == "gpu" and a.accelerator_metric and a.accelerators:
         demand.append((a.accelerator_metric, a.accelerators, "gpu.slices", "gpu-0"))
     return demand
+
+
+HYPERDISK_BALANCED = "hyperdisk-balanced"
+
+
+def boot_disk_gb(machine: str) -> int:
+    """GB of hyperdisk-balanced boot disk one node of `machine` adds (components/nodepools.py), HDB_TOTAL_GB in
+    compute v1 Quota.metric; pd-balanced CPU boot disks count elsewhere and are not asked."""
+    from .machines import MACHINES, cpu_series
+
+    if machine in (catalog.IRONWOOD.machine_type,) or (machine in MACHINES and MACHINES[machine].extended):
+        return catalog.BOOT_DISK_GB_ACCELERATOR
+    series = cpu_series(machine)
+    return catalog.BOOT_DISK_GB_CPU if series is not None and series.boot_disk == HYPERDISK_BALANCED else 0
+
+
+def boot_disks_gb(cfg: StackConfig) -> int:
+    from .staging import MACHINE_TYPE as STAGING_MACHINE
+    from .staging import staging_pods
+
+    a = ask(cfg)
+    pools = ((cfg.systemPool.machineType, cfg.systemPool.nodeCount),
+             (cfg.transferPool.machineType, cfg.transferPool.nodeCount), (STAGING_MACHINE, staging_pods(cfg)))
+    return a.hosts * catalog.BOOT_DISK_GB_ACCELERATOR + sum(boot_disk_gb(m) * n for m, n in pools)
 
 
 @dataclass(frozen=True)
@@ -591,6 +618,7 @@ def _held_quota(cfg: StackConfig, mine: Held) -> dict[str, float]:
         return {}
     credit: dict[str, float] = {"STATIC_ADDRESSES": staging_addresses(cfg)}
     a = ask(cfg)
+    credit["HDB_TOTAL_GB"] = sum(boot_disk_gb(machine) * count for machine, count in mine.nodes.items())
     for machine, count in mine.nodes.items():
         if machine == a.machine_type and a.accelerator_metric and cfg.track == "gpu":
             credit[a.accelerator_metric] = credit.get(a.accelerator_metric, 0) + count * cfg.gpu.spec.gpus_per_node

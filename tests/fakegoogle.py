@@ -49,6 +49,7 @@ def healthy(sub_blocks: tuple[str, ...] = ("rack-a", "rack-b", "rack-c"), hosts:
         "quotas": [{"metric": "N2_CPUS", "limit": 500.0, "usage": 0.0},
                    {"metric": "C3_CPUS", "limit": 500.0, "usage": 0.0},
                    {"metric": "STATIC_ADDRESSES", "limit": 16.0, "usage": 0.0},
+                   {"metric": "HDB_TOTAL_GB", "limit": 100000.0, "usage": 0.0},
                    # Hyperdisk ML: Compute's own quota refusal names HDML_TOTAL_THROUGHPUT; the capacity metric's
                    # name is documented nowhere we could read, so the preflight matches HDML_*_GB and this fake
                    # uses the Hyperdisk Balanced pattern (HDB_TOTAL_GB) for it.

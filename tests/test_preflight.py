@@ -195,6 +195,15 @@ def test_a_short_hyperdisk_ml_quota_names_the_key(run, google, metric, usage, li
     assert any(line.startswith("`pulumi up` would fail at weights-volume") for line in out), out
 
 
+def test_short_hyperdisk_balanced_for_the_boot_disks(run, google):
+    """48 accelerator nodes x 500 GB hyperdisk-balanced boot disks against HDB_TOTAL_GB (compute v1 Quota.metric)."""
+    _quota(google, "HDB_TOTAL_GB").update(limit=30000.0, usage=10000.0)
+    code, out = run()
+    assert code == 1
+    assert "HDB_TOTAL_GB in us-central1: 20000 free of 30000, the stack needs 24000 for the hyperdisk-balanced boot " \
+           "disks (500 GB per accelerator node, gpu.slices)" in _only_failure(out)
+
+
 def test_a_region_without_hyperdisk_ml_metrics_is_a_note(run, google):
     google.state["quotas"] = [q for q in google.state["quotas"] if not q["metric"].startswith("HDML_")]
     code, out = run()
@@ -401,6 +410,37 @@ def test_exit_codes(run, variants, tmp_path, monkeypatch, capsys):
     assert "gcloud auth application-default login" in capsys.readouterr().err
 
 
+def test_the_command_a_user_types_exits_as_the_table_says(google, hub, variants, tmp_path):
+    """`python -m tools preflight` in its own process (the dispatcher, its fast exit, credentials and endpoints
+    from the environment): 0 on a healthy project, 1 on a failed check with the line naming what to change."""
+    google.reset()
+    hub.repos[REPO] = _repo(K3_CONFIG)
+    env = {"PATH": "/usr/bin:/bin", preflight.API_ROOT_ENV: google.url, preflight.TOKEN_ENV: "ya29.test-token",
+           "HF_TOKEN": TOKEN, "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "hub")}
+    command = [sys.executable, "-m", "tools", "preflight", "--stack-file", str(STACK), "--plan",
+               str(variants["gpu3"].folder), "--request-timeout", "5"]
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith("preflight: all ")
+    google.state["sub_blocks"]["rack-c"]["healthInfo"]["healthStatus"] = "UNHEALTHY"
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAIL reservation sub-block: sub-block rack-c (slice 2) is UNHEALTHY: name a healthy sub-block in " \
+           "gpu.reservationSubBlocks[2]" in proc.stdout
+    assert {method for method, _ in google.calls} == {"GET"}
+
+
+def test_the_readme_runs_preflight_right_before_up():
+    """The first-answer path (README, Run it for real): the preflight line comes just before `pulumi up`."""
+    section = (ROOT / "README.md").read_text().split("## Run it for real", 1)[1].split("\n## ", 1)[0]
+    blocks = section.split("```sh\n")[1:]
+    commands = [line.split("#", 1)[0].strip() for block in blocks for line in block.split("```", 1)[0].splitlines()]
+    commands = [c for c in commands if c]
+    up = commands.index("pulumi up -s gpu")
+    assert "-m tools preflight --stack gpu" in commands[up - 1], commands[up - 2:up + 1]
+    assert not any(c.startswith("pulumi up") for c in commands[:up]), "no `pulumi up` before the preflight"
+
+
 # --------------------------------------------------------------------------- the gate in `pulumi up`
 GATE = """
 import sys
@@ -415,17 +455,29 @@ print(" ".join(pools))
 """
 
 
-def test_a_failing_preflight_creates_no_accelerator_pool(google):
+def _degraded_rack(google) -> None:
+    google.state["sub_blocks"]["rack-a"]["healthInfo"]["healthStatus"] = "DEGRADED"
+
+
+def _hdml_throughput_spent(google) -> None:
+    _quota(google, "HDML_TOTAL_THROUGHPUT")["usage"] = 190000.0
+
+
+@pytest.mark.parametrize(("breaks", "line"), [
+    (_degraded_rack, "sub-block rack-a (slice 0) is DEGRADED"),
+    (_hdml_throughput_spent, "HDML_TOTAL_THROUGHPUT in us-central1: 10000 free of 200000, the stack needs 115200"),
+])
+def test_a_failing_preflight_creates_no_accelerator_pool(google, breaks, line):
     """The real program run as `pulumi up` runs it (mock engine, preview=False): the gate stops it before any
     resource is registered; the offline plan (as_up False) never asks the cloud."""
     google.reset()
-    google.state["sub_blocks"]["rack-a"]["healthInfo"]["healthStatus"] = "DEGRADED"
+    breaks(google)
     env = {"PATH": "/usr/bin:/bin", preflight.API_ROOT_ENV: google.url, preflight.TOKEN_ENV: "ya29.test-token"}
     proc = subprocess.run([sys.executable, "-c", GATE, str(STACK)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode != 0
     assert "preflight: 1 check(s) failed, nothing was created" in proc.stderr
-    assert "sub-block rack-a (slice 0) is DEGRADED" in proc.stderr
+    assert line in proc.stderr
     assert "pulumi config set lifecycle.preflight false" in proc.stderr
     assert "gpu-" not in proc.stdout
     assert google.calls and {m for m, _ in google.calls} == {"GET"}
