@@ -478,6 +478,7 @@ TYPES = frozenset({
     "kubernetes:rbac.authorization.k8s.io/v1:Role", "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
     "kubernetes:resource.k8s.io/v1:DeviceClass", "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate",
     "kubernetes:resource.nvidia.com/v1beta1:ComputeDomain", "kubernetes:storage.k8s.io/v1:StorageClass",
+    "kubernetes:storage.k8s.io/v1:VolumeAttributesClass",
     "pulumi-python:dynamic/kimi:CheckpointGeometry", "pulumi-python:dynamic/kimi:HubRevision",
 })
 """Resource types the program creates (besides its own `kimi:` components, which create nothing themselves). Any
@@ -498,6 +499,9 @@ CLAIMS: tuple[ClaimDecl, ...] = (
 )
 STORAGE_CLASSES = {"{guide}-models-hyperdisk-ml": ("pd.csi.storage.gke.io", "hyperdisk-ml")}
 """StorageClass name -> (provisioner, disk type)."""
+VOLUME_ATTRIBUTES_CLASSES = {"{guide}-models-hdml-[0-9]+mi": ("pd.csi.storage.gke.io", ("throughput",))}
+"""VolumeAttributesClass name -> (CSI driver, the parameters it may set): the checkpoint volume's throughput only
+(components/weights.py)."""
 CLAIM_TEMPLATES: dict[str, str] = {
     contract.RDMA_CLAIM_TEMPLATE: "mrdma.google.com",
 }

@@ -307,10 +307,79 @@ def pod_install(cfg: StackConfig, install_bytes: float | None = None) -> PodInst
     return PodInstall(size, seconds, INSTALL_SPREAD * seconds)
 
 
+# --------------------------------------------------------------------------- growing onto an existing volume
+HDML_MODIFY_LAG_S = 20 * 60
+"""Compute Engine: for Hyperdisk ML volumes a change of provisioned performance can take up to 20 minutes to take
+effect (https://cloud.google.com/compute/docs/disks/modify-hyperdisks, its limitations). Until then every node
+of a stack that just grew reads its share of the throughput the volume had."""
+HDML_MODIFY_INTERVAL_S = 4 * 3600
+"""Hyperdisk allows one update of its throughput every 4 hours; a more frequent change needs a new disk
+(pulumi_gcp 10.2.0 `compute.Disk` `provisioned_throughput`, from the provider's docs). A second change within that
+time fails at the CSI driver, so the claim never reaches the new class and `pulumi up` stops at it, before the
+serving set grows (components/weights.py)."""
+
+
+@dataclass(frozen=True)
+class NodeRead:
+    """What one reader node of a role takes from the volume and how fast it can, whatever the volume gives:
+    the inputs of the load on a volume whose throughput is not the configured one (a stack grown in place)."""
+
+    role: str
+    node_bytes: int
+    node_cap_bytes_per_s: float
+    """min(per-node read limit, loader rate x ranks per node)."""
+
+
+def node_reads(cfg: StackConfig) -> tuple[NodeRead, ...]:
+    model = load_model(cfg)
+    return tuple(NodeRead(r.role, r.node_bytes, min(v for k, v in model.terms(r).items()
+                                                     if k != "volume throughput / readers"))
+                 for r in model.reads)
+
+
+def grown_load_s(reads: tuple[NodeRead, ...], readers: int, had_mibps: int, has_mibps: int,
+                 lag_s: float = HDML_MODIFY_LAG_S) -> float:
+    """The slowest node's load when the serving set grows onto a volume provisioned at `had_mibps` whose
+    throughput is being raised to `has_mibps`: each of the `readers` nodes reads at its share of the old
+    throughput for up to `lag_s` (the change taking effect), then at its share of the new one."""
+    def seconds(r: NodeRead) -> float:
+        old = min(r.node_cap_bytes_per_s, had_mibps * MIB / readers)
+        new = min(r.node_cap_bytes_per_s, max(had_mibps, has_mibps) * MIB / readers)
+        if r.node_bytes <= old * lag_s:
+            return r.node_bytes / old
+        return lag_s + (r.node_bytes - old * lag_s) / new
+    return max(seconds(r) for r in reads)
+
+
+def load_output(cfg: StackConfig) -> dict[str, object]:
+    """The stack output `weightLoad`: what the volume was provisioned with and what its readers take, so the next
+    plan of the same stack (tools diff against it) knows the throughput the existing volume really has."""
+    return {"throughputMiBps": throughput_mibps(cfg), "readers": reader_nodes(cfg),
+            "loadSeconds": round(load_model(cfg).load_s, 1), "startupBudgetSeconds": startup_budget_s(cfg),
+            "startSecondsBesidesLoad": ENGINE_START_S[cfg.track] + round(pod_install(cfg).seconds, 1),
+            "nodes": [{"role": r.role, "bytes": r.node_bytes, "capBytesPerSecond": r.node_cap_bytes_per_s}
+                      for r in node_reads(cfg)]}
+
+
+def reads_from_output(output: dict) -> tuple[NodeRead, ...]:
+    return tuple(NodeRead(n["role"], int(n["bytes"]), float(n["capBytesPerSecond"])) for n in output["nodes"])
+
+
+def startup_budget_terms(cfg: StackConfig) -> tuple[float, float]:
+    """(fresh, grown) seconds the startup probe must allow: PROBE_MARGIN x (modelled load + engine start + the
+    pod's start-time install) on a new volume; and, for groups a scale-up in place starts, the whole lag of the
+    throughput change (reading nothing meanwhile: a bound, whatever the volume had) + the margin on the load at the
+    new throughput + engine start + install."""
+    load, rest = load_model(cfg).load_s, ENGINE_START_S[cfg.track] + pod_install(cfg).seconds
+    return PROBE_MARGIN * (load + rest), HDML_MODIFY_LAG_S + PROBE_MARGIN * load + rest
+
+
 def startup_budget_s(cfg: StackConfig) -> int:
     """Seconds of startup probing before the kubelet restarts a loading engine, a whole number of periods: the
-    margin over the modelled load, the engine's start and the pod's start-time install (pod_install)."""
-    raw = PROBE_MARGIN * (load_model(cfg).load_s + ENGINE_START_S[cfg.track] + pod_install(cfg).seconds)
+    larger of startup_budget_terms, so neither a first start nor a group that a scale-up in place starts while
+    the volume's throughput is still being raised gives up mid-load. Independent of what the volume had, so a
+    scale-up never changes the pod template (which would roll every group)."""
+    raw = max(startup_budget_terms(cfg))
     return int(math.ceil(raw / PROBE_PERIOD_S) * PROBE_PERIOD_S)
 
 

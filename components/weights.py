@@ -4,6 +4,7 @@ Hyperdisk ML volume that every model server mounts at /models
 
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 import pulumi
@@ -35,6 +36,11 @@ def claim_name(revision: StrInput) -> pulumi.Output[str]:
     """One claim per checkpoint revision: a new revision hydrates a new volume beside the old one, model servers
     move to it in a rolling update, and the old claim is deleted after them, so no pod reads half of each."""
     return pulumi.Output.from_input(revision).apply(lambda rev: f"{contract.MODELS_PVC}-{rev[:12]}")
+
+
+def attributes_class_name(throughput_mibps: int) -> str:
+    """The VolumeAttributesClass of one throughput (cluster-scoped, named by its one parameter)."""
+    return f"{contract.MODELS_PVC}-hdml-{throughput_mibps}mi"
 
 
 class WeightStaging(Component):
@@ -76,20 +82,44 @@ class WeightStaging(Component):
                 k8s.core.v1.TopologySelectorLabelRequirementArgs(key="topology.gke.io/zone", values=[args.zone])])],
             opts=self.child(),
         )
+        # The volume's throughput follows the readers on an existing stack: the StorageClass's create-time value
+        # reaches only a new disk, so the claim also names a VolumeAttributesClass of that throughput. Its
+        # parameters are immutable, hence one class per value; a new value makes the claim name the new class
+        # (an in-place update), and the PD CSI driver's ControllerModifyVolume sets the disk's
+        # provisionedThroughput through Compute Engine's disks.update (kubernetes-sigs/gcp-compute-persistent-disk-
+        # csi-driver pkg/gce-pd-csi-driver/controller.go, pkg/gce-cloud-provider/compute/gce-compute.go
+        # updateZonalDisk; hyperdisk-ml is in its --supports-dynamic-throughput-provisioning list,
+        # deploy/kubernetes/base/controller/controller.yaml). The one key it takes for that is `throughput`, in Mi
+        # (pkg/parameters/parameters.go ExtractModifyVolumeParameters).
+        self.attributes_class = k8s.storage.v1.VolumeAttributesClass(
+            f"{name}-throughput",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=attributes_class_name(args.throughput_mibps)),
+            driver_name="pd.csi.storage.gke.io",
+            parameters={"throughput": f"{args.throughput_mibps}Mi"},
+            opts=self.child(),
+        )
         self.claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=name_of_claim,
                 namespace=args.namespace,
                 annotations={
-                    # The claim binds when population completes; that is what model servers need.
-                    "pulumi.com/waitFor": "jsonpath={.status.phase}=Bound",
+                    # The claim binds when population completes; that is what model servers need. It has the
+                    # throughput asked for once the driver has applied its class: on a scale-up in place the
+                    # serving set (which depends on the claim) grows only after that, so no new group reads the
+                    # old throughput longer than the change takes to take effect (loading.HDML_MODIFY_LAG_S);
+                    # a change the driver refuses stops `pulumi up` here.
+                    "pulumi.com/waitFor": json.dumps([
+                        "jsonpath={.status.phase}=Bound",
+                        "jsonpath={.status.currentVolumeAttributesClassName}="
+                        + attributes_class_name(args.throughput_mibps)]),
                     "pulumi.com/timeoutSeconds": str(args.hydration_timeout_s),
                 },
             ),
             spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
                 access_modes=["ReadOnlyMany"],
                 storage_class_name=self.storage_class.metadata.name,
+                volume_attributes_class_name=self.attributes_class.metadata.name,
                 resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{args.volume_gib}Gi"}),
                 data_source_ref=k8s.core.v1.TypedObjectReferenceArgs(
                     api_group=DATA_SOURCE_API.split("/")[0], kind="GCPDataSource", name=source_name),

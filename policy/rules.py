@@ -1421,8 +1421,8 @@ def check_declared_network_policies(resource_type: str, props: Mapping[str, Any]
 
 
 def check_declared_storage(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    """Claims, storage classes and device claim templates as declared: the checkpoint claim ReadOnlyMany, the
-    Hyperdisk ML class, RDMA templates of their one device class and never adminAccess."""
+    """Claims, storage and volume attributes classes and device claim templates as declared: the checkpoint claim
+    ReadOnlyMany, the Hyperdisk ML class and its throughput classes, RDMA templates of their one device class and never adminAccess."""
     name, _ = _object_name(props)
     if resource_type == "kubernetes:core/v1:PersistentVolumeClaim":
         decl = next((c for c in declared.CLAIMS if declared.matches(c.name, name)), None)
@@ -1436,6 +1436,12 @@ def check_declared_storage(resource_type: str, props: Mapping[str, Any]) -> list
         shape = (props.get("provisioner"), _get(props, "parameters", "type"))
         if decl is None or shape != decl:
             return [f"StorageClass {name!r} ({shape}) is not declared"]
+    elif resource_type == "kubernetes:storage.k8s.io/v1:VolumeAttributesClass":
+        decl = next((v for k, v in declared.VOLUME_ATTRIBUTES_CLASSES.items() if declared.matches(k, name)), None)
+        parameters = props.get("parameters")
+        keys = tuple(sorted(parameters)) if isinstance(parameters, Mapping) else ()
+        if decl is None or props.get("driverName") != decl[0] or not set(keys) <= set(decl[1]):
+            return [f"VolumeAttributesClass {name!r} ({props.get('driverName')}, {list(keys)}) is not declared"]
     elif resource_type == "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate":
         device_class = declared.CLAIM_TEMPLATES.get(name)
         found = [] if device_class else [f"ResourceClaimTemplate {name!r} is not declared"]

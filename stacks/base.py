@@ -205,6 +205,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("servingZone", cfg.gcp.zone)
     pulumi.export("namespace", platform.namespace.metadata.name)
     pulumi.export("modelsClaim", weights.claim.metadata.name)
+    pulumi.export("weightLoad", loading.load_output(cfg))
     pulumi.export("routerService", EPP_SERVICE)
     pulumi.export("routerMode", cfg.router.mode)
     for key, value in user_outputs(cfg, pulumi.get_stack()).items():
@@ -364,8 +365,22 @@ def weight_load_lines(cfg: StackConfig) -> list[str]:
            if install.seconds else "") + "); pulumi waits "
         f"{loading.ready_timeout_s(cfg) // 60} min for the serving sets and {loading.hydration_timeout_s(cfg) // 60} "
         "min for hydration (one transfer Job, at most one node's read limit)",
+        grown_in_place_line(cfg),
     ]
     return lines
+
+
+def grown_in_place_line(cfg: StackConfig) -> str:
+    """What a scale-up of an existing stack gets from the volume it already has (`tools diff` against the last
+    plan gives the figures for the throughput it really has)."""
+    fresh, grown = loading.startup_budget_terms(cfg)
+    lag = loading.HDML_MODIFY_LAG_S / 60
+    return (f"  grown in place (more slices on an existing stack): the claim moves to the VolumeAttributesClass of "
+            f"{loading.throughput_mibps(cfg):,} MiB/s and the serving set grows once the driver has applied it; new "
+            f"groups may read the old throughput for up to {lag:.0f} min more; the probe budget covers {lag:.0f} "
+            f"+ {loading.PROBE_MARGIN:g} x load + engine start = {grown / 60:.1f} min (fresh {fresh / 60:.1f}); "
+            f"one throughput change per {loading.HDML_MODIFY_INTERVAL_S // 3600} h "
+            "(loading.HDML_MODIFY_LAG_S, HDML_MODIFY_INTERVAL_S)")
 
 
 def slice_lines(cfg: StackConfig) -> list[str]:

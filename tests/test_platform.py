@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -114,6 +115,25 @@ def test_default_throughput_is_where_no_node_waits_on_the_volume(plans, stack, n
 
 
 @pytest.mark.parametrize("stack", STACKS)
+def test_claim_names_the_class_of_its_throughput(plans, stack):
+    """The existing volume's throughput follows the readers: the claim names a VolumeAttributesClass whose one
+    parameter is the throughput the StorageClass creates the disk with, for the PD CSI driver."""
+    plan = plans[stack]
+    storage_class = manifest(plan, "StorageClass")
+    [vac] = [m for m in plan.manifests if m["kind"] == "VolumeAttributesClass"]
+    assert vac["driverName"] == storage_class["provisioner"] == "pd.csi.storage.gke.io"
+    assert vac["parameters"] == {"throughput": storage_class["parameters"]["provisioned-throughput-on-create"]}
+    assert vac["parameters"]["throughput"] == f"{plan.outputs['weightLoad']['throughputMiBps']}Mi"
+    pvc = manifest(plan, "PersistentVolumeClaim", plan.outputs["modelsClaim"])
+    assert pvc["spec"]["volumeAttributesClassName"] == vac["metadata"]["name"]
+    # The serving set waits on the claim, so it cannot grow before the class applies.
+    claim = resource_of(plan, "PersistentVolumeClaim", plan.outputs["modelsClaim"])
+    servers = [r for r in plan.resources if r["type"] in (
+        "kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")]
+    assert servers and all(claim["name"] in plan.closure(r["name"]) for r in servers)
+
+
+@pytest.mark.parametrize("stack", STACKS)
 def test_weights_wait_only_for_what_hydration_needs(plans, stack):
     plan = plans[stack]
     pvc = resource_of(plan, "PersistentVolumeClaim", plan.outputs["modelsClaim"])
@@ -122,7 +142,11 @@ def test_weights_wait_only_for_what_hydration_needs(plans, stack):
     accelerator_pools = {p["name"] for p in plan.of_type("gcp:container/nodePool:NodePool") if p["parent"] != "cpu"}
     assert not accelerator_pools & deps, "hydration must overlap accelerator pool creation"
     annotations = pvc["inputs"]["metadata"]["annotations"]
-    assert annotations["pulumi.com/waitFor"] == "jsonpath={.status.phase}=Bound"
+    # Bound (hydrated), and on the VolumeAttributesClass of the throughput asked for: on a scale-up in place the
+    # serving set, which depends on the claim, grows only once the driver has applied it (components/weights.py).
+    vac = pvc["inputs"]["spec"]["volumeAttributesClassName"]
+    assert json.loads(annotations["pulumi.com/waitFor"]) == [
+        "jsonpath={.status.phase}=Bound", f"jsonpath={{.status.currentVolumeAttributesClassName}}={vac}"]
     # A wide margin over the modelled copy, whose speed is not published (components/loading.py).
     hydration_min = float(re.search(r"hydration >= (\d+\.\d) min", plan.summary).group(1))
     assert int(annotations["pulumi.com/timeoutSeconds"]) >= 4 * hydration_min * 60

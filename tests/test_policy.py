@@ -284,6 +284,17 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      {"metadata": {"name": "kimi-k3-1-models-000000000000"}, "spec": {"accessModes": ["ReadWriteMany"]}},
      ["PersistentVolumeClaim 'kimi-k3-1-models-000000000000' access modes [\"ReadWriteMany\"], declared "
       "['ReadOnlyMany']"]),
+    ("declared-storage", "kubernetes:storage.k8s.io/v1:VolumeAttributesClass",
+     {"metadata": {"name": "kimi-k3-1-models-hdml-38400mi"}, "driverName": "pd.csi.storage.gke.io",
+      "parameters": {"throughput": "38400Mi"}}, []),
+    ("declared-storage", "kubernetes:storage.k8s.io/v1:VolumeAttributesClass",
+     {"metadata": {"name": "kimi-k3-1-models-hdml-38400mi"}, "driverName": "pd.csi.storage.gke.io",
+      "parameters": {"throughput": "38400Mi", "iops": "100"}},
+     ["VolumeAttributesClass 'kimi-k3-1-models-hdml-38400mi' (pd.csi.storage.gke.io, ['iops', 'throughput']) is "
+      "not declared"]),
+    ("declared-storage", "kubernetes:storage.k8s.io/v1:VolumeAttributesClass",
+     {"metadata": {"name": "fast"}, "driverName": "pd.csi.storage.gke.io", "parameters": {"throughput": "1Mi"}},
+     ["VolumeAttributesClass 'fast' (pd.csi.storage.gke.io, ['throughput']) is not declared"]),
     # ---- declared-network
     ("declared-network", "gcp:compute/routerNat:RouterNat", {"sourceSubnetworkIpRangesToNat": "LIST_OF_SUBNETWORKS",
                                                             "subnetworks": [{"name": "x/kimi-k3-1-gpu-nodes"}]}, []),

@@ -212,14 +212,67 @@ def test_one_to_three_slices_adds_and_changes_counts(one_to_three):
     replaced = [e.title for e in entries if e.action == "replace"]
     for kept in ("**gpu-0**", "ComputeDomain", "DisaggregatedSet", "**gpu-policy**", "InferencePool"):
         assert not any(kept in t for t in replaced), (kept, replaced)
-    assert not [e for e in entries if e.action == "delete"]
+    # The one deletion: the VolumeAttributesClass of the old throughput, whose successor the claim now names
+    # (parameters are immutable: one class per value; components/weights.py).
+    deleted = [e.title for e in entries if e.action == "delete"]
+    assert deleted == ["`VolumeAttributesClass kimi-k3-1-models-hdml-38400mi`"], deleted
+    assert "`VolumeAttributesClass kimi-k3-1-models-hdml-115200mi` (`weights-volume-throughput`)" in created, created
     # The only replacement: the StorageClass, whose create-time throughput now serves 12 readers (an API object,
     # no data: the volume already hydrated keeps its claim; docs/scaling.md).
     assert all("StorageClass" in t for t in replaced), replaced
+    # The claim is updated in place to the new class: that is what makes the existing volume's throughput follow.
+    [claim] = [e for e in one_to_three.objects if "`PersistentVolumeClaim " in e.title]
+    assert claim.action == "update" and "spec.volumeAttributesClassName" in {c.path for c in claim.changes}
     figures = {f.label: (f.old, f.new) for f in one_to_three.figures}
     assert figures["serving slices"] == (1, 3) and figures["accelerator nodes"] == (16, 48)
     [dset] = [e for e in one_to_three.objects if "`DisaggregatedSet " in e.title]
     assert dset.action == "update" and "spec.slices" in {c.path for c in dset.changes}
+
+
+def test_one_to_three_in_place_gets_what_the_existing_volume_gives(one_to_three, variants):
+    """1 slice deployed, then 3 on the same stack: the base plan's outputs are the stack's state after the first
+    up. The existing volume has 1 slice's throughput (16 readers' worth) until the driver applies the new class, so
+    the groups the scale-up adds load at a third of their share for up to HDML_MODIFY_LAG_S: 10.7 min, not the
+    3.6 of a fresh 3-slice stack, and the startup budget must cover that plus the engine's start."""
+    from components import loading
+
+    fresh = variants["gpu3"].outputs["weightLoad"]
+    assert (fresh["throughputMiBps"], fresh["readers"]) == (115200, 48)
+    lines = one_to_three.in_place
+    assert lines[0].startswith("volume throughput 38,400 -> 115,200 MiB/s for 48 reader nodes, on the existing "
+                               "volume: the claim moves to the VolumeAttributesClass of 115,200 MiB/s"), lines
+    # 539 GB per node at 38,400 MiB/s / 48 = 800 MiB/s: 10.7 min, inside the 20 min the change may take.
+    assert lines[1].startswith("groups this up adds load in at most 10.7 min (the old 38,400 MiB/s shared by 48 "
+                               "nodes for up to 20 min while the change takes effect, then 115,200); 3.6 min on a "
+                               "new volume; 10.7 min if it kept 38,400 MiB/s"), lines
+    budget = fresh["startupBudgetSeconds"]
+    assert lines[2] == (f"startup probe budget {budget / 60:.1f} min vs load 10.7 + start besides the load 23.0 = "
+                        "33.7 min: covers it")
+    # The pods' probes carry that budget: the same figure in the 3-slice plan's DisaggregatedSet.
+    dset = manifest(variants["gpu3"], "DisaggregatedSet")
+    for role in dset["spec"]["roles"]:
+        probe = role["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["startupProbe"]
+        assert probe["failureThreshold"] * probe["periodSeconds"] == budget
+    # Every in-place growth of the committed shape, 1 -> N: the budget (independent of what the volume had, so a
+    # scale-up never rolls the groups) covers the slowest added group's load and start.
+    one = parse("gpu")
+    for slices in range(2, 17):
+        grown_cfg = parse("gpu", gpu__slices=slices)
+        load = loading.grown_load_s(loading.node_reads(grown_cfg), loading.reader_nodes(grown_cfg),
+                                    loading.throughput_mibps(one), loading.throughput_mibps(grown_cfg))
+        rest = loading.ENGINE_START_S["gpu"]
+        assert load + rest <= loading.startup_budget_s(grown_cfg), slices
+        # ... which it would not if the volume kept its 1-slice throughput (the gap the class closes), from 9 up.
+        stuck = loading.grown_load_s(loading.node_reads(grown_cfg), loading.reader_nodes(grown_cfg),
+                                     loading.throughput_mibps(one), loading.throughput_mibps(one))
+        assert (stuck + rest > loading.startup_budget_s(grown_cfg)) == (slices >= 9), slices
+
+
+def test_one_to_three_prices_each_added_slice(one_to_three):
+    [cost] = [line for line in one_to_three.in_place if line.startswith("cost:")]
+    hourly = next(f for f in one_to_three.figures if f.label == "hourly cost")
+    assert cost.startswith(f"cost: {hourly.new - hourly.old:+,.2f} USD/h for +2 slice(s), "
+                           f"{(hourly.new - hourly.old) / 2:+,.2f} USD/h per added slice"), cost
 
 
 def test_plan_diff_report_reads_as_additions(one_to_three):

@@ -498,11 +498,14 @@ class StackDiff:
     only_in: str = ""
     notes: list[str] = field(default_factory=list)
     """What was left out of the comparison, and why (chart objects one side did not render)."""
+    in_place: list[str] = field(default_factory=list)
+    """The head applied to a stack deployed as the base: what the existing volume gives the groups it adds, the
+    startup budget against it, and the cost of each added slice (grown_in_place)."""
 
     @property
     def empty(self) -> bool:
         return not (self.resources or self.objects or self.figures or self.summary_lines or self.outputs
-                    or self.only_in)
+                    or self.only_in or self.in_place)
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(("create", "update", "replace", "delete"), 0)
@@ -649,7 +652,48 @@ def diff_stack(name: str, base: StackPlan, head: StackPlan) -> StackDiff:
     lines = difflib.unified_diff(base.summary.splitlines(), head.summary.splitlines(), lineterm="", n=0)
     result.summary_lines = [line for line in lines if not line.startswith(("---", "+++", "@@"))]
     result.outputs = diff_values(base.outputs, head.outputs)
+    result.in_place = grown_in_place(base, head, result.figures)
     return result
+
+
+def grown_in_place(base: StackPlan, head: StackPlan, changed: list[Figure]) -> list[str]:
+    """The head `pulumi up` onto the stack the base deployed: its outputs are the stack's state then. The volume
+    keeps the throughput it has (`weightLoad.throughputMiBps` of the base) until the driver applies the head's
+    VolumeAttributesClass; the groups the head adds load at the old share for up to loading.HDML_MODIFY_LAG_S."""
+    from components import loading
+
+    old, new = base.outputs.get("weightLoad"), head.outputs.get("weightLoad")
+    if not (isinstance(old, dict) and isinstance(new, dict)) or (
+            old.get("throughputMiBps"), old.get("readers")) == (new.get("throughputMiBps"), new.get("readers")):
+        return []
+    had, has, readers = int(old["throughputMiBps"]), int(new["throughputMiBps"]), int(new["readers"])
+    reads = loading.reads_from_output(new)
+    grown = loading.grown_load_s(reads, readers, had, has)
+    stuck = loading.grown_load_s(reads, readers, had, had)
+    budget, rest = float(new["startupBudgetSeconds"]), float(new["startSecondsBesidesLoad"])
+    lag = loading.HDML_MODIFY_LAG_S / 60
+    holds = "covers it" if grown + rest <= budget else "DOES NOT cover it: groups restart mid-load"
+    lines = [
+        f"volume throughput {had:,} -> {has:,} MiB/s for {readers} reader nodes, on the existing volume: the claim "
+        f"moves to the VolumeAttributesClass of {has:,} MiB/s and `pulumi up` grows the serving set only once the "
+        f"driver has applied it (a change within {loading.HDML_MODIFY_INTERVAL_S // 3600} h of the last one is "
+        "refused, and the up stops at the claim)",
+        f"groups this up adds load in at most {grown / 60:.1f} min (the old {had:,} MiB/s shared by {readers} nodes "
+        f"for up to {lag:.0f} min while the change takes effect, then {has:,}); {float(new['loadSeconds']) / 60:.1f} "
+        f"min on a new volume; {stuck / 60:.1f} min if it kept {had:,} MiB/s",
+        f"startup probe budget {budget / 60:.1f} min vs load {grown / 60:.1f} + start besides the load "
+        f"{rest / 60:.1f} = {(grown + rest) / 60:.1f} min: {holds}",
+    ]
+    figures_by_label = {f.label: f for f in changed}
+    slices, hourly = figures_by_label.get("serving slices"), figures_by_label.get("hourly cost")
+    if slices and hourly and slices.old is not None and slices.new is not None and slices.new != slices.old \
+            and hourly.old is not None and hourly.new is not None:
+        added = slices.new - slices.old
+        left_out = unpriced(head.summary)
+        note = f" (priced items only; the head leaves out {', '.join(left_out)})" if left_out else ""
+        lines.append(f"cost: {hourly.new - hourly.old:+,.2f} USD/h for {added:+,.0f} slice(s), "
+                     f"{(hourly.new - hourly.old) / added:+,.2f} USD/h per added slice{note}")
+    return lines
 
 
 def _from(obj: KubeObject) -> str:
@@ -858,6 +902,8 @@ def stack_report(diff: StackDiff, max_rows: int = MAX_ROWS) -> list[str]:
             causes = sorted({c.path for c in entry.changes if c.note.startswith("immutable")})
             lines.append(f"- {entry.title}: " + ", ".join(_code(c) for c in causes))
         lines.append("")
+    if diff.in_place:
+        lines += ["### Applied to the stack the base deployed", ""] + [f"- {line}" for line in diff.in_place] + [""]
     if diff.figures:
         lines += ["### Summary figures", "", "| figure | base | head | change |", "| --- | ---: | ---: | ---: |"]
         lines += [f"| {f.label} | {_number(f.old, f.unit)} | {_number(f.new, f.unit)} | {_delta(f)} |"
