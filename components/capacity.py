@@ -54,9 +54,10 @@ def weight_staging(cfg: StackConfig) -> WeightStaging:
 @dataclass(frozen=True)
 class HeldWeights:
     """Checkpoint bytes one device keeps after loading, from the tensor layout (components/loading.py) and the
-    sharding the engine applies: the non-expert part split over the engine's TP ranks (whole at TP=1, since every
-    data-parallel engine runs its own copy), and one EP rank's routed experts with their scales (vLLM 0.33.0 reads
-    every expert's scales but `FusedMoE.weight_loader` keeps only the local experts' parameters,
+    sharding the engine applies: each non-expert tensor as the model lays it over the engine's TP ranks (all of it
+    at TP=1, since every data-parallel engine runs its own copy; at TP > 1 only the column/row/vocab-parallel ones
+    split, loading.TensorGroup.tp), and one EP rank's routed experts with their scales (vLLM 0.33.0 reads every
+    expert's scales but `FusedMoE.weight_loader` keeps only the local experts' parameters,
     vllm/model_executor/layers/fused_moe/layer.py `_map_global_expert_id_to_local_expert_id`; TorchTPU's filter
     does not even read them)."""
 
@@ -71,10 +72,27 @@ class HeldWeights:
         return self.dense + self.experts + self.scales
 
 
+def sequence_parallel(cfg: StackConfig) -> bool:
+    """vLLM 0.33.0's Kimi K3 runs sequence parallel when PP = 1, expert parallelism is on, TP > 1 and MegaMoE or
+    DP > 1 (vllm/models/kimi_k3/nvidia/model.py L708-714); the GPU command always enables EP and MegaMoE
+    (components/engines.py), so it is on whenever gpu.tensorParallel > 1."""
+    return cfg.track == "gpu" and cfg.gpu.tensorParallel > 1
+
+
+def dense_bytes_per_device(cfg: StackConfig, tp: int) -> float:
+    """Non-expert bytes one TP rank holds. GPU: split tensors / TP + replicated ones whole + the dense MLP and shared
+    experts whole under sequence parallelism (else / TP). TPU ASSUMPTION (vLLM-TorchTPU's K3 sharding not read):
+    every non-expert tensor splits over TP; the non-weight figure is calibrated on the same rule
+    (tpu_non_weight_bytes), so the KV pool does not depend on it."""
+    if cfg.track != "gpu":
+        return loading.layout_bytes("whole") / tp
+    mlp = loading.layout_bytes("whole", "sp_replicated")
+    return (loading.layout_bytes("whole", "split") / tp + loading.layout_bytes("whole", "replicated")
+            + (mlp if sequence_parallel(cfg) else mlp / tp))
+
+
 def weights_held_per_device(cfg: StackConfig, role: str = "prefill") -> HeldWeights:
-    """Bytes of weights each device of a `role` replica holds (GPU: `prefill` or `decode` group; TPU: the slice).
-    Assumption: every non-expert tensor splits evenly over TP (norms, the router and MLA's latent projections are
-    replicated by vLLM but are under 0.1% of it)."""
+    """Bytes of weights each device of a `role` replica holds (GPU: `prefill` or `decode` group; TPU: the slice)."""
     if cfg.track == "gpu":
         g = cfg.gpu
         nodes = g.prefillNodesPerGroup if role == "prefill" else g.decodeNodesPerGroup
@@ -82,7 +100,7 @@ def weights_held_per_device(cfg: StackConfig, role: str = "prefill") -> HeldWeig
     else:
         tp = ep = cfg.tpu.tensorParallel
     share = math.ceil(loading.ROUTED_EXPERTS / ep) / loading.ROUTED_EXPERTS  # linear placement: the largest share
-    return HeldWeights(tp, ep, loading.layout_bytes("whole") / tp, loading.layout_bytes("expert") * share,
+    return HeldWeights(tp, ep, dense_bytes_per_device(cfg, tp), loading.layout_bytes("expert") * share,
                        loading.layout_bytes("expert_scale") * share)
 
 

@@ -39,6 +39,13 @@ class TensorGroup:
     kind: str
     """"expert" (a routed expert's weight), "expert_scale" (its MXFP4 scales) or "whole" (held by every rank)."""
     bytes_per_element: float
+    tp: str = "split"
+    """How vLLM 0.33.0's Kimi K3 model (vllm/models/kimi_k3/nvidia/) lays a "whole" tensor over the TP ranks of one
+    engine: "split" (column/row/vocab-parallel: 1/TP each), "replicated" (every TP rank holds all of it:
+    `ReplicatedLinear`, `disable_tp=True`, norms) or "sp_replicated" (the dense MLP and shared experts, `KimiMLP`:
+    replicated when the model runs sequence parallel, which it does whenever TP > 1 with expert parallelism and
+    MegaMoE or DP > 1, model.py `use_sequence_parallel` L708-714, unless `VLLM_KIMI_K3_SHARD_SP_SHARED_EXPERT=1`,
+    default 0, model.py L142-160, L230-258, vllm/envs.py)."""
 
 
 _H, _V = 7168, 163840
@@ -49,17 +56,26 @@ KIMI_K3_TENSORS: tuple[TensorGroup, ...] = (
     # packed + [3072, 112] scales; w2: [3584, 1536] + [3584, 96]); 92 MoE layers x 896 experts.
     TensorGroup(2 * 3072 * 1792 + 3584 * 1536, _EXPERTS, "expert", 1),
     TensorGroup(2 * 3072 * 112 + 3584 * 96, _EXPERTS, "expert_scale", 1),
-    # Held whole, bf16: embeddings and head, norms and attention-residual projections, the dense MLP of layer 0.
-    TensorGroup(2 * _V * _H + 3 * _H + 93 * 6 * _H + 3 * 33792 * _H, 1, "whole", 2),
-    # KDA layers: q/k/v projections and short convolutions, gates, A_log, dt_bias, norms.
-    TensorGroup(3 * 12288 * _H + 3 * 12288 * 4 + 128 + 12288 + 128 * _H + 12288 * 128 + 96 * _H + 128,
-                _KDA, "whole", 2),
-    # MLA layers: q_a/q_b, kv_a (512 + 64 rope), kv_b, their norms.
-    TensorGroup(1536 * _H + 1536 + 18432 * 1536 + 576 * _H + 512 + 24576 * 512, _MLA, "whole", 2),
-    # Output gate and o_proj of all 93 attention layers.
+    # Held whole, bf16: embeddings and head (VocabParallelEmbedding, ParallelLMHead), norms and attention-residual
+    # projections (ReplicatedLinear, model.py L808-820), the dense MLP of layer 0 (KimiMLP).
+    TensorGroup(2 * _V * _H, 1, "whole", 2),
+    TensorGroup(3 * _H + 93 * 6 * _H, 1, "whole", 2, "replicated"),
+    TensorGroup(3 * 33792 * _H, 1, "whole", 2, "sp_replicated"),
+    # KDA layers: q/k/v projections and short convolutions, gates, A_log, dt_bias, norms (head-sharded,
+    # kda.py L640-690); the f_a gate's 128 rows are the one replicated shard of the merged input projection
+    # (kda.py `_KimiGDNMergedColumnParallelLinear`, `replicated_shard_id`).
+    TensorGroup(3 * 12288 * _H + 3 * 12288 * 4 + 128 + 12288 + 12288 * 128 + 96 * _H + 128, _KDA, "whole", 2),
+    TensorGroup(128 * _H, _KDA, "whole", 2, "replicated"),
+    # MLA layers: q_b and kv_b (ColumnParallelLinear); q_a, kv_a (512 + 64 rope) and their norms replicated
+    # ("The latent Q and KV shards are replicated across TP ranks", mla.py L226-275).
+    TensorGroup(18432 * 1536 + 24576 * 512, _MLA, "whole", 2),
+    TensorGroup(1536 * _H + 1536 + 576 * _H + 512, _MLA, "whole", 2, "replicated"),
+    # Output gate and o_proj of all 93 attention layers (column- / row-parallel).
     TensorGroup(2 * 12288 * _H, 93, "whole", 2),
-    # MoE layers: router and its bias, latent up/down projections and norm, two shared experts (6144 wide).
-    TensorGroup(896 * _H + 896 + 2 * 3584 * _H + 3584 + 3 * 6144 * _H, _MOE, "whole", 2),
+    # MoE layers: router and its bias (GateLinear), latent down/up projections and norm (ReplicatedLinear,
+    # model.py L472-500), two shared experts 6144 wide (KimiMLP).
+    TensorGroup(896 * _H + 896 + 2 * 3584 * _H + 3584, _MOE, "whole", 2, "replicated"),
+    TensorGroup(3 * 6144 * _H, _MOE, "whole", 2, "sp_replicated"),
 )
 """Every text tensor of the released Kimi K3 checkpoint (497,052 tensors over 96 shards), shapes and counts as
 transcribed from `HfApi.get_safetensors_metadata("moonshotai/Kimi-K3")` in vllm-project/tpu-inference
@@ -71,8 +87,10 @@ staged revision's config.json is checked against the geometry at `pulumi up`).""
 ROUTED_EXPERTS = 896
 
 
-def layout_bytes(kind: str) -> int:
-    return int(sum(g.elements * g.count * g.bytes_per_element for g in KIMI_K3_TENSORS if g.kind == kind))
+def layout_bytes(kind: str, tp: str | None = None) -> int:
+    """Checkpoint bytes of one kind (and, given `tp`, only the "whole" tensors vLLM lays over TP that way)."""
+    return int(sum(g.elements * g.count * g.bytes_per_element for g in KIMI_K3_TENSORS
+                   if g.kind == kind and tp in (None, g.tp)))
 
 
 def checkpoint_bytes() -> int:

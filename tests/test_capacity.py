@@ -53,10 +53,15 @@ def test_tpu_hand_worked():
 
 
 @pytest.mark.parametrize("changes", [{"gpu__tensorParallel": 2}, {"model__kvCacheDtype": "bf16"},
-                                     {"model__contextLength": "262144"}])
+                                     {"model__contextLength": "262144"},
+                                     # EP 32: 8-node groups, one prefill and one decode group per rack.
+                                     {"gpu__prefillNodesPerGroup": 8, "gpu__decodeNodesPerGroup": 8,
+                                      "gpu__prefillGroups": 1}])
 def test_weights_pool_sessions_and_router_move_together(changes):
-    """TP halves the non-expert part per GPU (more pool, fewer engines); bf16 doubles every page; a shorter
-    context admits more requests. Each figure follows from the one before it."""
+    """TP=2 splits the column/row/vocab-parallel part per GPU but keeps the replicated part and (sequence parallel)
+    the dense MLP and shared experts whole (more pool, half the engines, a smaller block); EP 32 halves each rank's
+    experts; bf16 doubles every page; a shorter context admits more requests. Each figure follows from the one
+    before it."""
     base, c = capacity.serving_capacity(parse("gpu")), capacity.serving_capacity(parse("gpu", **changes))
     assert c.kv_pool_bytes_per_device == pytest.approx(
         c.usable_bytes_per_device - c.weight_bytes_per_device - c.non_weight_bytes_per_device)
@@ -66,7 +71,11 @@ def test_weights_pool_sessions_and_router_move_together(changes):
     assert (c.weight_bytes_per_device, c.sequences, c.lru_capacity_per_server) != (
         base.weight_bytes_per_device, base.sequences, base.lru_capacity_per_server)
     if "gpu__tensorParallel" in changes:
-        assert c.weights.dense == pytest.approx(base.weights.dense / 2) and c.kv_groups == base.kv_groups // 2
+        # 76.2e9 split / 2 + 11.5e9 replicated + 25.8e9 MLP and shared experts whole = 75.4e9 (TP=1: 113.5e9).
+        assert c.weights.dense == pytest.approx(75.36e9, rel=1e-3) and c.kv_groups == base.kv_groups // 2
+        assert c.block_tokens < base.block_tokens
+    if "gpu__prefillNodesPerGroup" in changes:
+        assert c.weights.experts == pytest.approx(base.weights.experts / 2) and c.kv_groups == 2 * base.kv_groups
 
 
 @pytest.mark.parametrize("stack,changes,expected", [

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from components import kvblocks, loading
+from components import engines, kvblocks, loading
 
 KV_TORCH_DTYPE = {"fp8": torch.float8_e4m3fn, "bf16": torch.bfloat16}
 STATE_DTYPE = {"float32": "float32", "bfloat16": "bfloat16"}
@@ -114,3 +114,37 @@ def test_the_model_config_loads_the_stacks_geometry(gpu_cfg, tmp_path):
     config = ModelConfig(model=str(tmp_path), skip_tokenizer_init=True, max_model_len=gpu_cfg.context_length)
     assert config.architectures == [m.architecture]
     assert config.use_mla and config.get_head_size() == m.mlaLatentDim
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_shared_experts_held_per_tp_rank_are_the_models(gpu_cfg, tp, monkeypatch):
+    """The released `KimiMLP` (vllm/models/kimi_k3/nvidia/model.py), built on the meta device as one TP rank of `tp`
+    with the sequence parallelism the stack's flags give it (EP + MegaMoE: on for TP > 1) and MegaMoE's sharding
+    eligibility, holds what the plan counts for the dense MLP and shared experts ("sp_replicated"): all of it under
+    sequence parallelism, since VLLM_KIMI_K3_SHARD_SP_SHARED_EXPERT defaults to off. The TP world size and rank are
+    the only things supplied (no process group on this machine)."""
+    import vllm.model_executor.layers.linear as linear
+    import vllm.model_executor.parameter as parameter
+    import vllm.models.kimi_k3.nvidia.model as model
+    from vllm.config import DeviceConfig, KernelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
+
+    from components import capacity
+    from tests.engine.conftest import stack_config
+
+    cfg = stack_config("gpu", **{"gpu.tensorParallel": str(tp)})
+    for module in (linear, parameter, model):
+        monkeypatch.setattr(module, "get_tensor_model_parallel_world_size", lambda: tp, raising=False)
+        monkeypatch.setattr(module, "get_tensor_model_parallel_rank", lambda: 0, raising=False)
+    vllm_config = VllmConfig(device_config=DeviceConfig(device="cuda"),
+                             parallel_config=ParallelConfig(tensor_parallel_size=tp, enable_expert_parallel=True),
+                             kernel_config=KernelConfig(moe_backend=engines.GPU_MOE_BACKEND))
+    hidden, width = 7168, 6144  # two shared experts of K3 (moe_intermediate_size 3072 x num_shared_experts 2)
+    with set_current_vllm_config(vllm_config), torch.device("meta"):
+        mlp = model.KimiMLP(hidden, width, "silu", use_sequence_parallel=capacity.sequence_parallel(cfg),
+                            can_shard_sequence_parallel=model.can_shard_sequence_parallel_shared_expert(vllm_config))
+    held = sum(p.numel() for p in mlp.parameters())
+    whole = 3 * hidden * width
+    assert held == (whole if capacity.sequence_parallel(cfg) else whole // tp)
+    share = capacity.dense_bytes_per_device(cfg, tp) - loading.layout_bytes("whole", "split") / tp \
+        - loading.layout_bytes("whole", "replicated")
+    assert share == pytest.approx(loading.layout_bytes("whole", "sp_replicated") * held / whole)
