@@ -62,13 +62,6 @@ KV_BLOCK_TOKENS = 128
 hybrid model until a page holds a KDA state, so the engine-effective block that the engines are started with and
 the router counts in comes from components/kvblocks.py, computed from this floor."""
 
-KV_EVENTS_PORT = 5557
-"""ZMQ port engines publish KV-cache events on (vLLM/SGLang default `tcp://*:5557`; the router's pod
-discovery default socketPort, https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/kvevents/pool.go)."""
-KV_EVENTS_TOPIC_PREFIX = "kv@"
-"""Topic `kv@<pod ip>:<port>@<model>`; the router splits on '@' and filters on `kv@`
-(https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/kvevents/engineadapter/common.go)."""
-
 NIXL_SIDE_CHANNEL_PORT = 5600
 """First NIXL side-channel port of a GPU pod: vLLM binds VLLM_NIXL_SIDE_CHANNEL_PORT + the global DP rank
 (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py),

@@ -6,6 +6,9 @@ each pod runs GPUs/TP engines, the group forms one DP x EP domain (EP = TP x DP 
 TPU: vLLM-TorchTPU (the pinned release), one engine per slice spread over its hosts with `--nnodes`; or, only
 as an explicit choice, a user-supplied SGLang-TorchTPU build (unreleased).
 The block size every command passes is the engine-effective one (components/kvblocks.py).
+No command publishes KV-cache events (`--kv-events-config`): at the pinned router only the precise prefix-cache
+producer reads them, and the router predicts prefix hits without them (docs/capacity.md "Prefix routing");
+tests/test_router.py fails if an engine publishes events no router plugin consumes, or the reverse.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ LEADER = "${LWS_LEADER_ADDRESS}"
 WORKER_INDEX = "${LWS_WORKER_INDEX}"
 POD_IP = "${POD_IP}"
 START_RANK = "${START_RANK}"
-KV_EVENTS_BASE = "${KV_EVENTS_BASE}"
 LEADER_IP = "${LEADER_IP}"
 """The leader's pod address, resolved from LWS_LEADER_ADDRESS by the TPU pod script (tpu_launcher_preamble)."""
 
@@ -64,12 +66,6 @@ def _json(value: dict) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False)
 
 
-def kv_events_topic(model: str) -> str:
-    """`kv@<pod ip>:<port>@<model>`: the router splits on '@'
-    (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/kvevents/engineadapter/common.go)."""
-    return f"{contract.KV_EVENTS_TOPIC_PREFIX}{POD_IP}:{contract.MODEL_SERVER_PORT}@{model}"
-
-
 # --------------------------------------------------------------------------- vLLM (GPU)
 def vllm_port(role: Role) -> int:
     """Decode engines sit behind the routing sidecar, which takes the serving port
@@ -98,12 +94,13 @@ def vllm_kv_transfer(cfg: StackConfig, role: Role) -> dict:
     }
 
 
-def vllm_kv_events(cfg: StackConfig) -> dict:
-    # vLLM adds the global DP rank to the endpoint port; the script starts each pod at 5557 - START_RANK so its
-    # engines publish on 5557.. (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/distributed/kv_events.py
-    # offset_endpoint_port).
-    return {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{KV_EVENTS_BASE}",
-            "topic": kv_events_topic(catalog.KIMI.hf_id)}
+def render_flags(cfg: StackConfig, role: Role) -> list[str]:
+    """What lets the router tokenize on the engine it routes to. vLLM 0.33.0 registers `/v1/completions/render` and
+    `/v1/chat/completions/render` on `vllm serve` only with `--enable-scale-out`
+    (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/entrypoints/scale_out/factories.py L94-105,
+    vllm/entrypoints/common/cli_args.py L216-221); the prefill engines serve the router's render Service
+    (components/router.py RENDER_SERVICE)."""
+    return ["--enable-scale-out"] if role == "prefill" else []
 
 
 def vllm_speculative(cfg: StackConfig) -> dict | None:
@@ -169,7 +166,7 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         # (https://github.com/llm-d/llm-d/blob/4bd65c4/guides/pd-disaggregation/modelserver/gpu/vllm/multi-tier/patch-prefill.yaml).
         VLLM.hybrid_kv_flag,
         "--kv-transfer-config", _json(vllm_kv_transfer(cfg, role)),
-        "--kv-events-config", _json(vllm_kv_events(cfg)),
+        *render_flags(cfg, role),
         "--reasoning-parser", "kimi_k3",
         "--tool-call-parser", "kimi_k3",
         "--enable-auto-tool-choice",
@@ -182,9 +179,8 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "find /dev/shm -mindepth 1 -delete 2>/dev/null || true",  # stale shm from a restart (llm-d issue #352)
         EXTEND_LIBRARY_PATH,
         f"START_RANK=$(( LWS_WORKER_INDEX * {dp_local} ))",
-        f"KV_EVENTS_BASE=$(( {contract.KV_EVENTS_PORT} - START_RANK ))",
         # vLLM binds the NIXL side channel on this base + the global DP rank (nixl/base_scheduler.py,
-        # data_parallel_index = data_parallel_rank in vllm/config/parallel.py): the same offset as KV events keeps
+        # data_parallel_index = data_parallel_rank in vllm/config/parallel.py): lowering the base by START_RANK keeps
         # every pod's engines on NIXL_SIDE_CHANNEL_PORT + local rank, the ports the pod declares.
         f"export VLLM_NIXL_SIDE_CHANNEL_PORT=$(( {contract.NIXL_SIDE_CHANNEL_PORT} - START_RANK ))",
     )
@@ -282,12 +278,12 @@ def tpu_launcher_preamble() -> tuple[str, ...]:
 def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
     """One `vllm serve` per host of a slice, joined by `--nnodes` (the mp executor): vLLM-TorchTPU's multi-host path
     without a Ray cluster (vllm_torchtpu/distributed/tpu_mp_multihost.py); workers run `--headless`, only the leader
-    serves HTTP and publishes KV events. TP spans the slice's TensorCores and expert parallelism all of them, as
-    the project's Kimi K3 nightly runs it (TP=32 + EP on a 4-host tpu7x-32 slice)."""
+    serves HTTP (and the router's render calls: vLLM 0.29.0 registers `/v1/completions/render` on every `vllm serve`,
+    vllm/entrypoints/launchers/api_server/routers.py L52-55 in the vllm-torchtpu 0.29.0 wheel). TP spans the slice's
+    TensorCores and expert parallelism all of them, as the project's Kimi K3 nightly runs it (TP=32 + EP on a 4-host
+    tpu7x-32 slice)."""
     tpu = cfg.tpu
     rule = kvblocks.tpu_rule(cfg)
-    kv_events = {"enable_kv_cache_events": True, "publisher": "zmq",
-                 "endpoint": f"tcp://*:{contract.KV_EVENTS_PORT}", "topic": kv_events_topic(catalog.KIMI.hf_id)}
     argv = [
         "vllm", "serve", cfg.model.path,
         "--served-model-name", catalog.KIMI.hf_id,
@@ -316,7 +312,6 @@ def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
         "--enable-prefix-caching",
         "--mamba-cache-mode", "align",
         "--kv-transfer-config", _json(tpu_kv_transfer(cfg)),
-        "--kv-events-config", _json(kv_events),
         "--reasoning-parser", "kimi_k3",
         "--tool-call-parser", "kimi_k3",
         "--enable-auto-tool-choice",
@@ -329,8 +324,6 @@ def sglang_command(cfg: StackConfig) -> Command:
     """An unreleased SGLang-TorchTPU build (tpu.engine=sglang-torchtpu): the seed's flags, one launch_server per pod;
     rank 0 serves HTTP (https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/entrypoints/engine.py)."""
     tpu = cfg.tpu
-    kv_events = {"publisher": "zmq", "endpoint": f"tcp://*:{contract.KV_EVENTS_PORT}",
-                 "topic": kv_events_topic(catalog.KIMI.hf_id)}
     argv = [
         "python3", "-m", "sglang.launch_server",
         "--model-path", cfg.model.path,
@@ -354,7 +347,7 @@ def sglang_command(cfg: StackConfig) -> Command:
         "--attention-backend", "pallas_tpu_mla_sparse",
         "--reasoning-parser", "kimi_k3",
         "--tool-call-parser", "kimi_k3",
-        "--enable-metrics", "--kv-events-config", _json(kv_events),
+        "--enable-metrics",
     ]
     return Command(tuple(argv))
 

@@ -52,15 +52,17 @@ def _field_env(name: str, path: str) -> k8s.core.v1.EnvVarArgs:
         field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path=path)))
 
 
-def common_env() -> list[k8s.core.v1.EnvVarArgs]:
+def common_env(command: engines.Command) -> list[k8s.core.v1.EnvVarArgs]:
+    """The pod's address only where the command reads it (the TPU launcher's VLLM_HOST_IP). No PYTHONHASHSEED: it
+    only made block hashes comparable with the router's KV-event index, which nothing runs (components/engines.py),
+    and the engines' default `--prefix-caching-hash-algo sha256` does not read it
+    (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/core/kv_cache_utils.py L146-158)."""
+    pod_ip = [_field_env("POD_IP", "status.podIP")] if engines.POD_IP in command.script() else []
     return [
-        _field_env("POD_IP", "status.podIP"),
+        *pod_ip,
         k8s.core.v1.EnvVarArgs(name=contract.HF_TOKEN_KEY, value_from=k8s.core.v1.EnvVarSourceArgs(
             secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(
                 name=contract.HF_TOKEN_SECRET, key=contract.HF_TOKEN_KEY))),
-        # Block hashes must agree between engine restarts and with the router
-        # (https://github.com/llm-d/llm-d/blob/2206840/guides/precise-prefix-cache-aware/modelserver/gpu/vllm/patch-vllm.yaml).
-        _env("PYTHONHASHSEED", "0"),
     ]
 
 
@@ -179,8 +181,6 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
                                                resource_claim_template_name=contract.COMPUTE_DOMAIN_CHANNEL_TEMPLATE),
               k8s.core.v1.PodResourceClaimArgs(name="rdma", resource_claim_template_name=contract.RDMA_CLAIM_TEMPLATE)]
     ports = [k8s.core.v1.ContainerPortArgs(name="http", container_port=port)]
-    ports += [k8s.core.v1.ContainerPortArgs(name=f"kv-events-{i}", container_port=contract.KV_EVENTS_PORT + i)
-              for i in range(cfg.gpu.data_parallel_local)]
     ports += [k8s.core.v1.ContainerPortArgs(name=f"nixl-{i}", container_port=contract.NIXL_SIDE_CHANNEL_PORT + i)
               for i in range(cfg.gpu.data_parallel_local)]
     engine = k8s.core.v1.ContainerArgs(
@@ -189,7 +189,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         command=["/bin/bash", "-c"],
         args=[command.script()],
         env=[
-            *common_env(),
+            *common_env(command),
             _field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP"),
             *jit_env,
             # The API server waits this long for its engines: the same startup budget as the probe.
@@ -431,15 +431,14 @@ RAIDEN_CONTROLLER_PORT = engines.RAIDEN_CONTROLLER_PORT
 
 
 def tpu_ports(cfg: StackConfig, rank: engines.TpuRank) -> list[k8s.core.v1.ContainerPortArgs]:
-    """What a TPU pod listens on: the leader serves HTTP and KV events and hosts the rendezvous; every host runs
+    """What a TPU pod listens on: the leader serves HTTP and hosts the rendezvous; every host runs
     its chips' slice builders."""
     chips = catalog.IRONWOOD.chips_per_host
     ports = [k8s.core.v1.ContainerPortArgs(name=f"slice-{i}", container_port=TORCH_TPU_SLICEBUILDER_PORT + i)
              for i in range(chips)] if cfg.tpu.engine == "vllm-torchtpu" else []
     if rank == "worker":
         return ports
-    ports = [k8s.core.v1.ContainerPortArgs(name="http", container_port=contract.MODEL_SERVER_PORT),
-             k8s.core.v1.ContainerPortArgs(name="kv-events", container_port=contract.KV_EVENTS_PORT), *ports]
+    ports = [k8s.core.v1.ContainerPortArgs(name="http", container_port=contract.MODEL_SERVER_PORT), *ports]
     if cfg.tpu.engine == "vllm-torchtpu":
         ports += [k8s.core.v1.ContainerPortArgs(name="master", container_port=contract.TPU_MASTER_PORT),
                   k8s.core.v1.ContainerPortArgs(name="rendezvous", container_port=contract.TPU_MASTER_PORT + 1),
@@ -493,7 +492,7 @@ def tpu_pod(cfg: StackConfig, rank: engines.TpuRank, memory_gib: int, claim: Str
     models, models_mount = weights_volume(claim)
     shm, shm_mount = shm_volume(64)
     volumes, mounts = [models, shm], [models_mount, shm_mount]
-    env = [*common_env()]
+    env = [*common_env(command)]
     if cfg.tpu.engine == "vllm-torchtpu":  # the start-time install reads the lock
         lock, lock_mount = tpu_lock_volume()
         volumes.append(lock)

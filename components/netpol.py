@@ -112,12 +112,6 @@ def _ports(numbers: Sequence[PortSpec]) -> tuple[Port, ...]:
     return tuple(Port(p) for p in dict.fromkeys(numbers))
 
 
-def kv_event_ports(cfg: StackConfig) -> Port:
-    """Each engine of a pod publishes KV events on its own port from KV_EVENTS_PORT up (engines.py)."""
-    engines = cfg.gpu.data_parallel_local if cfg.track == "gpu" else 1
-    return Port(contract.KV_EVENTS_PORT, end_port=contract.KV_EVENTS_PORT + engines - 1 if engines > 1 else None)
-
-
 def client_port(cfg: StackConfig) -> int:
     parts = urlsplit(cfg.client_url)
     return parts.port or (443 if parts.scheme == "https" else 80)
@@ -128,8 +122,9 @@ def flows(cfg: StackConfig, api_server: Sequence[StrInput]) -> list[Flow]:
     servers = model_servers(cfg)
     metrics_ports = [t.port for t in serving_targets(cfg.track)]
     found: list[Flow] = [
-        Flow(ROUTER, SERVING, (*_ports([contract.MODEL_SERVER_PORT, *metrics_ports]), kv_event_ports(cfg)),
-             "the router's proxy sends requests, the EPP scrapes engine metrics and subscribes to KV-cache events"),
+        Flow(ROUTER, SERVING, _ports([contract.MODEL_SERVER_PORT, *metrics_ports]),
+             "the router's proxy sends requests, the EPP tokenizes prompts on the engines' render endpoint (through "
+             "the render Service) and scrapes engine metrics"),
         Flow(servers, servers, (),
              "peers of one serving set: workers to their leader (DP RPC; on TPU the --nnodes master, rendezvous, "
              "slice builders and Raiden controller), prefill and decode to each other (NIXL side channels); the "

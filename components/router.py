@@ -58,13 +58,58 @@ def chart_ref(cfg: StackConfig) -> ChartRef:
 
 
 # --------------------------------------------------------------------------- scheduling
+PREFIX_PRODUCER = "approx-prefix-cache-producer"
+TOKEN_PRODUCER = "token-producer"
+KV_EVENT_CONSUMERS = frozenset({"precise-prefix-cache-producer", "precise-prefix-cache-scorer"})
+"""The plugins of llm-d-router v0.10.0 that subscribe to engine KV-cache events, the only ones importing its
+pkg/kvevents (registered in cmd/epp/runner/runner.go L631, L633): the precise producer
+(pkg/epp/framework/plugins/requestcontrol/dataproducer/preciseprefixcache/producer.go L185-198, extractor.go L69-86)
+and the older precise scorer (pkg/epp/framework/plugins/scheduling/scorer/preciseprefixcache/precise_prefix_cache.go
+L47). The approximate producer this config runs reads none (docs/capacity.md "Prefix routing")."""
+RENDER_SERVICE = f"{catalog.GUIDE_NAME}-render"
+"""ClusterIP Service in front of the engines' own render endpoint, which the router's token producer calls."""
+
+
+def renders_on_engine(cfg: StackConfig) -> bool:
+    """Whether the stack's engine serves `/v1/completions/render`: vLLM on both tracks (components/engines.py
+    render_flags; vLLM-TorchTPU's vLLM 0.29.0 registers it on every `vllm serve`); the unreleased SGLang-TorchTPU has
+    no such endpoint, so the router falls back to its byte estimate there."""
+    return cfg.track == "gpu" or cfg.tpu.engine == "vllm-torchtpu"
+
+
+def render_selector(cfg: StackConfig) -> dict[str, str]:
+    """The pods the render Service sends to: GPU prefill engines (the ones started with --enable-scale-out), TPU
+    leaders (the only pods with the serving labels)."""
+    labels = dict(contract.SERVING_LABELS)
+    if cfg.track == "gpu":
+        labels[contract.ROLE_LABEL] = "prefill"
+    return labels
+
+
+def render_url(cfg: StackConfig) -> str:
+    """The Service by its short name: the EPP runs in the same namespace (as the calibration Job reaches the EPP)."""
+    return f"http://{RENDER_SERVICE}:{contract.MODEL_SERVER_PORT}"
+
+
+def token_producer(cfg: StackConfig) -> Optional[dict[str, Any]]:
+    """Real token IDs for the prefix model: the router renders each request on a serving engine, so its blocks are
+    the engine's tokens, chat template included (`vllm` backend, llm-d-router v0.10.0 pkg/epp/framework/plugins/
+    requestcontrol/dataproducer/tokenizer/tokenizer.go L299-308, vllm_http.go L61-72; `modelName` is stamped into
+    every render call, L143). Without it the router packs 4 request bytes into each pseudo-token, which "never match
+    engine KV blocks" (tokenizer/estimate.go L39-40). None where the engine has no render endpoint."""
+    if not renders_on_engine(cfg):
+        return None
+    return {"type": TOKEN_PRODUCER, "parameters": {"modelName": catalog.KIMI.hf_id, "vllm": {"url": render_url(cfg)}}}
+
+
 def prefix_producer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
     """Approximate prefix model in the engine-effective block (components/kvblocks.py), sized across HBM and host
     DRAM. autoTune stays off: it would read the right block size from the engine's `vllm:cache_config_info`, but
     count HBM blocks only (https://github.com/llm-d/llm-d-router/issues/1650,
-    https://github.com/llm-d/llm-d/blob/5e758d8/guides/models/qwen3-coder-480b/router/qwen3-coder-480b.values.yaml)."""
+    https://github.com/llm-d/llm-d/blob/5e758d8/guides/models/qwen3-coder-480b/router/qwen3-coder-480b.values.yaml).
+    What it can and cannot predict: docs/capacity.md "Prefix routing"."""
     block = capacity.block_tokens
-    return {"type": "approx-prefix-cache-producer", "parameters": {
+    return {"type": PREFIX_PRODUCER, "parameters": {
         "autoTune": False,
         "blockSizeTokens": block,
         "lruCapacityPerServer": capacity.lru_capacity_per_server,
@@ -108,7 +153,9 @@ def slice_affinity(cfg: StackConfig) -> list[dict[str, Any]]:
 
 def endpoint_picker_config(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
     """Session- and load-aware scheduling: prefix affinity until saturated, then token load (seed post)."""
+    tokens = token_producer(cfg)
     shared = [
+        *([tokens] if tokens else []),
         prefix_producer(cfg, capacity),
         {"type": "prefix-cache-affinity-filter",
          "parameters": {"peakPrefillThroughput": cfg.router.peakPrefillThroughput}},
@@ -235,6 +282,19 @@ class Router(Component):
             values=router_values(cfg, args.capacity),
             opts=self.child(),
         )
+        self.render = None
+        if renders_on_engine(cfg):
+            self.render = k8s.core.v1.Service(
+                f"{name}-render",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=RENDER_SERVICE, namespace=args.namespace),
+                spec=k8s.core.v1.ServiceSpecArgs(
+                    type="ClusterIP",
+                    selector=render_selector(cfg),
+                    ports=[k8s.core.v1.ServicePortArgs(name="http", port=contract.MODEL_SERVER_PORT,
+                                                       target_port=contract.MODEL_SERVER_PORT, protocol="TCP")],
+                ),
+                opts=self.child(),
+            )
         self.gateway = self.route = None
         if cfg.router.mode == "gateway":
             self.gateway = k8s.apiextensions.CustomResource(

@@ -265,16 +265,6 @@ def _chunked_mm_input(objs: pc.Objects) -> None:
             f"{where}: align mode asserts chunked multimodal input"
 
 
-# --------------------------------------------------------------------------- KV events
-@pc.row("GPU-KVEV-1", breaks=_replace("KV_EVENTS_BASE=$(( 5557 ", "KV_EVENTS_BASE=$(( 5600 "))
-def _kv_event_ports(objs: pc.Objects) -> None:
-    for where, container in _engines(objs):
-        config = pc.json_flag(container, "--kv-events-config")
-        assert config.get("enable_kv_cache_events") is True, f"{where}: KV events off"
-        assert config.get("endpoint") == "tcp://*:${KV_EVENTS_BASE}", f"{where}: endpoint {config.get('endpoint')}"
-    _ports_follow_the_dp_rank(objs, "KV_EVENTS_BASE", "kv-events")
-
-
 # --------------------------------------------------------------------------- speculative decoding (when on)
 @pc.row("GPU-SPEC-1", plan="spec", breaks=lambda objs: pc.edit_script(
     objs, ENGINE, lambda text: re.sub(r'"model":"[^"]*",', "", text)))

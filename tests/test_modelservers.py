@@ -97,15 +97,13 @@ def test_vllm_json_flags_use_only_accepted_keys(all_plans, shared, name):
         for child in children:
             assert set(child) <= top, where
         assert set(children[1]["kv_connector_extra_config"]) <= offload
-        events = json.loads(flags["--kv-events-config"])
-        assert set(events) <= facts.vllm_kv_events_keys(engines_md)
         if "--speculative-config" in flags:
             assert set(json.loads(flags["--speculative-config"])) <= facts.vllm_speculative_keys(engines_md)
 
 
 @pytest.mark.parametrize("name", ["tpu", "tpu-bf16"])
 def test_tpu_vllm_json_flags_use_only_accepted_keys(all_plans, shared, name):
-    """KV events as on GPU; the Raiden offloading connector takes the byte budget and the leader's controller
+    """The Raiden offloading connector takes the byte budget and the leader's controller
     address and port, the keys vllm_torchtpu/offload/raiden_store.py reads from kv_connector_extra_config
     (:2186 cpu_bytes_to_use, :2255 store_server_ip, :2305 raiden_controller_port)."""
     engines_md = shared / "reference" / "engines.md"
@@ -117,16 +115,6 @@ def test_tpu_vllm_json_flags_use_only_accepted_keys(all_plans, shared, name):
         assert transfer["kv_connector_module_path"] == "vllm_torchtpu.offload.raiden_connector"
         assert set(transfer["kv_connector_extra_config"]) == {"cpu_bytes_to_use", "store_server_ip",
                                                                "raiden_controller_port"}
-        assert set(json.loads(flags["--kv-events-config"])) <= facts.vllm_kv_events_keys(engines_md)
-
-
-@pytest.mark.parametrize("name", ["sglang"])
-def test_sglang_kv_events_keys(all_plans, shared, name):
-    keys = facts.sglang_kv_events_keys(shared / "reference" / "engines.md")
-    for _, argv in engine_scripts(all_plans[name]):
-        events = json.loads(dict(facts.split_flags(argv))["--kv-events-config"])
-        assert set(events) <= keys
-        assert events["publisher"] == "zmq", "SGLang publishes only with publisher=zmq (engines.md §2.4)"
 
 
 def test_routing_sidecar_flags(gpu, shared):
@@ -292,16 +280,14 @@ def test_cpu_offload_fits_the_pod_and_the_node(gpu):
         assert int(shm.removesuffix("Gi")) * 2**30 <= memory <= machine.host_memory_gb * 1e9
 
 
-def test_kv_events_reach_the_declared_ports(gpu, tpu):
-    for plan in (gpu, tpu):
-        for _, argv in engine_scripts(plan):
-            events = json.loads(dict(facts.split_flags(argv))["--kv-events-config"])
-            assert events["topic"].startswith(contract.KV_EVENTS_TOPIC_PREFIX)
-            assert events["topic"].endswith(f":{contract.MODEL_SERVER_PORT}@{catalog.KIMI.hf_id}")
-    for _, container in facts.containers(manifest(gpu, "DisaggregatedSet")):
-        if container["name"] == "vllm":
-            ports = {p["containerPort"] for p in container["ports"]}
-            assert contract.KV_EVENTS_PORT in ports
+def test_no_pod_opens_a_kv_events_port(all_plans):
+    """No engine publishes KV events (components/engines.py; tests/test_router.py test_kv_events_have_a_consumer),
+    so no serving pod declares a port for them and no engine reads the pod address a KV-events topic named."""
+    for name, plan in all_plans.items():
+        for where, container in (c for m in plan.manifests for c in facts.containers(m)):
+            assert not [p for p in container.get("ports") or [] if p.get("name", "").startswith("kv-events")], where
+        for where, argv in engine_scripts(plan):
+            assert "--kv-events-config" not in dict(facts.split_flags(argv)), (name, where)
 
 
 def test_speculative_decoding_on_gpu(variants):
@@ -344,8 +330,8 @@ def _shell_value(preamble: list[str], name: str, env: dict[str, int]) -> int:
 
 
 def test_each_pod_listens_on_its_own_declared_ports(gpu):
-    """vLLM adds the global DP rank to the KV-events endpoint port (engines.md §1.4) and to
-    VLLM_NIXL_SIDE_CHANNEL_PORT (vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py at v0.33.0:
+    """vLLM adds the global DP rank to VLLM_NIXL_SIDE_CHANNEL_PORT
+    (vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py at v0.33.0:
     `envs.VLLM_NIXL_SIDE_CHANNEL_PORT + parallel_config.data_parallel_index`, which vllm/config/parallel.py sets to
     the data-parallel rank). With each script's bases, every pod's engines land on exactly the ports it declares."""
     ds = manifest(gpu, "DisaggregatedSet")
@@ -358,16 +344,14 @@ def test_each_pod_listens_on_its_own_declared_ports(gpu):
             flags = dict(facts.split_flags(facts.exec_argv(script)))
             local = int(flags["--data-parallel-size-local"])
             declared = {name: {p["containerPort"] for p in container["ports"] if p["name"].startswith(name)}
-                        for name in ("kv-events", "nixl")}
+                        for name in ("nixl",)}
             assert all(declared.values()), declared
             env = {e["name"] for e in container["env"]}
             assert "VLLM_NIXL_SIDE_CHANNEL_PORT" not in env, "the script sets the per-pod base"
             for worker in range(group["size"]):
                 start = _shell_value(preamble, "START_RANK", {"LWS_WORKER_INDEX": worker})
                 ranks = [start + local_rank for local_rank in range(local)]  # global DP ranks of this pod
-                kv_base = _shell_value(preamble, "KV_EVENTS_BASE", {"START_RANK": start})
                 nixl_base = _shell_value(preamble, "VLLM_NIXL_SIDE_CHANNEL_PORT", {"START_RANK": start})
-                assert {kv_base + rank for rank in ranks} == declared["kv-events"], (role["name"], worker)
                 assert {nixl_base + rank for rank in ranks} == declared["nixl"], (role["name"], worker)
                 assert flags["--data-parallel-start-rank"] == "${START_RANK}"
 
@@ -386,16 +370,15 @@ def test_no_role_depends_on_deepep(gpu):
 
 
 def test_tpu_pods_declare_what_the_engine_binds(tpu):
-    """Leader: HTTP, KV events, the --nnodes master port and the rendezvous next to it, the Raiden controller; every
+    """Leader: HTTP, the --nnodes master port and the rendezvous next to it, the Raiden controller; every
     host: one TorchTPU slice-builder port per chip (vllm_torchtpu/distributed/tpu_mp_multihost.py)."""
     template = manifest(tpu, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
     leader = template["leaderTemplate"]["spec"]["containers"][0]
     worker = template["workerTemplate"]["spec"]["containers"][0]
     flags = dict(facts.split_flags(facts.exec_argv(leader["args"][0])))
     master = int(flags["--master-port"])
-    events = int(json.loads(flags["--kv-events-config"])["endpoint"].rsplit(":", 1)[1])
     slices = {8070 + i for i in range(catalog.IRONWOOD.chips_per_host)}
-    assert {p["containerPort"] for p in leader["ports"]} == {int(flags["--port"]), events, master, master + 1,
+    assert {p["containerPort"] for p in leader["ports"]} == {int(flags["--port"]), master, master + 1,
                                                              51515, *slices}
     assert {p["containerPort"] for p in worker["ports"]} == slices
     assert "readinessProbe" in leader and "readinessProbe" not in worker, "headless workers serve no HTTP"

@@ -80,11 +80,10 @@ def expected_matrix(stack: str, api_server: set[str]) -> set[tuple]:
     bench = labels({**contract.LOAD_CLIENT_LABELS, **contract.BENCHMARK_NAME_LABEL})
     gmp = pods({"app.kubernetes.io/name": "collector"}, "gmp-system")
     dns = pods({"k8s-app": "kube-dns"}, "kube-system")
-    engines = cfg.gpu.data_parallel_local if cfg.track == "gpu" else 1
-    kv = frozenset({(contract.KV_EVENTS_PORT, "TCP", contract.KV_EVENTS_PORT + engines - 1 if engines > 1 else None)})
     metrics = tcp(contract.MODEL_SERVER_PORT, contract.DECODE_ENGINE_PORT) if cfg.track == "gpu" \
         else tcp(contract.MODEL_SERVER_PORT)
-    to_serving = metrics | tcp(contract.MODEL_SERVER_PORT) | kv
+    # No KV-events ports: no engine publishes them (tests/test_router.py test_kv_events_have_a_consumer).
+    to_serving = metrics | tcp(contract.MODEL_SERVER_PORT)
     dns_ports = frozenset({(53, "UDP", None), (53, "TCP", None)})
     public = ("cidr", "0.0.0.0/0", PRIVATE)
     rows = {
@@ -154,7 +153,7 @@ def test_pods_carry_the_selected_labels_and_listen_on_the_opened_ports(plans, st
             continue
         for container in [*spec.get("initContainers", []), *spec["containers"]]:
             for port in container.get("ports", []):
-                if port["name"] in ("http", "serve") or port["name"].startswith("kv-events"):
+                if port["name"] in ("http", "serve"):
                     assert (port["containerPort"], "TCP", None) in opened or any(
                         p[0] <= port["containerPort"] <= (p[2] or p[0]) for p in opened if isinstance(p[0], int)), \
                         f"{container['name']} port {port} is not open to the router"

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 import yaml
 
-from components import contract
+from components import contract, kvblocks, router
 from components.versions import ROUTER_VERSION
 from tests import engine_facts as facts
-from tests.conftest import Plan
+from tests.conftest import VARIANTS, Plan
 from tests.test_config import parse
 
 CHART = "kubernetes:helm.sh/v4:Chart"
@@ -203,3 +204,115 @@ def test_calibration_job(variants, name, endpoint):
     component = plan.named(job_resource["parent"])
     assert {"vllm", "router-chart"} <= set(component["dependsOn"]) | {
         plan.named(d)["parent"] for d in component["dependsOn"]}
+
+
+# --------------------------------------------------------------------------- KV events and the prefix model
+def kv_event_publishers(plan: Plan) -> list[str]:
+    """Engine commands that publish KV-cache events: vLLM with `enable_kv_cache_events` and a publisher other than
+    `null` (vllm/config/kv_events.py: the flag alone publishes nothing), SGLang with any publisher (engines.md)."""
+    from tests.test_modelservers import engine_scripts
+
+    found = []
+    for where, argv in engine_scripts(plan):
+        raw = dict(facts.split_flags(argv)).get("--kv-events-config")
+        if raw is None:
+            continue
+        events = json.loads(raw)
+        vllm = argv[:2] == ["vllm", "serve"]
+        if events.get("publisher", "null") != "null" and (events.get("enable_kv_cache_events") or not vllm):
+            found.append(where)
+    return found
+
+
+def kv_event_consumers(plan: Plan) -> list[str]:
+    """Router plugins that subscribe to KV-cache events (router.KV_EVENT_CONSUMERS, cited there)."""
+    return [p["type"] for p in epp_config(plan)["plugins"] if p["type"] in router.KV_EVENT_CONSUMERS]
+
+
+WIRING_PLANS = ("gpu", "tpu", "gateway", "sglang", "spec", "tpu-bf16")
+"""Plans whose engines and router configs differ: the committed stacks and conftest VARIANTS."""
+
+
+def wiring_plan(plans, variants, name: str) -> Plan:
+    return plans[name] if name in plans else variants[name]
+
+
+def wiring_config(name: str):
+    """The config the plan was rendered from: a committed stack, or a variant's base stack with its changes."""
+    base, changes = (name, {}) if name in ("gpu", "tpu") else VARIANTS[name]
+    return parse(base, **{key.replace(".", "__"): value for key, value in changes.items()})
+
+
+def test_the_wiring_detectors_can_fail():
+    """The two detectors below see a publisher and a consumer when there is one."""
+    fake = Plan.__new__(Plan)
+    events = '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557"}'
+    fake.manifests = [{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{
+        "name": "vllm", "command": ["/bin/bash", "-c"],
+        "args": [f"set -eu\nexec vllm serve /models --kv-events-config '{events}'\n"]}]}}]
+    assert kv_event_publishers(fake)
+    config = {"apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig",
+              "plugins": [{"type": "precise-prefix-cache-producer"}], "schedulingProfiles": []}
+    fake.resources = [{"type": CHART, "name": "router-chart", "inputs": {"values": {"router": {"epp": {
+        "pluginsConfigFile": "x.yaml", "pluginsCustomConfig": {"x.yaml": yaml.safe_dump(config)}}}}}}]
+    assert kv_event_consumers(fake) == ["precise-prefix-cache-producer"]
+
+
+@pytest.mark.parametrize("name", WIRING_PLANS)
+def test_kv_events_have_a_consumer(plans, variants, name):
+    """Either a router plugin consumes the engines' KV events or no engine publishes them (issue 31): a publisher
+    without a subscriber spends engine work and an open port on nothing, a subscriber without a publisher predicts
+    from an empty index."""
+    plan = wiring_plan(plans, variants, name)
+    publishers, consumers = kv_event_publishers(plan), kv_event_consumers(plan)
+    assert bool(publishers) == bool(consumers), (
+        f"engines publishing KV events: {publishers or 'none'}; router plugins consuming them: {consumers or 'none'}")
+
+
+@pytest.mark.parametrize("name", WIRING_PLANS)
+def test_router_blocks_are_the_engines_blocks(plans, variants, name):
+    """The prefix model counts in the block components/kvblocks.py computes once for the plan's config, the
+    same block every engine command passes and the summary prints (no restated figure)."""
+    from tests.test_modelservers import engine_scripts
+
+    plan, cfg = wiring_plan(plans, variants, name), wiring_config(name)
+    block = kvblocks.block_rule(cfg).block_tokens
+    [producer] = [p for p in epp_config(plan)["plugins"] if p["type"] == router.PREFIX_PRODUCER]
+    params = producer["parameters"]
+    assert params["blockSizeTokens"] == block
+    assert params["maxPrefixBlocksToMatch"] == -(-cfg.context_length // block)
+    sizes = {int(dict(facts.split_flags(argv)).get("--block-size") or dict(facts.split_flags(argv))["--page-size"])
+             for _, argv in engine_scripts(plan)}
+    assert sizes == {block}
+    assert f"blocks of {block} tokens per endpoint" in plan.summary
+
+
+@pytest.mark.parametrize("name", WIRING_PLANS)
+def test_tokens_come_from_the_engine_the_router_routes_to(plans, variants, name):
+    """Real token IDs: a `token-producer` (vllm backend) calls the render Service, which selects exactly the pods
+    whose engine serves /v1/completions/render on the Service's target port; SGLang has no render endpoint, so the
+    router keeps its byte estimate there and no Service is made."""
+    plan, cfg = wiring_plan(plans, variants, name), wiring_config(name)
+    producers = [p for p in epp_config(plan)["plugins"] if p["type"] == router.TOKEN_PRODUCER]
+    services = [m for m in plan.program_manifests
+                if m["kind"] == "Service" and m["metadata"]["name"] == router.RENDER_SERVICE]
+    if cfg.track == "tpu" and cfg.tpu.engine != "vllm-torchtpu":
+        assert not producers and not services
+        return
+    [producer], [service] = producers, services
+    params = producer["parameters"]
+    [port] = service["spec"]["ports"]
+    assert params["vllm"]["url"] == f"http://{router.RENDER_SERVICE}:{port['port']}"
+    selector = service["spec"]["selector"]
+    selected = [(where, template) for where, template in pod_templates(plan)
+                if selector.items() <= template["metadata"]["labels"].items()]
+    assert selected, "the render Service selects no serving pod"
+    for where, template in selected:
+        engine = next(c for c in template["spec"]["containers"] if c.get("command") == ["/bin/bash", "-c"])
+        argv = facts.exec_argv(engine["args"][0])
+        flags = dict(facts.split_flags(argv))
+        assert flags["--port"] == str(port["targetPort"]), where
+        assert flags["--served-model-name"] == params["modelName"], where
+        if cfg.track == "gpu":  # vLLM 0.33.0 registers render only with --enable-scale-out (engines.render_flags)
+            assert "--enable-scale-out" in flags, where
+        assert port["targetPort"] in {p["containerPort"] for p in engine.get("ports", [])}, where

@@ -11,27 +11,13 @@ from components import contract, engines
 
 
 def _pod_ports(cfg, worker_index: int) -> dict[str, int]:
-    """KV_EVENTS_BASE, VLLM_NIXL_SIDE_CHANNEL_PORT and START_RANK as the generated pod script computes them."""
+    """VLLM_NIXL_SIDE_CHANNEL_PORT and START_RANK as the generated pod script computes them."""
     preamble = [line for line in engines.vllm_command(cfg, "prefill").preamble
-                if line.startswith(("START_RANK=", "KV_EVENTS_BASE=", "export VLLM_NIXL_SIDE_CHANNEL_PORT="))]
-    script = "\n".join(["set -eu", *preamble, 'echo "$KV_EVENTS_BASE $VLLM_NIXL_SIDE_CHANNEL_PORT $START_RANK"'])
+                if line.startswith(("START_RANK=", "export VLLM_NIXL_SIDE_CHANNEL_PORT="))]
+    script = "\n".join(["set -eu", *preamble, 'echo "$VLLM_NIXL_SIDE_CHANNEL_PORT $START_RANK"'])
     out = subprocess.run(["bash", "-c", script], env={"LWS_WORKER_INDEX": str(worker_index), "PATH": os.defpath},
                          capture_output=True, text=True, timeout=30, check=True).stdout.split()
-    return {"kv_events_base": int(out[0]), "nixl_base": int(out[1]), "start_rank": int(out[2])}
-
-
-def test_every_engine_publishes_kv_events_on_a_port_its_pod_declares(gpu_cfg):
-    """ZmqEventPublisher.offset_endpoint_port (vllm/distributed/kv_events.py) adds the global DP rank to the
-    endpoint's port: every pod's engines publish on contract.KV_EVENTS_PORT + local rank."""
-    from vllm.distributed.kv_events import ZmqEventPublisher
-
-    for worker in range(gpu_cfg.gpu.prefillNodesPerGroup):
-        pod = _pod_ports(gpu_cfg, worker)
-        endpoint = engines.vllm_kv_events(gpu_cfg)["endpoint"].replace(engines.KV_EVENTS_BASE,
-                                                                       str(pod["kv_events_base"]))
-        for local in range(gpu_cfg.gpu.data_parallel_local):
-            bound = ZmqEventPublisher.offset_endpoint_port(endpoint, pod["start_rank"] + local)
-            assert bound == f"tcp://*:{contract.KV_EVENTS_PORT + local}", (worker, local)
+    return {"nixl_base": int(out[0]), "start_rank": int(out[1])}
 
 
 def test_every_engine_binds_its_nixl_side_channel_on_a_port_its_pod_declares(gpu_cfg):
