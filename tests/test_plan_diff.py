@@ -465,3 +465,51 @@ def test_a_priced_and_an_unpriced_stack_are_not_compared_as_a_percentage():
     # The same total with different items left out is still a row: the totals mean different things.
     [same] = diff_figures(_cost_summary("10.61", UNPRICED_GPU), _cost_summary("10.61", ""))
     assert same.comparable is False
+
+
+def _with_load(plan: dict[str, Any], slices: int) -> None:
+    from components import loading
+    from tests.test_config import parse
+
+    plan["outputs"]["weightLoad"] = json.loads(json.dumps(loading.load_output(parse("gpu", gpu__slices=slices))))
+
+
+def test_a_scale_up_is_applied_to_the_throughput_the_existing_volume_has(tmp_path, capsys):
+    """The base plan's outputs stand for the stack's state; `--deployed` takes the real stack's outputs instead
+    (`pulumi stack output --json`): the groups the head adds read that volume's throughput until the change applies."""
+    def run_grown(*args):
+        old, new = base_plan(), base_plan()
+        _with_load(old, 1)
+        _with_load(new, 3)
+        folder = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        base, head = write(folder / "base" / "gpu", old), write(folder / "head" / "gpu", new)
+        out = folder / "report.md"
+        code = plan_diff.main([str(base.parent), str(head.parent), "--out", str(out), *args])
+        return code, (out.read_text() if out.is_file() else "")
+
+    code, text = run_grown()
+    assert code == 0
+    section = text.split("### Applied to the existing stack\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert section[0].startswith("- volume throughput 38,400 -> 115,200 MiB/s for 48 reader nodes, on the existing "
+                                 "volume (the base plan's outputs)")
+    assert section[1].startswith("- groups this up adds load in at most 10.7 min")
+    assert section[2].endswith(": covers it")
+    # The deployed stack really has half of that (set by hand, say): the added groups wait longer.
+    deployed = tmp_path / "deployed.json"
+    state = base_plan()
+    _with_load(state, 1)
+    state["outputs"]["weightLoad"]["throughputMiBps"] = 19200
+    deployed.write_text(json.dumps(state["outputs"]))
+    code, text = run_grown("--deployed", str(deployed))
+    assert code == 0
+    assert ("- volume throughput 19,200 -> 115,200 MiB/s for 48 reader nodes, on the existing volume (the deployed "
+            "stack's outputs)") in text
+    assert "- groups this up adds load in at most 20.2 min" in text and "21.4 min if it kept 19,200 MiB/s" in text
+    # Outputs of a stack deployed before `weightLoad` existed: said in one line, nothing compared.
+    deployed.write_text(json.dumps({"hourlyCostUsd": 2.97}))
+    capsys.readouterr()
+    code, _ = run_grown("--deployed", str(deployed))
+    assert code == 2
+    assert capsys.readouterr().err == (f"error: --deployed {deployed}: no `weightLoad` output (the stack was deployed "
+                                       "by a version that did not export it; compare with the plan of the commit it "
+                                       "was deployed from instead)\n")

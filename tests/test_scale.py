@@ -240,7 +240,8 @@ def test_one_to_three_in_place_gets_what_the_existing_volume_gives(one_to_three,
     assert (fresh["throughputMiBps"], fresh["readers"]) == (115200, 48)
     lines = one_to_three.in_place
     assert lines[0].startswith("volume throughput 38,400 -> 115,200 MiB/s for 48 reader nodes, on the existing "
-                               "volume: the claim moves to the VolumeAttributesClass of 115,200 MiB/s"), lines
+                               "volume (the base plan's outputs): the claim moves to the VolumeAttributesClass of "
+                               "115,200 MiB/s"), lines
     # 539 GB per node at 38,400 MiB/s / 48 = 800 MiB/s: 10.7 min, inside the 20 min the change may take.
     assert lines[1].startswith("groups this up adds load in at most 10.7 min (the old 38,400 MiB/s shared by 48 "
                                "nodes for up to 20 min while the change takes effect, then 115,200); 3.6 min on a "

@@ -10,7 +10,9 @@ temporary folder and rendered there by its own `tools.preview.plan` with this in
 lists Pulumi resources created, deleted, updated and replaced (by type and logical name, with the input
 paths that differ), Kubernetes objects likewise (by kind, namespace/name and field path), replacements
 with the upstream source that forces them (tools/preview/replacements.py), the changed summary figures and
-the stack outputs. Secrets stay "[secret]". Format and limits: docs/plan-diff.md.
+the stack outputs; when the volume's throughput or readers change, what the existing volume gives the groups the
+head adds, against the base plan's outputs or (--deployed FILE) the deployed stack's. Secrets stay "[secret]".
+Format and limits: docs/plan-diff.md.
 
 Exit status: 0 with the report (also "no changes"); 1 if --exit-code and anything differs; 2 on a usage
 error or a plan that could not be loaded or rendered.
@@ -600,7 +602,9 @@ def _without_charts(plan: StackPlan, charts: set[str]) -> StackPlan:
                      plan.outputs, plan.summary, plan.charts)
 
 
-def diff_stack(name: str, base: StackPlan, head: StackPlan) -> StackDiff:
+def diff_stack(name: str, base: StackPlan, head: StackPlan, deployed: dict[str, Any] | None = None) -> StackDiff:
+    """`deployed`: the real stack's outputs (`pulumi stack output --json`), when given the state the head applies
+    to instead of the base plan's outputs (grown_in_place)."""
     skipped, notes = one_sided_charts(base, head)
     base, head = _without_charts(base, skipped), _without_charts(head, skipped)
     result = StackDiff(name, notes=notes)
@@ -652,17 +656,19 @@ def diff_stack(name: str, base: StackPlan, head: StackPlan) -> StackDiff:
     lines = difflib.unified_diff(base.summary.splitlines(), head.summary.splitlines(), lineterm="", n=0)
     result.summary_lines = [line for line in lines if not line.startswith(("---", "+++", "@@"))]
     result.outputs = diff_values(base.outputs, head.outputs)
-    result.in_place = grown_in_place(base, head, result.figures)
+    result.in_place = grown_in_place(base.outputs if deployed is None else deployed, head, result.figures,
+                                     "the base plan's outputs" if deployed is None else "the deployed stack's outputs")
     return result
 
 
-def grown_in_place(base: StackPlan, head: StackPlan, changed: list[Figure]) -> list[str]:
-    """The head `pulumi up` onto the stack the base deployed: its outputs are the stack's state then. The volume
-    keeps the throughput it has (`weightLoad.throughputMiBps` of the base) until the driver applies the head's
+def grown_in_place(state: dict[str, Any], head: StackPlan, changed: list[Figure],
+                   source: str = "the base plan's outputs") -> list[str]:
+    """The head `pulumi up` onto a stack whose outputs are `state` (the base plan's, or the deployed stack's). The
+    volume keeps the throughput it has (`weightLoad.throughputMiBps` there) until the driver applies the head's
     VolumeAttributesClass; the groups the head adds load at the old share for up to loading.HDML_MODIFY_LAG_S."""
     from components import loading
 
-    old, new = base.outputs.get("weightLoad"), head.outputs.get("weightLoad")
+    old, new = state.get("weightLoad"), head.outputs.get("weightLoad")
     if not (isinstance(old, dict) and isinstance(new, dict)) or (
             old.get("throughputMiBps"), old.get("readers")) == (new.get("throughputMiBps"), new.get("readers")):
         return []
@@ -674,7 +680,8 @@ def grown_in_place(base: StackPlan, head: StackPlan, changed: list[Figure]) -> l
     lag = loading.HDML_MODIFY_LAG_S / 60
     holds = "covers it" if grown + rest <= budget else "DOES NOT cover it: groups restart mid-load"
     lines = [
-        f"volume throughput {had:,} -> {has:,} MiB/s for {readers} reader nodes, on the existing volume: the claim "
+        f"volume throughput {had:,} -> {has:,} MiB/s for {readers} reader nodes, on the existing volume ({source}): "
+        "the claim "
         f"moves to the VolumeAttributesClass of {has:,} MiB/s and `pulumi up` grows the serving set only once the "
         f"driver has applied it (a change within {loading.HDML_MODIFY_INTERVAL_S // 3600} h of the last one is "
         "refused, and the up stops at the claim)",
@@ -903,7 +910,7 @@ def stack_report(diff: StackDiff, max_rows: int = MAX_ROWS) -> list[str]:
             lines.append(f"- {entry.title}: " + ", ".join(_code(c) for c in causes))
         lines.append("")
     if diff.in_place:
-        lines += ["### Applied to the stack the base deployed", ""] + [f"- {line}" for line in diff.in_place] + [""]
+        lines += ["### Applied to the existing stack", ""] + [f"- {line}" for line in diff.in_place] + [""]
     if diff.figures:
         lines += ["### Summary figures", "", "| figure | base | head | change |", "| --- | ---: | ---: | ---: |"]
         lines += [f"| {f.label} | {_number(f.old, f.unit)} | {_number(f.new, f.unit)} | {_delta(f)} |"
@@ -938,10 +945,13 @@ def report(base: Side, head: Side, diffs: list[StackDiff], max_rows: int = MAX_R
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def diff_sides(base: Side, head: Side) -> list[StackDiff]:
+def diff_sides(base: Side, head: Side, deployed: dict[str, Any] | None = None) -> list[StackDiff]:
     if base.stack_folder and head.stack_folder:  # two stack folders: compare them whatever their names
         (old_name, old), (new_name, new) = next(iter(base.stacks.items())), next(iter(head.stacks.items()))
-        return [diff_stack(new_name if old_name == new_name else f"{old_name} → {new_name}", old, new)]
+        return [diff_stack(new_name if old_name == new_name else f"{old_name} → {new_name}", old, new, deployed)]
+    if deployed is not None:
+        [name] = set(base.stacks) & set(head.stacks)
+        return [diff_stack(name, base.stacks[name], head.stacks[name], deployed)]
     diffs = []
     for name in sorted(set(base.stacks) | set(head.stacks)):
         if name not in head.stacks:
@@ -966,6 +976,18 @@ def truncate(text: str, limit: int) -> str:
     return text[:max(0, limit - len(note) - 10)].rsplit("\n", 1)[0] + note.format(limit=limit)
 
 
+def read_deployed(path: Path) -> dict[str, Any]:
+    """A stack's outputs as `pulumi stack output --json` prints them; it must hold `weightLoad`."""
+    try:
+        outputs = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise DiffError(f"--deployed {path}: not a readable JSON file ({err})") from None
+    if not isinstance(outputs, dict) or not isinstance(outputs.get("weightLoad"), dict):
+        raise DiffError(f"--deployed {path}: no `weightLoad` output (the stack was deployed by a version that did "
+                        "not export it; compare with the plan of the commit it was deployed from instead)")
+    return outputs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog("diff"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -982,8 +1004,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit-code", action="store_true", help="exit 1 when the plans differ")
     parser.add_argument("--max-rows", type=int, default=MAX_ROWS, help=f"paths shown per resource or object "
                         f"(default {MAX_ROWS}; 0: all)")
+    parser.add_argument("--deployed", type=Path, metavar="FILE",
+                        help="the deployed stack's outputs (`pulumi stack output --json > FILE`): what the head is "
+                        "applied to, in place of the base plan's outputs (one stack; docs/plan-diff.md)")
     args = parser.parse_args(argv)
     try:
+        deployed = read_deployed(args.deployed) if args.deployed else None
         with tempfile.TemporaryDirectory(prefix="plan-diff-") as workdir:
             base, head = load_sides([args.base, args.head], args.repo, args.stack, Path(workdir))
         if args.stack:
@@ -991,10 +1017,13 @@ def main(argv: list[str] | None = None) -> int:
             head.stacks = {k: v for k, v in head.stacks.items() if k in args.stack}
             if not base.stacks and not head.stacks:
                 raise DiffError(f"no stack {', '.join(args.stack)} on either side")
+        if deployed is not None and len(set(base.stacks) & set(head.stacks)) != 1 and not (
+                base.stack_folder and head.stack_folder):
+            raise DiffError("--deployed is one stack's outputs: name the stack with --stack")
     except DiffError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    diffs = diff_sides(base, head)
+    diffs = diff_sides(base, head, deployed)
     text = truncate(report(base, head, diffs, args.max_rows), args.max_chars)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
