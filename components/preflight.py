@@ -525,6 +525,17 @@ def hdml_demand(cfg: StackConfig) -> HdmlDemand:
     return HdmlDemand(staging.volume_gib, staging.throughput_mibps)
 
 
+def _held_hdml(cfg: StackConfig, mine: Held) -> HdmlDemand:
+    """What the stack's existing Hyperdisk ML volume already holds of the quotas: the throughput and size the plan
+    gives the slice count its cluster runs now (a scale-up raises the volume's throughput in place, so only the
+    rise must be free; components/weights.py), or nothing before the first up."""
+    if not mine.any or mine.accelerator_pools <= 0:
+        return HdmlDemand(0, 0)
+    section = cfg.gpu if cfg.track == "gpu" else cfg.tpu
+    running = cfg.model_copy(update={cfg.track: section.model_copy(update={"slices": mine.accelerator_pools})})
+    return hdml_demand(running)
+
+
 HDML_STEP = "weights-volume"
 """Logical name prefix of the Hyperdisk ML volume's resources (stacks/base.py): where `up` would fail on a short
 Hyperdisk ML quota."""
@@ -545,7 +556,10 @@ def check_quotas(g: Google, cfg: StackConfig, mine: Held = NOTHING_HELD) -> list
             checks.append(Check("quota", True, f"{metric}: not reported by regions.get in {region}; check it on "
                                                "the Quotas page"))
             continue
-        held_volume = amount if step == HDML_STEP and mine.any else 0  # a later up: the volume is the stack's
+        held_volume = 0.0
+        if step == HDML_STEP:  # a later up: the stack's volume has what its running slices were given
+            held = _held_hdml(cfg, mine)
+            held_volume = held.mibps if metric.endswith("_THROUGHPUT") else held.gib
         free = float(quota.get("limit", 0)) - float(quota.get("usage", 0)) + credit.get(metric, 0) + held_volume
         if free < amount:
             checks.append(Check("quota", False, f"{metric} in {region}: {free:g} free of {quota.get('limit', 0):g}, "

@@ -166,6 +166,21 @@ def test_a_later_up_counts_what_the_stack_already_holds(run, google):
     assert "sub-block rack-c (slice 2) has 14 free hosts, a slice needs 16" in _only_failure(out)
 
 
+def test_a_scale_up_needs_only_the_volumes_rise_in_throughput(run, google):
+    """2 -> 3 slices raises the existing Hyperdisk ML volume from 76,800 to 115,200 MiB/s in place: the 76,800 it
+    has are the stack's own, so only the 38,400 more must be free."""
+    _running_stack(google, slices=2)
+    google.state["sub_blocks"]["rack-c"]["inUseCount"] = 0
+    _quota(google, "HDML_TOTAL_THROUGHPUT").update(limit=120000.0, usage=76800.0)
+    _quota(google, "HDML_TOTAL_GB").update(usage=1800.0)
+    code, out = run()
+    assert code == 0, out
+    _quota(google, "HDML_TOTAL_THROUGHPUT").update(limit=110000.0)
+    code, out = run()
+    assert code == 1
+    assert "HDML_TOTAL_THROUGHPUT in us-central1: 110000 free of 110000, the stack needs 115200" in _only_failure(out)
+
+
 def test_a_short_accelerator_quota(run, google):
     google.state["quotas"][-1]["usage"] = 100.0
     code, out = run()
