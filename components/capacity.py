@@ -197,6 +197,23 @@ def blocks_per_sequence(cfg: StackConfig, tokens: int) -> int:
         + g.state_groups * g.state_blocks_per_request
 
 
+def max_running_requests(cfg: StackConfig, pool_bytes: float) -> int:
+    """Requests one engine can run at once by its block accounting, each at its smallest: a request within its first
+    block holds one block in every KV cache group (the align-mode KDA groups reach their 2 + spec + checkpoint
+    blocks only past block boundaries; tests/engine/test_vllm_kv_cache.py counts it with the released
+    KVCacheManager). The scheduler admits a request only when
+    `KVCacheManager.allocate_slots` finds its blocks (vllm/v1/core/sched/scheduler.py), so a `--max-num-seqs` above
+    this is never reached and only makes the engine capture CUDA graphs for batches it cannot form. The GPU
+    command passes it as `--max-num-seqs` (vLLM 0.33.0 defaults to 1,024 on a >= 160 GiB GPU,
+    vllm/engine/arg_utils.py `get_batch_defaults`)."""
+    return engine_blocks(cfg, pool_bytes) // kv_cache_groups(cfg).groups
+
+
+def decode_query_tokens(cfg: StackConfig) -> int:
+    """Tokens one request adds to a decode step: 1 + the speculative tokens (`uniform_decode_query_len`)."""
+    return 1 + (cfg.model.speculativeTokens if cfg.model.speculative != "off" else 0)
+
+
 def sequences_that_fit(cfg: StackConfig, pool_bytes: float) -> int:
     """Full-context requests one engine admits at once, by its own block accounting."""
     return engine_blocks(cfg, pool_bytes) // blocks_per_sequence(cfg, cfg.context_length)
@@ -234,6 +251,8 @@ class ServingCapacity:
     context_length: int
     blocks_per_engine: int
     sequences_per_engine: int
+    max_running: int
+    """Requests one engine runs at once at most (max_running_requests); GPU `--max-num-seqs`."""
     hbm_tokens: int
     """Prefix tokens the replica's HBM pools can keep cached."""
     host_tokens: int
@@ -347,7 +366,8 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
         role=role, devices_per_replica=devices, hbm_bytes_per_device=hbm, usable_bytes_per_device=usable,
         weights=weights, non_weight_bytes_per_device=other, kv_pool_bytes_per_device=pool, kv_groups=kv_groups,
         rule=rule, groups=groups, context_length=context, blocks_per_engine=blocks,
-        sequences_per_engine=blocks // per_sequence, hbm_tokens=hbm_tokens, host_tokens=host_tokens,
+        sequences_per_engine=blocks // per_sequence, max_running=max_running_requests(cfg, pool),
+        hbm_tokens=hbm_tokens, host_tokens=host_tokens,
         host_bytes_per_node=host_per_node, endpoints_per_replica=endpoints,
     )
 

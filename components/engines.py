@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from . import catalog, contract, kvblocks, loading
-from .capacity import cpu_offload_bytes_per_engine, tpu_offload_bytes_per_engine
+from .capacity import (cpu_offload_bytes_per_engine, decode_capacity, decode_query_tokens, serving_capacity,
+                       tpu_offload_bytes_per_engine)
 from .config import ConfigError, StackConfig
 from .versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHTPU
 
@@ -131,6 +132,17 @@ value (Kubernetes expands `$(VAR)` only from the container's own env list), and 
 them) the image puts on the path must stay ahead of the host's."""
 
 
+def vllm_batch_flags(cfg: StackConfig, role: Role) -> list[str]:
+    """`--max-num-seqs` = the requests one engine's KV pool can run at once (capacity.max_running_requests); on decode,
+    CUDA graphs captured up to that batch (x the tokens a request adds per step) instead of vLLM 0.33.0's default
+    ceiling of min(max_num_seqs x query len x 2, 1,024 on Blackwell), vllm/config/vllm.py `_set_cudagraph_sizes`."""
+    c = serving_capacity(cfg) if role == "prefill" else decode_capacity(cfg)
+    flags = ["--max-num-seqs", str(c.max_running)]
+    if role == "decode":
+        flags += ["--max-cudagraph-capture-size", str(c.max_running * decode_query_tokens(cfg))]
+    return flags
+
+
 def vllm_command(cfg: StackConfig, role: Role) -> Command:
     gpu = cfg.gpu
     dp_local = gpu.data_parallel_local
@@ -161,6 +173,7 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "--mamba-cache-mode", "align",
         "--max-model-len", str(cfg.context_length),
         *(["--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS)] if role == "prefill" else []),
+        *vllm_batch_flags(cfg, role),
         "--gpu-memory-utilization", f"{gpu.gpuMemoryPercent / 100:.2f}",
         # The hybrid KV-cache manager keeps KDA state and MLA pages together, also for offloading
         # (https://github.com/llm-d/llm-d/blob/4bd65c4/guides/pd-disaggregation/modelserver/gpu/vllm/multi-tier/patch-prefill.yaml).

@@ -15,6 +15,7 @@ from components import (
     contract,
     cost,
     images,
+    kvblocks,
     limits,
     loading,
     machines,
@@ -289,6 +290,7 @@ def summary(cfg: StackConfig) -> list[str]:
         f"weights cost (estimate): throughput ${throughput_cost:,.0f}/month "
         f"(${throughput_cost / prices.HOURS_PER_MONTH:.2f}/h), capacity ${capacity_cost:,.0f}/month",
         *capacity_lines(capacity.serving_capacity(cfg)),
+        *engine_limit_lines(cfg),
         *slice_lines(cfg),
         *tpu_memory_lines(cfg),
         *monitoring_lines(cfg),
@@ -451,6 +453,30 @@ def capacity_lines(c: capacity.ServingCapacity) -> list[str]:
         f"router cache: lruCapacityPerServer {c.lru_capacity_per_server:,} blocks of {c.block_tokens} tokens "
         f"per endpoint ({c.endpoints_per_replica} per replica)",
     ]
+
+
+def engine_limit_lines(cfg: StackConfig) -> list[str]:
+    """The engine settings that follow the KV pool: the context, how many requests an engine runs at once and the
+    decode CUDA graphs, and what the engine admits at the served context (components/capacity.py)."""
+    groups = capacity.kv_cache_groups(cfg).groups
+    head = (f"engine limits at --max-model-len {cfg.context_length:,} (capacity.max_running_requests, "
+            f"sequences_that_fit; a running request holds a block in each of the {groups} KV cache groups)")
+    if cfg.track == "gpu":
+        parts = []
+        for role, c in (("prefill", capacity.serving_capacity(cfg)), ("decode", capacity.decode_capacity(cfg))):
+            graphs = (f", CUDA graphs up to {c.max_running * capacity.decode_query_tokens(cfg)}"
+                      if role == "decode" else "")
+            parts.append(f"{role} --max-num-seqs {c.max_running} ({c.blocks_per_engine:,} blocks // {groups}; vLLM's "
+                         f"default 1,024 is never reached){graphs}, {c.sequences_per_engine} full-context requests "
+                         f"per engine x {c.kv_groups} = {c.sequences} per group")
+        offload = capacity.cpu_offload_bytes_per_engine(cfg)
+        return [f"{head}: {'; '.join(parts)}; host offload cpu_bytes_to_use {offload / 1e9:.0f} GB per engine "
+                f"({cfg.gpu.hostOffloadPercent}% of a node's Grace DRAM / {cfg.gpu.data_parallel_local} engines)"]
+    c = capacity.serving_capacity(cfg)
+    return [f"{head}: --max-num-seqs {kvblocks.TPU_MAX_NUM_SEQS} (fixed: the block's page-table floor depends on it; "
+            f"the pool runs at most {c.max_running}), {c.sequences_per_engine} full-context requests per slice; "
+            f"host offload cpu_bytes_to_use {capacity.tpu_offload_bytes_per_engine(cfg) / 1e9:.0f} GB "
+            f"(tpu.hicacheRatio {cfg.tpu.hicacheRatio} x the slice's HBM pool)"]
 
 
 def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:

@@ -127,3 +127,20 @@ def test_summary_prints_the_capacity_figures(plans, stack):
     assert f"{c.sequences_per_engine} per engine, {c.sequences} per {c.role} replica" in summary
     assert f"HBM left for KV {c.kv_pool_bytes_per_device / 1e9:.1f} GB" in summary
     assert f"{c.hbm_tokens:,} tokens in HBM + {c.host_tokens:,} in host DRAM" in summary
+    assert f"lruCapacityPerServer {c.lru_capacity_per_server:,} blocks of {c.block_tokens} tokens" in summary
+    assert f"the pool runs at most {c.max_running}" in summary if stack == "tpu" else \
+        f"prefill --max-num-seqs {c.max_running} ({c.blocks_per_engine:,} blocks // {c.groups.groups};" in summary
+
+
+def test_engine_settings_follow_the_pool():
+    """--max-num-seqs is the requests one engine's pool can run at once (each holds a block in every group:
+    222 // 4 = 55), decode graphs stop there, and both move with the pool (TP=2: 919 // 4 = 229)."""
+    from components import engines
+
+    for changes, expected in (({}, 55), ({"gpu__tensorParallel": 2}, 229)):
+        cfg = parse("gpu", **changes)
+        assert capacity.decode_capacity(cfg).max_running == expected
+        argv = engines.vllm_command(cfg, "decode").argv
+        assert argv[argv.index("--max-num-seqs") + 1] == argv[argv.index("--max-cudagraph-capture-size") + 1] \
+            == str(expected)
+        assert "--max-cudagraph-capture-size" not in engines.vllm_command(cfg, "prefill").argv

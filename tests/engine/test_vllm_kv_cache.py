@@ -141,3 +141,29 @@ def test_the_engine_follows_a_changed_stack(tmp_path, monkeypatch, changes):
     assert math.floor(concurrency) == plan.sequences_per_engine
     assert config.kv_cache_groups[0].kv_cache_spec.block_size == kvblocks.gpu_rule(cfg).block_tokens
 
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_max_num_seqs_is_what_the_engines_block_manager_admits(gpu_cfg, tmp_path, monkeypatch, role):
+    """The released KVCacheManager (vllm/v1/core/kv_cache_manager.py, built as the scheduler builds it) on the
+    engine's own KVCacheConfig admits one-token requests until `allocate_slots` finds no blocks (each takes one block
+    in each of the 4 groups: 222 // 4): that count is the `--max-num-seqs` the plan passes
+    (capacity.max_running_requests), so no larger batch can ever form."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.request import Request
+
+    from components import engines
+
+    config, _, plan = _engine_pool(gpu_cfg, tmp_path, monkeypatch, role)
+    block = kvblocks.gpu_rule(gpu_cfg).block_tokens
+    manager = KVCacheManager(kv_cache_config=config, max_model_len=gpu_cfg.context_length,
+                             scheduler_block_size=block, hash_block_size=block, enable_caching=True)
+    admitted = 0
+    while admitted <= plan.blocks_per_engine:
+        request = Request(str(admitted), [admitted + 1], SamplingParams(max_tokens=1), None)
+        if manager.allocate_slots(request, 1) is None:
+            break
+        admitted += 1
+    flags = engines.vllm_batch_flags(gpu_cfg, role)
+    assert admitted == plan.max_running == int(flags[flags.index("--max-num-seqs") + 1]) == 55
