@@ -284,6 +284,13 @@ class ServingCapacity:
             + g.state_groups * g.state_blocks_per_request
 
     @property
+    def non_weight_ceiling_bytes(self) -> float:
+        """Non-weight HBM per device above which one engine admits one full-context request fewer: what is left after
+        the weights less the blocks `sequences_per_engine` requests hold (and the null block)."""
+        held = (self.sequences_per_engine * self.blocks_per_sequence + 1) * self.groups.bytes_per_block
+        return self.usable_bytes_per_device - self.weights.total - held
+
+    @property
     def lru_capacity_per_server(self) -> int:
         """`approx-prefix-cache-producer` capacity: engine blocks per endpoint across HBM and host DRAM
         (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/plugin.go)."""

@@ -468,7 +468,9 @@ def engine_limit_lines(cfg: StackConfig) -> list[str]:
                       if role == "decode" else "")
             parts.append(f"{role} --max-num-seqs {c.max_running} ({c.blocks_per_engine:,} blocks // {groups}; vLLM's "
                          f"default 1,024 is never reached){graphs}, {c.sequences_per_engine} full-context requests "
-                         f"per engine x {c.kv_groups} = {c.sequences} per group")
+                         f"per engine x {c.kv_groups} = {c.sequences} per group, one fewer per engine once non-weight "
+                         f"HBM passes {c.non_weight_ceiling_bytes / 1e9:.1f} GB per GPU "
+                         f"({c.non_weight_bytes_per_device / 1e9:.0f} GB assumed)")
         offload = capacity.cpu_offload_bytes_per_engine(cfg)
         return [f"{head}: {'; '.join(parts)}; host offload cpu_bytes_to_use {offload / 1e9:.0f} GB per engine "
                 f"({cfg.gpu.hostOffloadPercent}% of a node's Grace DRAM / {cfg.gpu.data_parallel_local} engines)"]

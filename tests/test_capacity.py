@@ -36,6 +36,8 @@ def test_gpu_hand_worked():
     assert (c.blocks_per_engine, c.blocks_per_sequence, c.sequences_per_engine, c.sequences) == (222, 102, 2, 32)
     assert (c.hbm_tokens, c.host_tokens) == (10_024_960, 34_722_222)
     assert c.lru_capacity_per_server == 981
+    # 251.1e9 - 203.89e9 - (2 x 102 + 1) x 157,483,008 = 14.93e9: above that, one 1M request per engine fewer.
+    assert c.non_weight_ceiling_bytes == pytest.approx(14.925e9, rel=1e-4)
     assert capacity.cpu_offload_bytes_per_engine(parse("gpu")) == 120_000_000_000  # 480e9 / 4 local DP engines
 
 
@@ -130,6 +132,8 @@ def test_summary_prints_the_capacity_figures(plans, stack):
     assert f"lruCapacityPerServer {c.lru_capacity_per_server:,} blocks of {c.block_tokens} tokens" in summary
     assert f"the pool runs at most {c.max_running}" in summary if stack == "tpu" else \
         f"prefill --max-num-seqs {c.max_running} ({c.blocks_per_engine:,} blocks // {c.groups.groups};" in summary
+    if stack == "gpu":
+        assert f"passes {c.non_weight_ceiling_bytes / 1e9:.1f} GB per GPU (12 GB assumed)" in summary
 
 
 def test_engine_settings_follow_the_pool():
