@@ -353,10 +353,9 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
                           f"one sequence of {context:,} tokens needs {per_sequence:,} KV blocks "
                           f"({per_sequence * groups.bytes_per_block / 1e9:.1f} GB) but one engine's pool holds "
                           f"{blocks:,} ({pool / 1e9:.1f} GB); lower it or change {size_keys}")
-    per_token = cached_bytes_per_token(cfg)
     hbm_tokens = kv_groups * (blocks // groups.groups) * rule.block_tokens
     if cfg.track == "gpu":
-        host_tokens = int(nodes * host_per_node / (per_token * cfg.gpu.tensorParallel))
+        host_tokens = kv_groups * host_tier_tokens_per_engine(cfg)
     else:
         host_tokens = hbm_tokens * cfg.tpu.hicacheRatio
         devices_per_host = catalog.IRONWOOD.chips_per_host * catalog.IRONWOOD.tensorcores_per_chip
@@ -407,6 +406,32 @@ def cpu_offload_bytes_per_engine(cfg: StackConfig) -> int:
     return int(host // cfg.gpu.data_parallel_local)
 
 
+OFFLOAD_PAGE_BYTES = 65536
+"""ASSUMPTION: the page size (mmap.PAGESIZE) of the GB300 nodes' arm64 kernel, which vLLM's CPU tier rounds each
+chunk up to (vllm/v1/kv_offload/cpu/shared_offload_region.py `BLOCK_SIZE_ALIGNMENT`); 64 KiB is the largest arm64
+page. At the committed stack 4 KiB pages give the same chunk count."""
+
+
+def host_tier_chunks_per_engine(cfg: StackConfig) -> int:
+    """Chunks one engine's CPU tier holds: `cpu_bytes_to_use` // (one block id's bytes x the engine's TP workers,
+    rounded up to the page), one block per chunk (vllm/v1/kv_offload/cpu/spec.py `CPUOffloadingSpec.__init__`;
+    the block id's bytes are the pool's 24 pages, offloading/config.py `worker_kv_bytes_per_block`)."""
+    chunk = kv_cache_groups(cfg).bytes_per_block * cfg.gpu.tensorParallel
+    chunk = -(-chunk // OFFLOAD_PAGE_BYTES) * OFFLOAD_PAGE_BYTES
+    return cpu_offload_bytes_per_engine(cfg) // chunk
+
+
+def host_tier_tokens_per_engine(cfg: StackConfig) -> int:
+    """Tokens one engine's CPU tier holds for requests of the served context, by vLLM's own count
+    (vllm/v1/kv_offload/cpu/common.py `_kv_cache_size_tokens`): a request takes one chunk per block in each MLA group
+    but only one in each KDA group, whose offload window is a single state (offloading/config.py
+    `get_sliding_window_size_in_chunks`: "Mamba depends on a single state"). The HBM prefix cache keeps a state
+    block at every boundary; the CPU tier keeps the last one."""
+    g, block, context = kv_cache_groups(cfg), kvblocks.block_rule(cfg).block_tokens, cfg.context_length
+    per_request = g.attention_groups * -(-context // block) + g.state_groups
+    return host_tier_chunks_per_engine(cfg) * context // per_request
+
+
 # --------------------------------------------------------------------------- per slice
 @dataclass(frozen=True)
 class SliceCapacity:
@@ -427,7 +452,7 @@ class SliceCapacity:
 
 def _sessions(c: ServingCapacity) -> tuple[int, int]:
     """(HBM, host) full-length sequences of one replica: a sequence lives in one engine's pool."""
-    return c.sequences, c.host_tokens // c.context_length
+    return c.sequences, c.kv_groups * (c.host_tokens // c.kv_groups // c.context_length)
 
 
 def slice_capacity(cfg: StackConfig) -> SliceCapacity:

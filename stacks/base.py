@@ -448,8 +448,10 @@ def capacity_lines(c: capacity.ServingCapacity) -> list[str]:
         f"{c.context_length:,}-token request holds {c.blocks_per_sequence:,} blocks (MLA every block, "
         f"KDA {g.state_blocks_per_request} per group in align mode): {c.sequences_per_engine} per engine, "
         f"{c.sequences} per {c.role} replica",
-        f"KV per replica ({c.bytes_per_token:,.0f} B/cached token): {c.hbm_tokens:,} tokens in HBM + "
-        f"{c.host_tokens:,} in host DRAM",
+        f"KV per replica ({c.bytes_per_token:,.0f} B/cached token in HBM): {c.hbm_tokens:,} tokens in HBM + "
+        f"{c.host_tokens:,} in host DRAM"
+        + (" (vLLM's CPU tier at the served context: one KDA state per request, capacity.host_tier_tokens_per_engine)"
+           if c.role != "slice" else ""),
         f"router cache: lruCapacityPerServer {c.lru_capacity_per_server:,} blocks of {c.block_tokens} tokens "
         f"per endpoint ({c.endpoints_per_replica} per replica)",
     ]

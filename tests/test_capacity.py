@@ -29,13 +29,16 @@ def test_gpu_hand_worked():
     = 203.89e9; usable = 279e9 x 0.90 = 251.1e9; non-weight 12e9 assumed; KV pool = 35.209e9 B/GPU.
     blocks = 35.209e9 // (24 x 11,392 x 576 B) - 1 = 222; a 1,048,576-token request holds 93 MLA + 3 KDA groups x
     (2 align-mode states + 1 FlashKDA prefill checkpoint) = 102 -> 2 per engine, 32 per group. Cached: 16 x (222 // 4) x 11,392 = 10,024,960 HBM tokens;
-    host 4 x 480e9 / 55,296 = 34,722,222; lruCapacityPerServer = 44,747,182 // 4 // 11,392 = 981."""
+    host (vLLM's CPU tier per engine): 120e9 // 157,483,008 B per chunk = 761 chunks; a 1M request takes 93 MLA +
+    3 KDA chunks = 96, so 761 x 1,048,576 // 96 = 8,312,149 tokens x 16 engines = 132,994,384;
+    lruCapacityPerServer = 143,019,344 // 4 // 11,392 = 3,138."""
     c = capacity.serving_capacity(parse("gpu"))
     assert c.weight_bytes_per_device == pytest.approx(203.89e9, rel=1e-4)
     assert c.kv_pool_bytes_per_device == pytest.approx(35.209e9, rel=1e-4)
     assert (c.blocks_per_engine, c.blocks_per_sequence, c.sequences_per_engine, c.sequences) == (222, 102, 2, 32)
-    assert (c.hbm_tokens, c.host_tokens) == (10_024_960, 34_722_222)
-    assert c.lru_capacity_per_server == 981
+    assert (c.hbm_tokens, c.host_tokens) == (10_024_960, 132_994_384)
+    assert c.lru_capacity_per_server == 3_138
+    assert capacity.slice_capacity(parse("gpu")).sessions_host == 16 * (761 // 96)  # 112 per decode group
     # 251.1e9 - 203.89e9 - (2 x 102 + 1) x 157,483,008 = 14.93e9: above that, one 1M request per engine fewer.
     assert c.non_weight_ceiling_bytes == pytest.approx(14.925e9, rel=1e-4)
     assert capacity.cpu_offload_bytes_per_engine(parse("gpu")) == 120_000_000_000  # 480e9 / 4 local DP engines

@@ -121,7 +121,7 @@ def test_block_size_matches_the_engine(plans, stack):
     assert contract.KV_BLOCK_TOKENS not in sizes
 
 
-@pytest.mark.parametrize("stack,blocks", [("gpu", 981), ("tpu", 888)])
+@pytest.mark.parametrize("stack,blocks", [("gpu", 3_138), ("tpu", 888)])
 def test_prefix_cache_sized_by_the_capacity_model(plans, stack, blocks):
     """The hand-worked figures of tests/test_capacity.py (docs/capacity.md) reach the router."""
     [producer] = [p for p in epp_config(plans[stack])["plugins"] if p["type"] == "approx-prefix-cache-producer"]

@@ -100,7 +100,12 @@ def _engine_pool(cfg, tmp_path, monkeypatch, role: str = "prefill"):
     groups = get_global_kv_cache_groups(vllm_config, [specs])
     plan = capacity.serving_capacity(cfg) if role == "prefill" else capacity.decode_capacity(cfg)
     [config] = get_kv_cache_configs(vllm_config, [specs], [int(plan.kv_pool_bytes_per_device)], groups)
+    ENGINES[id(config)] = vllm_config
     return config, get_kv_cache_capacity(vllm_config, config), plan
+
+
+ENGINES: dict[int, object] = {}
+"""The VllmConfig each KVCacheConfig above was planned with."""
 
 
 def test_the_engines_groups_are_the_plans(gpu_cfg, tmp_path, monkeypatch):
@@ -167,3 +172,30 @@ def test_max_num_seqs_is_what_the_engines_block_manager_admits(gpu_cfg, tmp_path
         admitted += 1
     flags = engines.vllm_batch_flags(gpu_cfg, role)
     assert admitted == plan.max_running == int(flags[flags.index("--max-num-seqs") + 1]) == 55
+
+
+@pytest.mark.parametrize("changes", [{}, {"gpu.tensorParallel": "2"}, {"model.contextLength": "262144"}])
+def test_the_host_tier_is_the_engines(tmp_path, monkeypatch, changes):
+    """The OffloadingConnector's CPU tier as vLLM sizes it from the stack's `cpu_bytes_to_use` and the engine's own
+    KVCacheConfig (offloading/config.py `build_offloading_config`, kv_offload/cpu/spec.py `CPUOffloadingSpec`): its
+    chunk count and the tokens it holds at max_model_len (the figure behind its "CPU KV cache size") are the plan's
+    (capacity.host_tier_chunks_per_engine, host_tier_tokens_per_engine). The page size is this machine's."""
+    import mmap
+
+    from vllm.config import KVTransferConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import build_offloading_config
+    from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+
+    from components import engines
+
+    cfg = stack_config("gpu", **changes)
+    config, _, plan = _engine_pool(cfg, tmp_path, monkeypatch)
+    vllm_config = ENGINES.pop(id(config))
+    offload = engines.vllm_kv_transfer(cfg, "prefill")["kv_connector_extra_config"]["connectors"][1]
+    vllm_config.kv_transfer_config = KVTransferConfig(kv_connector=offload["kv_connector"], kv_role="kv_both",
+                                                      kv_connector_extra_config=offload["kv_connector_extra_config"])
+    spec = CPUOffloadingSpec(build_offloading_config(vllm_config, config))
+    monkeypatch.setattr(capacity, "OFFLOAD_PAGE_BYTES", mmap.PAGESIZE)
+    assert spec.num_chunks == capacity.host_tier_chunks_per_engine(cfg)
+    assert spec.cpu_info.cpu_kv_cache_size_tokens == capacity.host_tier_tokens_per_engine(cfg)
+    assert plan.host_tokens == plan.kv_groups * spec.cpu_info.cpu_kv_cache_size_tokens
