@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Optional
 
-from . import catalog, contract, versions
+from . import catalog, contract, images, versions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,9 +54,6 @@ STAGING_INSTALL = ("--quiet", "--no-cache-dir", "--disable-pip-version-check", "
 """`pip install` arguments of the staging Job: exactly the hashed lock, no dependency resolution, wheels only, the
 Hugging Face token out of the installer's environment (components/staging.py builds its command from this)."""
 
-TPU_ENGINE_INSTALL = versions.VLLM_TORCHTPU.install_args
-"""`pip install` arguments of the TPU engine's start-time install of the vLLM-TorchTPU lock (its release in
-components/versions.py builds the engine's install line from the same tuple)."""
 
 INSTALLERS = frozenset({"pip", "pip3", "uv", "easy_install", "conda", "mamba", "apt-get", "apt", "apk", "dnf",
                         "yum", "npm", "curl", "wget"})
@@ -98,6 +95,10 @@ class Container:
     """(Secret, key) pairs its environment may reference."""
     claims: frozenset[str] = frozenset()
     """Pod resource claims it may use (`resources.claims[].name`)."""
+    image_pattern: Optional[str] = None
+    """With no `images`: the image's repository must match this regular expression (the stack's own build)."""
+    digest_required: bool = False
+    """The image must be pinned by digest (`repo@sha256:<64 hex>`): a tag could name other bytes."""
     image_from: Optional[str] = None
     """With no `images`: the image must be one that a container of this name (a user-named engine) runs in the same
     stack (the pre-pull of the SGLang image)."""
@@ -168,16 +169,15 @@ TPU_NODE_SETUP = Container(
            "cache/modelserver/tpu/base/vllm/multi-host/patch-vllm.yaml@54523a5, https://github.com/llm-d/llm-d/"
            "blob/54523a5/guides/tiered-prefix-cache/modelserver/tpu/base/vllm/multi-host/patch-vllm.yaml)")
 VLLM_TPU = Container(
-    "vllm-tpu", _repos(versions.VLLM_TORCHTPU.image),
-    # ulimit, getent and awk: the released launcher's lines (no core dumps, the head resolved; engines.py); the
-    # install runs through `installs` (python3 -m pip), so neither python3 nor env is a program of its own.
+    "vllm-tpu", frozenset(), image_pattern=images.BUILT_TPU_ENGINE, digest_required=True,
+    # ulimit, getent and awk: the released launcher's lines (no core dumps, the head resolved; engines.py). No
+    # installer: the image the stack builds from the hash-pinned lock carries the engine (components/engineimage.py).
     programs=frozenset({"vllm", "ulimit", "getent", "awk"}),
-    shells=frozenset({"/bin/bash"}), installs=(TPU_ENGINE_INSTALL,), root=True, writable_root=True,
+    shells=frozenset({"/bin/bash"}), root=True, writable_root=True,
     restricted=False, secrets=frozenset({HF_SECRET}), capabilities=frozenset({"IPC_LOCK"}),
-    reason="the Python image runs as root and pip-installs the hash-pinned vLLM-TorchTPU lock into its "
-           "site-packages at start (components/hardening.py ROOT_IMAGES); never privileged. IPC_LOCK: the Raiden "
-           "offload store locks its host pool, as the engine's Raiden recipes run it (components/hardening.py "
-           "TPU_ENGINE_CAPABILITIES)")
+    reason="the stack's engine image (Python 3.12 base) runs as root (components/hardening.py ROOT_IMAGES); never "
+           "privileged. IPC_LOCK: the Raiden offload store locks its host pool, as the engine's Raiden recipes run "
+           "it (components/hardening.py TPU_ENGINE_CAPABILITIES)")
 SGLANG_TPU = Container(
     "sglang", frozenset(), programs=frozenset({"python3 -m sglang.launch_server"}), shells=frozenset({"/bin/bash"}),
     root=True,
@@ -195,11 +195,13 @@ WORKLOADS: tuple[Workload, ...] = (
              volumes={**MODEL_VOLUMES, "nvidia": "hostPath", "jit-cache": "emptyDir"},
              source="components/modelservers.py (jit-cache: the engines' JIT caches, `jit_cache_volume`)"),
     Workload("LeaderWorkerSet", "{ns}-vllm-tpu", (TPU_NODE_SETUP, VLLM_TPU),
-             volumes={**MODEL_VOLUMES, "engine-lock": "configMap"}, source="components/modelservers.py"),
+             volumes=MODEL_VOLUMES, source="components/modelservers.py"),
     Workload("LeaderWorkerSet", "{ns}-sglang", (TPU_NODE_SETUP, SGLANG_TPU), volumes=MODEL_VOLUMES,
              source="components/modelservers.py"),
     Workload("DaemonSet", "{guide}-engine-image-prepull", (
-        Container("hold", _repos(versions.VLLM.image, versions.VLLM_TORCHTPU.image), programs=frozenset({"sleep"})),
+        Container("hold", _repos(versions.VLLM.image), programs=frozenset({"sleep"})),
+        Container("hold", frozenset(), programs=frozenset({"sleep"}), image_pattern=images.BUILT_TPU_ENGINE,
+                  digest_required=True),
         Container("hold", frozenset(), programs=frozenset({"sleep"}), image_from="sglang")),
         source="components/prepull.py"),
     Workload("Job", "{guide}-weights-stage-{rev}", (
@@ -323,11 +325,8 @@ def code_key(path: str) -> str:
     return path.replace("/", "--")
 
 
-TPU_ENGINE_LOCK_FILE = "components/locks/vllm-torchtpu.txt"
-
 CONFIGMAPS: tuple[ConfigMapDecl, ...] = (
     ConfigMapDecl("{guide}-weights-stager-code", {code_key(p): p for p in STAGING_CODE}),
-    ConfigMapDecl("{guide}-vllm-torchtpu-lock", {"requirements.txt": TPU_ENGINE_LOCK_FILE}),
     ConfigMapDecl("{guide}-calibration", {"calibrate.py": "components.router:CALIBRATION_SCRIPT"}),
     ConfigMapDecl("{guide}-inference-perf-config"),
     ConfigMapDecl("{guide}-epp"),
@@ -340,6 +339,9 @@ CONFIGMAPS: tuple[ConfigMapDecl, ...] = (
 WI_PRINCIPAL = (r"principal://iam\.googleapis\.com/projects/[0-9]+/locations/global/workloadIdentityPools/"
                 r"[a-z0-9.-]+\.svc\.id\.goog/subject/ns/[a-z0-9-]+/sa/")
 NODE_SA = r"serviceAccount:[a-z0-9-]+-nodes@[a-z0-9-]+\.iam\.gserviceaccount\.com"
+BUILD_SA = r"serviceAccount:[a-z0-9-]+-build@[a-z0-9-]+\.iam\.gserviceaccount\.com"
+"""The TPU engine image's Cloud Build identity (components/engineimage.py)."""
+REPO_GRANT = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
 
 
 @dataclass(frozen=True)
@@ -350,6 +352,9 @@ class Grant:
     role: str
     member: str
     reason: str
+    folder: Optional[str] = None
+    """A bucket grant limited by an IAM condition to objects under this folder of its bucket (the condition must
+    say so, `resource.name.startsWith("projects/_/buckets/<bucket>/objects/<folder>")`)."""
 
 
 GRANTS: tuple[Grant, ...] = (
@@ -365,6 +370,15 @@ GRANTS: tuple[Grant, ...] = (
     Grant("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/storage.objectCreator",
           WI_PRINCIPAL + re.escape(f"{catalog.GUIDE_NAME}-benchmark"),
           "the benchmark Job writes its results folder (limited by an IAM condition)"),
+    Grant(REPO_GRANT, "roles/artifactregistry.writer", BUILD_SA,
+          "the TPU engine image's build pushes to the stack's one repository (components/engineimage.py)"),
+    Grant("gcp:projects/iAMMember:IAMMember", "roles/logging.logWriter", BUILD_SA,
+          "a build run as its own service account writes its logs to Cloud Logging"),
+    Grant("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/storage.objectViewer", BUILD_SA,
+          "the build reads its source archive (limited by an IAM condition to engine-image/)",
+          folder="engine-image/"),
+    Grant(REPO_GRANT, "roles/artifactregistry.reader", NODE_SA,
+          "the TPU nodes pull the engine image from the stack's repository"),
 )
 
 # --------------------------------------------------------------------------- RBAC
@@ -426,7 +440,7 @@ EPP_PORTS = frozenset({contract.EPP_EXT_PROC_PORT, contract.EPP_GRPC_HEALTH_PORT
 
 EGRESS: dict[str, tuple[AddressPeer, ...]] = {
     "{guide}-benchmark": (METADATA, GKE_METADATA, INTERNET_HTTPS),
-    "{guide}-vllm-pods": (INTERNET_HTTPS,),
+    "{guide}-vllm-pods": (),
     "{guide}-router": (ONE_HOST_HTTPS,),
     "{guide}-weights-staging": (METADATA, GKE_METADATA, INTERNET_HTTPS),
     "{guide}-calibration": (METADATA, GKE_METADATA),
@@ -456,6 +470,7 @@ load clients reach the Gateway's internal address (components/netpol.py)."""
 # --------------------------------------------------------------------------- resource types
 TYPES = frozenset({
     "pulumi:providers:gcp", "pulumi:providers:kubernetes",
+    "command:local:Command", "gcp:artifactregistry/repository:Repository", REPO_GRANT,
     "gcp:compute/address:Address", "gcp:compute/network:Network", "gcp:compute/resourcePolicy:ResourcePolicy",
     "gcp:compute/router:Router", "gcp:compute/routerNat:RouterNat", "gcp:compute/subnetwork:Subnetwork",
     "gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool", "gcp:monitoring/alertPolicy:AlertPolicy",

@@ -330,7 +330,7 @@ def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
         "--enable-auto-tool-choice",
         "--disable-access-log-for-endpoints", "/health,/metrics",
     ]
-    return Command(tuple(argv), (*tpu_launcher_preamble(), *VLLM_TORCHTPU.install_commands))
+    return Command(tuple(argv), tpu_launcher_preamble())
 
 
 def sglang_command(cfg: StackConfig) -> Command:

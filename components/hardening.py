@@ -106,8 +106,9 @@ def repository(reference: str) -> str:
 
 ROOT_IMAGES: dict[str, str] = {
     "vllm": "the vllm/vllm-openai image runs as root and the container is privileged anyway (components/declared.py)",
-    "vllm-tpu": "the Python 3.12 image runs as root and pip-installs the hash-pinned vLLM-TorchTPU lock into its "
-                "site-packages at start, so the root filesystem stays writable (docs/security.md, supply chain)",
+    "vllm-tpu": "the stack's engine image (components/engineimage.py) keeps its Python 3.12 base's root user, and "
+                "vLLM writes its cache under that user's home (VLLM_CACHE_ROOT, ~/.cache/vllm by default in "
+                "vllm/envs.py), so the root filesystem stays writable (docs/security.md)",
     "sglang": "a user-supplied SGLang-TorchTPU image (tpu.engine=sglang-torchtpu): its user and filesystem are "
               "whatever that build needs",
 }

@@ -18,6 +18,7 @@ plan refuses one that is provably another platform's manifest or another tag's."
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -124,6 +125,15 @@ IMAGES: dict[str, Image] = {
 }
 
 
+BUILT_TPU_ENGINE = r"[a-z0-9-]+-docker\.pkg\.dev/[a-z0-9-]+/[a-z0-9-]+-engine/vllm-torchtpu"
+"""Repository of the TPU engine image the stack builds (components/engineimage.py `repository_path`). It has the
+architectures of its base (`tpu-engine`): Cloud Build builds it on x86 workers from manylinux x86_64 wheels."""
+
+
+def is_built_tpu_engine(reference: str) -> bool:
+    return re.fullmatch(BUILT_TPU_ENGINE, split_reference(reference)[0].rsplit(":", 1)[0]) is not None
+
+
 def split_reference(reference: str) -> tuple[str, Optional[str]]:
     """`repo:tag@sha256:...` -> (`repo:tag`, `sha256:...`); no digest -> (reference, None)."""
     base, _, digest_part = reference.partition("@")
@@ -142,6 +152,8 @@ def by_reference(reference: str) -> tuple[Optional[str], Optional[str]]:
     """(short name, digest) of a container's `image` value; name None for an image not pinned here (a user's
     own, like `tpu.sglangImage`)."""
     base, digest_part = split_reference(reference)
+    if is_built_tpu_engine(reference):
+        return "tpu-engine", digest_part
     wanted = _normalized(base)
     name = next((n for n, i in IMAGES.items() if _normalized(i.reference) == wanted), None)
     return name, digest_part

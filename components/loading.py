@@ -19,7 +19,9 @@ Load time = bytes per node / min(volume throughput / reader nodes, per-node read
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from . import catalog
 from .config import StackConfig
@@ -291,16 +293,35 @@ IMAGE_PULL_S = 600
 """Assumption: pulling the engine image onto a fresh node (tens of GB; not measured here)."""
 
 
-TPU_ENGINE_INSTALL_BYTES = 3.9e9
-"""What one TPU pod downloads and installs at start: the wheels components/locks/vllm-torchtpu.txt pins for CPython
-3.12 on manylinux x86_64, 3.8-4.0 GB as summed from the index's file sizes (2.19 GB of it `nvidia-*` and `triton`)."""
-POD_INSTALL_DOWNLOAD_BYTES_PER_S = 50e6
-"""ASSUMPTION: one pod's download rate from the public index through Cloud NAT, 8 hosts of a slice at once."""
-POD_INSTALL_UNPACK_BYTES_PER_S = 200e6
-"""ASSUMPTION: pip's unpacking and writing of the wheels into site-packages."""
-INSTALL_SPREAD = 0.5
-"""ASSUMPTION: the slowest host of a slice finishes its install up to this fraction of the install later than the
-fastest (the same NAT gateway and index, different CDN edges and retries)."""
+TPU_ENGINE_LOCK = Path(__file__).resolve().parent / "locks" / "vllm-torchtpu.txt"
+LOCK_SIZE_LINE = re.compile(r"^# download: ([0-9]+) bytes in ([0-9]+) files", re.M)
+"""The lock's size line (tools/preview/lock_tpu_engine.py writes it from the index's file sizes)."""
+
+
+def lock_download_bytes(text: str | None = None) -> int:
+    """Bytes of the wheels the TPU engine image is built from: the lock's own size line."""
+    found = LOCK_SIZE_LINE.search(TPU_ENGINE_LOCK.read_text() if text is None else text)
+    if found is None:
+        raise ValueError(f"{TPU_ENGINE_LOCK.name} has no '# download: N bytes' line: regenerate it "
+                         "(python -m tools lock-tpu-engine)")
+    return int(found[1])
+
+
+BASE_IMAGE_BYTES = 45e6
+"""ASSUMPTION: the compressed layers of python:3.12-slim for linux/amd64 (tens of MB; not read here)."""
+LAYER_BYTES_PER_WHEEL_BYTE = 1.0
+"""ASSUMPTION: the image layer of the installed wheels compresses to about the wheels' own (deflated) bytes."""
+BUILD_FIXED_S = 180
+"""ASSUMPTION: a Cloud Build run besides the install: worker start, source upload, base pull, push handshake."""
+BUILD_BYTES_PER_S = 100e6
+"""ASSUMPTION: the build worker's download from the public index and its push to Artifact Registry."""
+UNPACK_BYTES_PER_S = 200e6
+"""ASSUMPTION: pip unpacking the wheels (build), and the kubelet unpacking the layers (pull)."""
+NODE_PULL_BYTES_PER_S = 100e6
+"""ASSUMPTION: one node's pull from Artifact Registry in the same region, the 8 hosts of two slices at once (each
+pulls its own copy; no published per-node figure)."""
+PULL_SPREAD = 0.5
+"""ASSUMPTION: the slowest host of a slice finishes its pull up to this fraction of the pull later than the fastest."""
 TPU_RENDEZVOUS_TIMEOUT_S = 300
 """vLLM-TorchTPU's host rendezvous waits this long for every host (vllm_torchtpu/distributed/tpu_mp_multihost.py:66
 `_RENDEZVOUS_TIMEOUT_S`, a constant no variable changes, used at :98 and :110); a host later than that fails its
@@ -308,21 +329,45 @@ pod and RecreateGroupOnPodRestart starts the whole group again."""
 
 
 @dataclass(frozen=True)
-class PodInstall:
-    """The per-pod start cost before the engine runs, and the start skew it leaves between a slice's hosts."""
+class EngineImage:
+    """The TPU engine image the stack builds: its size, the build, and each pod's start cost (the pull onto a fresh
+    node) with the start skew it leaves between a slice's hosts."""
 
-    install_bytes: float
-    seconds: float
+    wheel_bytes: float
+    image_bytes: float
+    build_s: float
+    pull_s: float
     skew_s: float
 
 
-def pod_install(cfg: StackConfig, install_bytes: float | None = None) -> PodInstall:
-    """The TPU pods' start-time install of the lock (none on GPU, whose image carries the engine)."""
-    if cfg.track != "tpu" or cfg.tpu.engine != "vllm-torchtpu":
-        return PodInstall(0, 0, 0)
-    size = TPU_ENGINE_INSTALL_BYTES if install_bytes is None else install_bytes
-    seconds = size / POD_INSTALL_DOWNLOAD_BYTES_PER_S + size / POD_INSTALL_UNPACK_BYTES_PER_S
-    return PodInstall(size, seconds, INSTALL_SPREAD * seconds)
+def builds_engine_image(cfg: StackConfig) -> bool:
+    return cfg.track == "tpu" and cfg.tpu.engine == "vllm-torchtpu"
+
+
+def engine_image(cfg: StackConfig, wheel_bytes: float | None = None) -> EngineImage | None:
+    """Figures of the TPU engine image (None where the stack builds none), from the lock's size."""
+    if not builds_engine_image(cfg):
+        return None
+    wheels = lock_download_bytes() if wheel_bytes is None else wheel_bytes
+    image = BASE_IMAGE_BYTES + LAYER_BYTES_PER_WHEEL_BYTE * wheels
+    build = BUILD_FIXED_S + wheels / BUILD_BYTES_PER_S + wheels / UNPACK_BYTES_PER_S + image / BUILD_BYTES_PER_S
+    pull = image / NODE_PULL_BYTES_PER_S + image / UNPACK_BYTES_PER_S
+    return EngineImage(wheels, image, build, pull, PULL_SPREAD * pull)
+
+
+def image_pull_s(cfg: StackConfig) -> float:
+    """The engine image onto a fresh node: the TPU build's modelled pull, else the assumption `IMAGE_PULL_S`."""
+    built = engine_image(cfg)
+    return built.pull_s if built else IMAGE_PULL_S
+
+
+def pod_start_s(cfg: StackConfig) -> float:
+    """What a pod's start adds to the startup probe's clock: the TPU leader's probe runs while the other hosts of
+    its slice may still be pulling (a node that was replaced, or a cache the kubelet collected), and it waits in the
+    host rendezvous for them; so the budget counts one full pull. GPU: 0 (one pod per node pulls before its own
+    probe starts)."""
+    built = engine_image(cfg)
+    return built.pull_s if built else 0.0
 
 
 # --------------------------------------------------------------------------- growing onto an existing volume
@@ -374,7 +419,7 @@ def load_output(cfg: StackConfig) -> dict[str, object]:
     plan of the same stack (tools diff against it) knows the throughput the existing volume really has."""
     return {"throughputMiBps": throughput_mibps(cfg), "readers": reader_nodes(cfg),
             "loadSeconds": round(load_model(cfg).load_s, 1), "startupBudgetSeconds": startup_budget_s(cfg),
-            "startSecondsBesidesLoad": ENGINE_START_S[cfg.track] + round(pod_install(cfg).seconds, 1),
+            "startSecondsBesidesLoad": ENGINE_START_S[cfg.track] + round(pod_start_s(cfg), 1),
             "nodes": [{"role": r.role, "bytes": r.node_bytes, "capBytesPerSecond": r.node_cap_bytes_per_s}
                       for r in node_reads(cfg)]}
 
@@ -385,10 +430,10 @@ def reads_from_output(output: dict) -> tuple[NodeRead, ...]:
 
 def startup_budget_terms(cfg: StackConfig) -> tuple[float, float]:
     """(fresh, grown) seconds the startup probe must allow: PROBE_MARGIN x (modelled load + engine start + the
-    pod's start-time install) on a new volume; and, for groups a scale-up in place starts, the whole lag of the
+    pod's start, pod_start_s) on a new volume; and, for groups a scale-up in place starts, the whole lag of the
     throughput change (reading nothing meanwhile: a bound, whatever the volume had) + the margin on the load at the
-    new throughput + engine start + install."""
-    load, rest = load_model(cfg).load_s, ENGINE_START_S[cfg.track] + pod_install(cfg).seconds
+    new throughput + engine start + the pod's start."""
+    load, rest = load_model(cfg).load_s, ENGINE_START_S[cfg.track] + pod_start_s(cfg)
     return PROBE_MARGIN * (load + rest), HDML_MODIFY_LAG_S + PROBE_MARGIN * load + rest
 
 
@@ -408,7 +453,7 @@ def startup_failure_threshold(cfg: StackConfig) -> int:
 def ready_timeout_s(cfg: StackConfig) -> int:
     """How long `pulumi up` waits for the serving sets: the image pull, then the startup budget, plus one
     more budget for a group that had to restart once."""
-    return IMAGE_PULL_S + 2 * startup_budget_s(cfg)
+    return int(math.ceil(image_pull_s(cfg))) + 2 * startup_budget_s(cfg)
 
 
 def hydration_timeout_s(cfg: StackConfig) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 import pulumi
@@ -16,7 +15,6 @@ from . import catalog, contract, engines, hardening, images, loading
 from .base import Args, Component, StrInput
 from .config import StackConfig
 from .dra import NVIDIA_DRIVER_ROOT
-from .versions import TPU_ENGINE_LOCK_DIR
 
 PROBE_TIMEOUT_S = 5
 """The kubelet's default is 1 s; a busy engine answers /health slower (llm-d's GB200 pods use 5)."""
@@ -406,22 +404,18 @@ def tpu_host_memory(host_pool_bytes: float) -> TpuHostMemory:
                          processes=ranks * TPU_RANK_RESIDENT_GIB + TPU_FRONTEND_GIB)
 
 
-def tpu_memory_gib(host_pool_bytes: float) -> int:
-    """The pod's request and limit: still the pool plus 64 GiB. The full breakdown (`tpu_host_memory`) does not fit
-    a tpu7x-standard-4t's allocatable beside the capacity model's pool (the summary says by how much), so it is
-    shown, not applied, until the pool leaves room."""
+def tpu_memory_gib(cfg: StackConfig, host_pool_bytes: float) -> int:
+    """The pod's memory request and limit: vLLM-TorchTPU's whole breakdown (`tpu_host_memory`: the offload pool, the
+    memory-backed /dev/shm, which the kubelet charges to the pod, the compiled programs and the processes); the
+    scheduling proof holds it against the node's allocatable. A user's SGLang build: the pool plus 64 GiB."""
+    if cfg.tpu.engine == "vllm-torchtpu":
+        return tpu_host_memory(host_pool_bytes).total
     return int(-(-host_pool_bytes // GIB)) + PROCESS_MEMORY_GIB // 2
 
 
-TPU_ENGINE_LOCK = Path(__file__).resolve().parent / "locks" / "vllm-torchtpu.txt"
-"""Hash-pinned wheels of vLLM-TorchTPU and every dependency (components/locks/vllm-torchtpu.in)."""
-TPU_ENGINE_LOCK_MAP = f"{catalog.GUIDE_NAME}-vllm-torchtpu-lock"
-
-
-def tpu_lock_volume() -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:
-    volume = k8s.core.v1.VolumeArgs(name="engine-lock", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
-        name=TPU_ENGINE_LOCK_MAP, items=[k8s.core.v1.KeyToPathArgs(key="requirements.txt", path="requirements.txt")]))
-    return volume, k8s.core.v1.VolumeMountArgs(name="engine-lock", mount_path=TPU_ENGINE_LOCK_DIR, read_only=True)
+def tpu_shm_gib(cfg: StackConfig) -> int:
+    """/dev/shm of a TPU engine pod: vLLM-TorchTPU's compile cache as its recipe sizes it (`TPU_SHM_GIB`), else 64."""
+    return TPU_SHM_GIB if cfg.tpu.engine == "vllm-torchtpu" else 64
 
 
 TORCH_TPU_SLICEBUILDER_PORT = 8070
@@ -472,10 +466,14 @@ def tpu_node_setup(image: str) -> k8s.core.v1.ContainerArgs:
                                                        limits={"memory": "64Mi"}))
 
 
-def tpu_engine_image(cfg: StackConfig) -> str:
-    """The TPU engine's image: the pinned Python 3.12 base vLLM-TorchTPU is installed into, or the user's SGLang
-    build."""
-    return images.ref(cfg.images, "tpu-engine") if cfg.tpu.engine == "vllm-torchtpu" else cfg.tpu.sglangImage
+def tpu_engine_image(cfg: StackConfig, built: Optional[StrInput] = None) -> StrInput:
+    """The TPU engine's image: the stack's vLLM-TorchTPU build by digest (components/engineimage.py `image`), or the
+    user's SGLang build."""
+    if cfg.tpu.engine != "vllm-torchtpu":
+        return cfg.tpu.sglangImage
+    if built is None:
+        raise ValueError("a vLLM-TorchTPU stack runs the image it builds: pass EngineImage.image")
+    return built
 
 
 def tpu_placement(cfg: StackConfig) -> tuple[dict[str, str], list[k8s.core.v1.TolerationArgs]]:
@@ -486,17 +484,14 @@ def tpu_placement(cfg: StackConfig) -> tuple[dict[str, str], list[k8s.core.v1.To
             [k8s.core.v1.TolerationArgs(key=tpu_key, operator="Exists", effect="NoSchedule")])
 
 
-def tpu_pod(cfg: StackConfig, rank: engines.TpuRank, memory_gib: int, claim: StrInput) -> k8s.core.v1.PodSpecArgs:
-    image = tpu_engine_image(cfg)
+def tpu_pod(cfg: StackConfig, rank: engines.TpuRank, memory_gib: int, claim: StrInput,
+            image: StrInput) -> k8s.core.v1.PodSpecArgs:
     command = engines.tpu_command(cfg, rank)
     models, models_mount = weights_volume(claim)
-    shm, shm_mount = shm_volume(64)
+    shm, shm_mount = shm_volume(tpu_shm_gib(cfg))
     volumes, mounts = [models, shm], [models_mount, shm_mount]
     env = [*common_env(command)]
-    if cfg.tpu.engine == "vllm-torchtpu":  # the start-time install reads the lock
-        lock, lock_mount = tpu_lock_volume()
-        volumes.append(lock)
-        mounts.append(lock_mount)
+    if cfg.tpu.engine == "vllm-torchtpu":
         # Offloading hybrid (MLA + KDA) pages needs the unified block pool, K3's default; set it so a changed
         # default fails loudly (vllm_torchtpu/platforms/tpu_platform.py, gdn_pool_layout.py).
         env += [_env("TPU_VLLM_ENABLE_UNIFIED_BLOCK_POOL", "1"),
@@ -555,6 +550,8 @@ class TpuLeaderWorkerSetArgs(Args):
     """The hydrated weights claim (WeightStaging.claim)."""
     host_pool_bytes_per_node: float
     """Host-DRAM KV tier of one host (capacity model); the pod's memory request must hold it."""
+    image: StrInput
+    """The engine image (`tpu_engine_image`): the stack's build by digest, or the user's SGLang build."""
 
 
 class TpuLeaderWorkerSet(Component):
@@ -564,18 +561,10 @@ class TpuLeaderWorkerSet(Component):
     def __init__(self, name: str, args: TpuLeaderWorkerSetArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("modelserver", "TpuLeaderWorkerSet", name, opts)
         cfg = args.config
-        memory = tpu_memory_gib(args.host_pool_bytes_per_node)
-        leader = tpu_pod(cfg, "leader", memory, args.models_claim)
-        worker = tpu_pod(cfg, "worker", memory, args.models_claim)
+        memory = tpu_memory_gib(cfg, args.host_pool_bytes_per_node)
+        leader = tpu_pod(cfg, "leader", memory, args.models_claim, args.image)
+        worker = tpu_pod(cfg, "worker", memory, args.models_claim, args.image)
         engine = engines.tpu_engine_type(cfg)
-        self.lock = None
-        if cfg.tpu.engine == "vllm-torchtpu":
-            self.lock = k8s.core.v1.ConfigMap(
-                f"{name}-lock",
-                metadata=k8s.meta.v1.ObjectMetaArgs(name=TPU_ENGINE_LOCK_MAP, namespace=args.namespace),
-                data={"requirements.txt": TPU_ENGINE_LOCK.read_text()},
-                opts=self.child(),
-            )
         self.set = k8s.apiextensions.CustomResource(
             f"{name}-lws",
             api_version="leaderworkerset.x-k8s.io/v1",
@@ -601,8 +590,6 @@ class TpuLeaderWorkerSet(Component):
                 },
                 "rolloutStrategy": rollout(),
             },
-            # The pods mount the lock; without it they would sit in ContainerCreating until the timeout.
-            opts=self.child(custom_timeouts=set_timeouts(cfg),
-                            depends_on=[self.lock] if self.lock else None),
+            opts=self.child(custom_timeouts=set_timeouts(cfg)),
         )
         self.finish(name=args.name)

@@ -96,8 +96,8 @@ KUBE_DNS = Peer("kube-dns", labels=(("k8s-app", "kube-dns"),), namespace="kube-s
 METADATA = Peer("metadata-server", cidrs=(METADATA_SERVER,))
 GKE_METADATA = Peer("gke-metadata-server", cidrs=(GKE_METADATA_SERVER,))
 PUBLIC_HTTPS = Peer("public-https", cidrs=("0.0.0.0/0",), excluded=PRIVATE_RANGES)
-"""Public addresses: Cloud Storage's (reached through Private Google Access from private nodes) and, for the
-TPU release profile's start-time install, GitHub's and PyPI's. A NetworkPolicy cannot name hosts."""
+"""Public addresses: Cloud Storage's (reached through Private Google Access from private nodes). A NetworkPolicy
+cannot name hosts."""
 HEALTH_CHECKS = Peer("lb-health-checks", cidrs=HEALTH_CHECK_RANGES)
 
 
@@ -157,9 +157,7 @@ def flows(cfg: StackConfig, api_server: Sequence[StrInput]) -> list[Flow]:
         Flow(BENCHMARK, GKE_METADATA, _ports([GKE_METADATA_SERVER_PORT]), "Workload Identity tokens (older nodes)"),
         Flow(BENCHMARK, PUBLIC_HTTPS, _ports([443]), "report upload to Cloud Storage"),
     ]
-    if cfg.track == "tpu" and cfg.tpu.engine == "vllm-torchtpu":
-        found.append(Flow(servers, PUBLIC_HTTPS, _ports([443]),
-                          "the hash-pinned vLLM-TorchTPU install at start (PyPI); see docs/security.md"))
+    # No engine pod reaches the internet: the TPU engine runs the image the stack built (components/engineimage.py).
     return found
 
 

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from . import catalog
 from .config import StackConfig
 from .naming import label_value
-from .services import REQUIRED_APIS
+from .services import apis_for
 
 API_ROOT_ENV = "KIMI_GOOGLE_API_ROOT"
 """A root standing in for `https://<service>.googleapis.com` (a recording proxy or a test's fake): requests go to
@@ -236,7 +236,8 @@ def check_project(g: Google, cfg: StackConfig) -> list[Check]:
 
 def check_apis(g: Google, cfg: StackConfig) -> list[Check]:
     p = cfg.gcp.project
-    names = [f"projects/{p}/services/{api}" for api in REQUIRED_APIS]
+    apis = apis_for(cfg)
+    names = [f"projects/{p}/services/{api}" for api in apis]
     try:
         answer = g.get("serviceusage.googleapis.com", f"v1/projects/{p}/services:batchGet", {"names": names})
     except ApiError as err:
@@ -244,7 +245,7 @@ def check_apis(g: Google, cfg: StackConfig) -> list[Check]:
     states = {s.get("config", {}).get("name") or s.get("name", "").rsplit("/", 1)[-1]: s.get("state")
               for s in answer.get("services", [])}
     checks = []
-    for api in REQUIRED_APIS:
+    for api in apis:
         state = states.get(api, "DISABLED")
         if state == "ENABLED":
             continue
@@ -254,7 +255,7 @@ def check_apis(g: Google, cfg: StackConfig) -> list[Check]:
                                                "reservations and quotas through it)", "apis"))
         else:
             checks.append(Check("apis", True, f"{api} is disabled; pulumi up enables it (components/services.py)"))
-    return checks or [Check("apis", True, f"all {len(REQUIRED_APIS)} APIs the stack uses are enabled")]
+    return checks or [Check("apis", True, f"all {len(apis)} APIs the stack uses are enabled")]
 
 
 def _reservation_where(g: Google, a: Ask) -> Optional[str]:
@@ -692,7 +693,7 @@ def check_org_policies(g: Google, cfg: StackConfig) -> list[Check]:
         for rule in _rules(services):
             allowed = (rule.get("values") or {}).get("allowedValues") or []
             denied = set((rule.get("values") or {}).get("deniedValues") or [])
-            refused = [api for api in REQUIRED_APIS
+            refused = [api for api in apis_for(cfg)
                        if rule.get("denyAll") or api in denied or (allowed and api not in allowed)]
             if refused:
                 checks.append(Check("org policy", False, f"constraints/gcp.restrictServiceUsage refuses "

@@ -25,8 +25,11 @@ def _alive() -> k8s.core.v1.ProbeArgs:
 
 class ImagePrepullArgs(Args):
     namespace: StrInput
-    image: str
+    image: StrInput
     """The engine image exactly as the serving pods reference it (tag and digest), so the kubelet's cache hits."""
+    by_digest: bool = False
+    """The reference is `repo@sha256:...` (the TPU engine's build): its content cannot change, so the kubelet pulls
+    it only when the node lacks it."""
     node_selector: dict[str, str]
     tolerations: list[k8s.core.v1.TolerationArgs]
 
@@ -52,8 +55,8 @@ class ImagePrepull(Component):
                     spec=k8s.core.v1.PodSpecArgs(
                         containers=[k8s.core.v1.ContainerArgs(
                             name="hold", image=args.image, command=["sleep", "infinity"],
-                            # Re-resolving the tag costs one registry round trip; the layers stay cached.
-                            image_pull_policy="Always",
+                            # Re-resolving a tag costs one registry round trip; the layers stay cached.
+                            image_pull_policy="IfNotPresent" if args.by_digest else "Always",
                             security_context=hardening.container_context(),
                             resources=k8s.core.v1.ResourceRequirementsArgs(
                                 requests={"cpu": "10m", "memory": MEMORY}, limits={"cpu": "10m", "memory": MEMORY}),

@@ -19,6 +19,17 @@ REQUIRED_APIS = (
     "monitoring.googleapis.com",       # Managed Prometheus
     "logging.googleapis.com",          # node and control-plane logs
 )
+ENGINE_IMAGE_APIS = (
+    "cloudbuild.googleapis.com",       # builds the TPU engine image (components/engineimage.py)
+    "artifactregistry.googleapis.com", # the repository that holds it
+)
+"""What a stack that builds the TPU engine image needs besides (`tpu.engine` vllm-torchtpu)."""
+
+
+def apis_for(cfg) -> tuple[str, ...]:
+    """The APIs a stack enables: the shared list, plus the image build's on a vLLM-TorchTPU stack."""
+    builds = cfg.track == "tpu" and cfg.tpu.engine == "vllm-torchtpu"
+    return REQUIRED_APIS + (ENGINE_IMAGE_APIS if builds else ())
 
 
 class ProjectServicesArgs(Args):

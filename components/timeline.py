@@ -57,18 +57,33 @@ def hydration_step(cfg: StackConfig) -> Step:
 
 
 def serving_step(cfg: StackConfig) -> Step:
-    """The serving set's own start once it is created: the pod's start-time install (TPU), weight load and engine
-    start (the image pull is handled apart, since a pre-pull DaemonSet can take it off the path)."""
+    """The serving set's own start once it is created: weight load and engine start (the image pull is handled
+    apart, since a pre-pull DaemonSet can take it off the path; no pod installs anything at start)."""
     model = loading.load_model(cfg)
-    install = loading.pod_install(cfg)
-    seconds = install.seconds + model.load_s + loading.ENGINE_START_S[cfg.track]
-    basis = (f"start-time install {install.install_bytes / 1e9:.1f} GB in {install.seconds / 60:.1f} min per pod "
-             "(loading.pod_install) + " if install.seconds else "")
-    return Step(seconds, f"{basis}weight load {model.load_s / 60:.1f} min (loading.load_model) + engine start "
+    seconds = model.load_s + loading.ENGINE_START_S[cfg.track]
+    return Step(seconds, f"weight load {model.load_s / 60:.1f} min (loading.load_model) + engine start "
                          f"{loading.ENGINE_START_S[cfg.track] // 60} min (assumed)")
 
 
-IMAGE_PULL = Step(loading.IMAGE_PULL_S, "assumption: the engine image onto a fresh node")
+def image_pull_step(cfg: StackConfig) -> Step:
+    """The engine image onto a fresh node: each TPU host pulls the stack's build (all hosts at once), from its size."""
+    built = loading.engine_image(cfg)
+    if built is None:
+        return Step(loading.IMAGE_PULL_S, "assumption: the engine image onto a fresh node")
+    return Step(built.pull_s, f"loading.engine_image: {built.image_bytes / 1e9:.2f} GB per host at "
+                              f"{loading.NODE_PULL_BYTES_PER_S / 1e6:.0f} MB/s + unpack (assumed)")
+
+
+def build_step(cfg: StackConfig) -> Step:
+    """The TPU engine image's Cloud Build (components/engineimage.py), from the lock's size."""
+    built = loading.engine_image(cfg)
+    if built is None:
+        return GCP_OBJECT
+    return Step(built.build_s, f"loading.engine_image: {built.wheel_bytes / 1e9:.2f} GB of wheels downloaded, "
+                               f"installed and pushed as a {built.image_bytes / 1e9:.2f} GB image (assumed rates)")
+
+
+BUILD_TYPE = "command:local:Command"
 PREPULL_TYPE = "kubernetes:apps/v1:DaemonSet"
 PREPULL_SUFFIX = "-prepull-ds"
 
@@ -83,6 +98,8 @@ def step(cfg: StackConfig, resource: dict[str, Any]) -> Step:
     kind = resource["type"]
     if kind.startswith(("kimi:", "pulumi:providers:")) or kind.startswith("pulumi-python:dynamic"):
         return Step(0, "component or provider")
+    if kind == BUILD_TYPE:
+        return build_step(cfg)
     if kind == "gcp:projects/service:Service":
         return API_ENABLE
     if kind == "gcp:container/cluster:Cluster":
@@ -165,18 +182,21 @@ def critical_path(cfg: StackConfig, resources: list[dict[str, Any]]) -> Critical
     by_name = {r["name"]: r for r in resources}
     pools = [r for r in resources if r["type"] == "gcp:container/nodePool:NodePool" and _is_accelerator_pool(r)]
     prepulled = any(r["type"] == PREPULL_TYPE and r["name"].endswith(PREPULL_SUFFIX) for r in resources)
+    pull = image_pull_step(cfg).seconds
 
     def pull_left(start: float, finish: dict[str, float]) -> float:
         """Image pull still to do when the serving set is created: all of it, or with a pre-pull DaemonSet
         what is left of the pull that began when the last accelerator pool came up."""
         if not prepulled:
-            return IMAGE_PULL.seconds
-        return max(0.0, max(finish[p["name"]] for p in pools) + IMAGE_PULL.seconds - start)
+            return pull
+        ready = max([finish[p["name"]] for p in pools] + [finish[b] for b in builds])
+        return max(0.0, ready + pull - start)
 
     def duration(r: dict[str, Any], start: float, finish: dict[str, float]) -> float:
         seconds = step(cfg, r).seconds
         return seconds + pull_left(start, finish) if r["type"] in SERVING_TYPES else seconds
 
+    builds = [r["name"] for r in resources if r["type"] == BUILD_TYPE]
     finish, before = finish_times(resources, duration)
     servers = [r["name"] for r in resources if r["type"] in SERVING_TYPES]
     end = max(servers, key=lambda n: finish[n])
@@ -193,7 +213,8 @@ def critical_path(cfg: StackConfig, resources: list[dict[str, Any]]) -> Critical
     # slowest of the accelerator pools and the data path (system pool, staging, hydration, which also needs
     # the transfer pool), then the serving set's own start.
     cluster = max(finish[r["name"]] for r in resources if r["type"] == "gcp:container/cluster:Cluster")
-    accelerators = max(step(cfg, r).seconds for r in pools) + IMAGE_PULL.seconds
+    build = max([build_step(cfg).seconds] if builds else [0.0])
+    accelerators = max([step(cfg, r).seconds for r in pools] + [build]) + pull
     data = CPU_POOL.seconds + staging_step(cfg).seconds + hydration_step(cfg).seconds
     serve = serving_step(cfg).seconds
     bound = cluster + max(accelerators, data) + serve

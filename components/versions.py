@@ -76,7 +76,7 @@ VLLM = VllmRelease(
 
 
 TPU_ENGINE_LOCK_DIR = "/etc/vllm-torchtpu"
-"""Where TPU pods mount components/locks/vllm-torchtpu.txt (a ConfigMap)."""
+"""Where the TPU engine image keeps the lock it was built from (components/locks/Dockerfile)."""
 
 
 @dataclass(frozen=True)
@@ -86,24 +86,20 @@ class TorchTpuRelease:
     version: str
     core_version: str
     image: str
-    """Python 3.12 base the pinned wheels are installed into at start (no release image exists)."""
+    """Python 3.12 base the stack's image build installs the pinned wheels into (no release image exists;
+    components/engineimage.py)."""
     architectures: frozenset[str]
     """What the plugin registers with TPU implementations: `ModelRegistry.register_model` in
     vllm_torchtpu/models/vllm/__init__.py `register_models()` (vllm-torchtpu-core wheel)."""
     why: str
 
     @property
-    def install_commands(self) -> tuple[str, ...]:
-        """Every package, the two vLLM-TorchTPU wheels included, comes from the hash-pinned lock
-        (components/locks/vllm-torchtpu.txt, `--require-hashes --no-deps`): nothing is resolved or built at start,
-        and the Hugging Face token is not in the installer's environment (docs/security.md)."""
-        return (f"env -u HF_TOKEN python3 -m pip install {' '.join(self.install_args)}",)
-
-    @property
     def install_args(self) -> tuple[str, ...]:
-        """The `pip install` arguments, exactly as components/declared.py declares the engine's one install."""
-        return ("--no-cache-dir", "--no-input", "--index-url", "https://pypi.org/simple", "--require-hashes",
-                "--no-deps", "-r", f"{TPU_ENGINE_LOCK_DIR}/requirements.txt")
+        """The image build's one `pip install` (components/locks/Dockerfile): every package, the two vLLM-TorchTPU
+        wheels included, from the hash-pinned lock (components/locks/vllm-torchtpu.txt), wheels only, nothing
+        resolved. It runs in Cloud Build, never in a serving pod."""
+        return ("--no-cache-dir", "--no-input", "--disable-pip-version-check", "--index-url", "https://pypi.org/simple",
+                "--require-hashes", "--no-deps", "--only-binary=:all:", "-r", f"{TPU_ENGINE_LOCK_DIR}/requirements.txt")
 
 
 VLLM_TORCHTPU = TorchTpuRelease(
@@ -114,9 +110,9 @@ VLLM_TORCHTPU = TorchTpuRelease(
                              "DeepseekV4ForCausalLM", "DSparkDraftModel"}),
     why="the only public release registering KimiK3ForConditionalGeneration for TPU (vllm-torchtpu-core 0.29.0 "
         "vllm_torchtpu/models/vllm/__init__.py register_models; https://pypi.org/project/vllm-torchtpu/0.29.0/); "
-        "its wheels need CPython 3.12 (`Requires-Python: <3.13,>=3.12`) and no release image is published, so a "
-        "plain Python 3.12 image installs the hash-pinned lock at start (engine-flags/vllm-torchtpu-0.29.0.tsv is "
-        "this release's parser)",
+        "its wheels need CPython 3.12 (`Requires-Python: <3.13,>=3.12`) and no release image is published, so the "
+        "stack builds one from a plain Python 3.12 image and the hash-pinned lock (components/engineimage.py; "
+        "engine-flags/vllm-torchtpu-0.29.0.tsv is this release's parser)",
 )
 
 SGLANG_TORCHTPU_FLAGS_VERSION = "0.5.23"
@@ -125,6 +121,12 @@ engines.UNRELEASED_FLAG_VALUES are checked against this SGLang release's parser.
 SGLANG_TORCHTPU_ARCHITECTURES = frozenset({"KimiK3ForConditionalGeneration"})
 """ASSUMPTION for an unreleased build: the Kimi K3 class of SGLang 0.5.23 (sglang/srt/models/kimi_k3.py), which
 has no TPU device in that release."""
+
+
+PULUMI_COMMAND = "1.2.1"
+"""pulumi-command (requirements.txt): `local.Command` runs the TPU engine image's Cloud Build at `pulumi up`, since
+pulumi-gcp 10.2.0 has no resource that runs a build (components/engineimage.py); 1.2.1 is the newest release
+(https://pypi.org/project/pulumi-command/1.2.1/, needs pulumi >= 3.165)."""
 
 
 ROUTER_VERSION = "v0.10.0"

@@ -1225,6 +1225,7 @@ def _workload_violations(workload: declared.Workload, spec: Mapping[str, Any]) -
             if _get(claim, "name") not in allowed.claims:
                 found.append(f"{where}: uses resource claim {_show(_get(claim, 'name'))}, which it does not declare")
         found += [f"{where}: {v}" for v in _check_start(container, allowed, secret_env)]
+        found += [f"{where}: {v}" for v in _digest_violations(container, allowed)]
         for hook in ("postStart", "preStop"):
             command = _get(container, "lifecycle", hook, "exec", "command")
             if _is_list(command) and command:
@@ -1238,7 +1239,24 @@ def _allowed_for(workload: declared.Workload, container: Mapping[str, Any]) -> d
     images takes a user-named image)."""
     repo = hardening.repository(_image(container)) if _image(container) else ""
     named = [c for c in workload.containers if c.name == container.get("name")]
-    return next((c for c in named if repo in c.images), None) or next((c for c in named if not c.images), None)
+    return next((c for c in named if repo in c.images), None) \
+        or next((c for c in named if c.image_pattern and re.fullmatch(c.image_pattern, repo)), None) \
+        or next((c for c in named if not c.images and not c.image_pattern), None)
+
+
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _digest_violations(container: Mapping[str, Any], allowed: declared.Container) -> list[str]:
+    """A container declared `digest_required` runs its image by digest, never by a tag alone."""
+    image = _image(container)
+    if not allowed.digest_required or is_unknown(image):
+        return []
+    _, digest = split_image(image)
+    if digest is None or not DIGEST.fullmatch(digest):
+        return [f"runs image {image!r} without a sha256 digest: the workload declares its image pinned by digest "
+                "(the stack's own build, components/engineimage.py)"]
+    return []
 
 
 def _object_name(props: Mapping[str, Any]) -> tuple[str, str]:
@@ -1322,13 +1340,30 @@ def check_declared_grants(resource_type: str, props: Mapping[str, Any]) -> list[
     for path, role, member in _grant_members(resource_type, props):
         if is_unknown(role) or is_unknown(member):
             continue
-        if not any(g.type == resource_type and g.role == role and isinstance(member, str)
-                   and re.fullmatch(g.member, member) for g in declared.GRANTS):
+        matching = [g for g in declared.GRANTS if g.type == resource_type and g.role == role
+                    and isinstance(member, str) and re.fullmatch(g.member, member)]
+        if not matching:
             found.append(f"{path}: role {_show(role)} to {_show(member)} is not a declared grant "
                          "(components/declared.py GRANTS)")
+        elif all(g.folder and not _within_folder(props, g.folder) for g in matching):
+            found.append(f"{path}: role {_show(role)} to {_show(member)} is declared only within the folder "
+                         f"{matching[0].folder!r} of its bucket, and its condition "
+                         f"{_show(_get(props, 'condition', 'expression'))} does not limit it so")
     if not _grant_members(resource_type, props):
         found.append(f"{resource_type}: a grant with no single member is not declared")
     return found
+
+
+def _within_folder(props: Mapping[str, Any], folder: str) -> bool:
+    """The grant's condition limits every alternative to objects under `folder` of its bucket (unknown: allowed,
+    checked at `pulumi up`)."""
+    expression, bucket = _get(props, "condition", "expression"), props.get("bucket")
+    if is_unknown(expression) or is_unknown(bucket):
+        return True
+    if not (isinstance(expression, str) and isinstance(bucket, str)) or "?" in expression:
+        return False
+    prefix = f"projects/_/buckets/{bucket.removeprefix('b/')}/objects/"
+    return all(_limits_writes(a, prefix) and f'"{prefix}{folder}' in a for a in expression.split("||"))
 
 
 def check_declared_rbac(resource_type: str, props: Mapping[str, Any]) -> list[str]:

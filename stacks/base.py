@@ -44,7 +44,7 @@ from components.observability import Observability, ObservabilityArgs, Scope, al
 from components.platform import Platform, PlatformArgs
 from components.revision import HubRevision, HubRevisionArgs
 from components.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
-from components.services import ProjectServices, ProjectServicesArgs
+from components.services import ProjectServices, ProjectServicesArgs, apis_for
 from components.staging import MACHINE_TYPE as STAGING_MACHINE_TYPE
 from components.staging import (
     CheckpointStaging,
@@ -89,7 +89,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     labels = resource_labels(cfg, pulumi.get_stack())
     provider = gcp.Provider("gcp", project=cfg.gcp.project, region=cfg.gcp.region, default_labels=labels)
     in_project = pulumi.ResourceOptions(provider=provider)
-    services = ProjectServices("apis", ProjectServicesArgs(project=cfg.gcp.project), in_project)
+    services = ProjectServices("apis", ProjectServicesArgs(project=cfg.gcp.project, apis=apis_for(cfg)), in_project)
     after_apis = pulumi.ResourceOptions(provider=provider, depends_on=services.resources)
 
     network = Network("net", NetworkArgs(
@@ -293,6 +293,7 @@ def summary(cfg: StackConfig) -> list[str]:
         *engine_limit_lines(cfg),
         *slice_lines(cfg),
         *tpu_memory_lines(cfg),
+        *engine_image_lines(cfg),
         *monitoring_lines(cfg),
         *cost.summary_lines(cfg),
         *limits.summary_lines(cfg),
@@ -301,16 +302,33 @@ def summary(cfg: StackConfig) -> list[str]:
 
 def tpu_memory_lines(cfg: StackConfig) -> list[str]:
     """What a TPU engine host keeps in memory (components/modelservers.py TpuHostMemory) against the node's
-    allocatable, and what the pod requests today."""
+    allocatable: the pod requests and limits exactly that, with /dev/shm at its term."""
     if cfg.track != "tpu" or cfg.tpu.engine != "vllm-torchtpu":
         return []
     pool = capacity.serving_capacity(cfg).host_bytes_per_node
     need = modelservers.tpu_host_memory(pool)
     room = machines.allocatable(machines.MACHINES[catalog.IRONWOOD.machine_type]).memory_bytes / machines.GIB
     verdict = (f"fits {catalog.IRONWOOD.machine_type} allocatable {room:.1f} GiB" if need.total <= room else
-               f"over {catalog.IRONWOOD.machine_type} allocatable {room:.1f} GiB by {need.total - room:.1f} GiB: the "
-               "offload pool must leave room before the pod can request it")
-    return [need.line() + f"; {verdict}; the pod requests {modelservers.tpu_memory_gib(pool)} GiB (pool + 64)"]
+               f"over {catalog.IRONWOOD.machine_type} allocatable {room:.1f} GiB by {need.total - room:.1f} GiB "
+               "(the scheduling proof stops the plan)")
+    return [need.line() + f"; {verdict}; the pod requests and limits {modelservers.tpu_memory_gib(cfg, pool)} GiB, "
+                          f"/dev/shm {modelservers.tpu_shm_gib(cfg)} GiB"]
+
+
+def engine_image_lines(cfg: StackConfig) -> list[str]:
+    """The TPU engine image the stack builds (components/engineimage.py) and what its size costs each start."""
+    built = loading.engine_image(cfg)
+    if built is None:
+        return []
+    from components import engineimage
+
+    return [f"engine image: built by Cloud Build at the first up from components/locks/vllm-torchtpu.txt (sha256 "
+            f"{engineimage.lock_sha256()[:12]}, {built.wheel_bytes / 1e9:.2f} GB of wheels, CPU torch, no nvidia-* or "
+            f"triton) into {engineimage.repository_path(cfg.gcp.region, cfg.gcp.project, cfg.cluster_name)}/"
+            f"{engineimage.IMAGE_NAME} in {built.build_s / 60:.1f} min, alongside the cluster; the pods run it by "
+            f"digest and install nothing; {built.image_bytes / 1e9:.2f} GB per host pulled in "
+            f"{built.pull_s / 60:.1f} min, start skew <= {built.skew_s:.0f} s of the "
+            f"{loading.TPU_RENDEZVOUS_TIMEOUT_S} s host rendezvous (loading.engine_image, assumed rates)"]
 
 
 def staging_line(cfg: StackConfig) -> str:
@@ -343,7 +361,7 @@ def weight_load_lines(cfg: StackConfig) -> list[str]:
                      f"{r.node_bytes * r.nodes_per_replica / 1e12:.2f} TB per replica, "
                      f"{model.seconds(r) / 60:.1f} min at {rate / MIB:,.0f} MiB/s per node ({name})")
     budget = loading.startup_budget_s(cfg)
-    install = loading.pod_install(cfg)
+    built = loading.engine_image(cfg)
     half = dataclasses.replace(model, throughput_mibps=model.throughput_mibps // 2)
     sizing = ("storage.throughputMiBps" if cfg.storage.throughputMiBps
               else "the least at which no node waits on the volume")
@@ -362,9 +380,9 @@ def weight_load_lines(cfg: StackConfig) -> list[str]:
         f"node-hours ({idle_cost})",
         f"  startup probe budget {budget // 60} min = {loading.PROBE_MARGIN:g} x (load {model.load_s / 60:.1f} + "
         f"engine start {loading.ENGINE_START_S[cfg.track] // 60} min assumed"
-        + (f" + start-time install {install.seconds / 60:.1f} min, {install.install_bytes / 1e9:.1f} GB per pod; "
-           f"host start skew <= {install.skew_s:.0f} s of the {loading.TPU_RENDEZVOUS_TIMEOUT_S} s rendezvous"
-           if install.seconds else "") + "); pulumi waits "
+        + (f" + image pull {built.pull_s / 60:.1f} min, {built.image_bytes / 1e9:.2f} GB per host; "
+           f"host start skew <= {built.skew_s:.0f} s of the {loading.TPU_RENDEZVOUS_TIMEOUT_S} s rendezvous"
+           if built else "") + "); pulumi waits "
         f"{loading.ready_timeout_s(cfg) // 60} min for the serving sets and {loading.hydration_timeout_s(cfg) // 60} "
         "min for hydration (one transfer Job, at most one node's read limit)",
         grown_in_place_line(cfg),

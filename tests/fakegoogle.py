@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from components.services import REQUIRED_APIS
+from components.services import ENGINE_IMAGE_APIS, REQUIRED_APIS
 from tests.loopback_http import send_json
 
 PROJECT = "kimi-test-project"
@@ -34,7 +34,7 @@ def healthy(sub_blocks: tuple[str, ...] = ("rack-a", "rack-b", "rack-c"), hosts:
         "project": {"name": "projects/123456789012", "projectId": PROJECT, "state": "ACTIVE"},
         "billing": {"name": f"projects/{PROJECT}/billingInfo", "projectId": PROJECT,
                     "billingAccountName": "billingAccounts/000000-000000-000000", "billingEnabled": True},
-        "services": {api: "ENABLED" for api in REQUIRED_APIS},
+        "services": {api: "ENABLED" for api in REQUIRED_APIS + ENGINE_IMAGE_APIS},
         "reservations": {ZONE: {RESERVATION: {
             "kind": "compute#reservation", "name": RESERVATION, "zone": ZONE, "status": "READY",
             "specificReservationRequired": True,

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from components import images, versions
+
 Resource = dict[str, Any]
 Change = Callable[[dict[str, Any]], None]
 """Mutates one resource's inputs in place."""
@@ -183,6 +185,19 @@ def _container_mutants(index: int, where: str, path: tuple[Any, ...], container:
     yield one("procMount Unmasked", _merge("securityContext", {"procMount": "Unmasked"}))
     if container["name"] not in USER_IMAGES:
         yield one(f"image {EVIL_IMAGE}", _set("image", EVIL_IMAGE))
+    image = str(container.get("image", ""))
+    if images.is_built_tpu_engine(image) and "@sha256:" in image:
+        # The stack's own build runs by digest only: its tag, or the released Python base, could be other bytes.
+        yield one("the built engine image by tag", _set("image", image.split("@", 1)[0] + ":lock-moved"))
+        yield one(f"the base image {versions.VLLM_TORCHTPU.image} instead of the build",
+                  _set("image", versions.VLLM_TORCHTPU.image))
+        found = _script(container)
+        if found is not None:
+            key, si = found
+            install = "env -u HF_TOKEN python3 -m pip install " + " ".join(versions.VLLM_TORCHTPU.install_args)
+            yield one("the lock pip-installed from the public index at start",
+                      lambda c, key=key, si=si: c[key].__setitem__(si, c[key][si].replace(
+                          "set -eu\n", f"set -eu\n{install}\n", 1)))
     for pi, port in enumerate(container.get("ports") or []):
         yield one(f"hostPort {port.get('containerPort')}",
                   lambda c, pi=pi: c["ports"][pi].update(hostPort=c["ports"][pi].get("containerPort")))
@@ -517,7 +532,7 @@ FAMILIES: dict[str, Callable[[int, Resource], Iterator[Mutant]]] = {
     "Cluster": _cluster_mutants,
     "RouterNat": _network_mutants, "Subnetwork": _network_mutants, "Address": _network_mutants,
     "Network": _network_mutants,
-    "IAMMember": _grant_mutants, "BucketIAMMember": _grant_mutants,
+    "IAMMember": _grant_mutants, "BucketIAMMember": _grant_mutants, "RepositoryIamMember": _grant_mutants,
     "Bucket": _bucket_mutants,
     "Namespace": _namespace_mutants,
     "ServiceAccount": _account_mutants,

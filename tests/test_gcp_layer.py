@@ -206,11 +206,16 @@ def test_cluster_is_wired_to_its_network(plans, stack):
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_node_runs_as_the_least_privilege_account(plans, stack):
     plan = plans[stack]
-    account = plan.one("gcp:serviceaccount/account:Account")["inputs"]
+    account = plan.one("gcp:serviceaccount/account:Account", "nodes-sa")["inputs"]
     email = f"{account['accountId']}@{PROJECT}.iam.gserviceaccount.com"
     grants = plan.of_type("gcp:projects/iAMMember:IAMMember")
+    # The TPU stack's image build has an identity of its own that may only write its build logs on the project.
+    builder = [f"serviceAccount:{a['inputs']['accountId']}@{PROJECT}.iam.gserviceaccount.com"
+               for a in plan.of_type("gcp:serviceaccount/account:Account") if a["name"] == "engine-image-builder"]
+    assert len(builder) == (stack == "tpu")
     assert [(g["inputs"]["role"], g["inputs"]["member"]) for g in grants] == [
-        ("roles/container.defaultNodeServiceAccount", f"serviceAccount:{email}")]
+        ("roles/container.defaultNodeServiceAccount", f"serviceAccount:{email}"),
+        *(("roles/logging.logWriter", member) for member in builder)]
     cluster = plan.one(CLUSTER)["inputs"]
     assert cluster["nodeConfig"]["serviceAccount"] == email  # even the transient default pool
     for pool in plan.of_type(NODE_POOL):

@@ -157,8 +157,8 @@ def test_startup_probes_follow_the_modelled_load_time(plans, stack):
     plan = plans[stack]
     load_min = summary_figure(plan, r"load time ([\d.]+) min")
     start_min = summary_figure(plan, r"engine start (\d+) min assumed")
-    if "start-time install" in plan.summary:  # the TPU pods install the lock before the engine starts
-        start_min += summary_figure(plan, r"start-time install ([\d.]+) min")
+    if re.search(r"min assumed \+ image pull", plan.summary):  # a TPU leader waits for hosts still pulling
+        start_min += summary_figure(plan, r"min assumed \+ image pull ([\d.]+) min")
     served = next(m for m in plan.manifests if m["kind"] in ("DisaggregatedSet", "LeaderWorkerSet"))
     for where, container in facts.containers(served):
         if container["name"] in ("routing-proxy", "tpu-node-setup"):
@@ -311,29 +311,54 @@ def test_gpu_startup_budget_is_at_least_upstreams(plans, variants, name):
                 assert env[key].startswith("/var/cache/vllm/"), (where, key)
 
 
-def test_tpu_install_is_on_the_timeline_and_in_the_probe_budget(monkeypatch):
-    """The TPU pods' start-time install is a step of the serving set's start and of the startup budget: a larger
-    lock moves both, and a GPU stack (its image carries the engine) has none."""
+def test_tpu_image_build_and_pull_follow_the_lock_size(monkeypatch, tpu):
+    """The engine image's build and each host's pull are timeline steps computed from the lock's size, and the TPU
+    startup budget counts the pull: a lock four times larger moves the build, the pull and the budget; a GPU stack
+    (its image is released, not built) has neither."""
     from components import loading, timeline
     from tests.test_config import parse
 
     cfg = parse("tpu")
-    install = loading.pod_install(cfg)
-    assert install.seconds > 0 and "start-time install" in timeline.serving_step(cfg).basis
-    step, budget = timeline.serving_step(cfg).seconds, loading.startup_budget_s(cfg)
-    monkeypatch.setattr(loading, "TPU_ENGINE_INSTALL_BYTES", 4 * loading.TPU_ENGINE_INSTALL_BYTES)
-    assert timeline.serving_step(cfg).seconds == pytest.approx(step + 3 * install.seconds)
-    assert loading.startup_budget_s(cfg) > budget
-    assert loading.pod_install(parse("gpu")).seconds == 0
+    built = loading.engine_image(cfg)
+    assert built.wheel_bytes == loading.lock_download_bytes()
+    build, pull, budget = (timeline.build_step(cfg).seconds, timeline.image_pull_step(cfg).seconds,
+                           loading.startup_budget_s(cfg))
+    assert build == built.build_s and pull == built.pull_s
+    assert "loading.engine_image" in timeline.image_pull_step(cfg).basis
+    [resource] = tpu.of_type(timeline.BUILD_TYPE)
+    assert timeline.step(cfg, resource).seconds == build
+    real = loading.lock_download_bytes
+    monkeypatch.setattr(loading, "lock_download_bytes", lambda text=None: 4 * real(text))
+    bigger = loading.engine_image(cfg)
+    assert timeline.build_step(cfg).seconds > build and timeline.image_pull_step(cfg).seconds > pull
+    assert bigger.image_bytes - built.image_bytes == pytest.approx(3 * built.wheel_bytes)
+    assert loading.startup_budget_s(cfg) >= budget + 2 * (bigger.pull_s - built.pull_s) - loading.PROBE_PERIOD_S
+    assert loading.engine_image(parse("gpu")) is None and loading.pod_start_s(parse("gpu")) == 0
+    assert timeline.image_pull_step(parse("gpu")).seconds == loading.IMAGE_PULL_S
+
+
+def test_tpu_build_runs_alongside_the_cluster(tpu):
+    """The build waits only for the APIs, its repository and its grants, so it is done before the slices are up."""
+    from components import timeline
+    from tests.test_config import parse
+
+    cfg = parse("tpu")
+    durations = lambda r, start, finish: timeline.step(cfg, r).seconds  # noqa: E731
+    finish, _ = timeline.finish_times(tpu.resources, durations)
+    [build] = tpu.of_type(timeline.BUILD_TYPE)
+    pools = [r["name"] for r in tpu.of_type("gcp:container/nodePool:NodePool") if r["name"].startswith("tpu-")]
+    assert not any(r["type"] == "gcp:container/cluster:Cluster" for r in tpu.resources
+                   if r["name"] in tpu.closure(build["name"]))
+    assert finish[build["name"]] < min(finish[p] for p in pools)
 
 
 def test_tpu_hosts_reach_the_rendezvous_well_within_its_timeout():
-    """What remains of per-pod start skew (the install's spread between a slice's hosts, from the timeline's
-    figures) stays under half the engine's 300 s host rendezvous, so a slow host cannot recreate the group."""
+    """What remains of per-pod start skew (the pull's spread between a slice's hosts, from the timeline's figures)
+    stays under half the engine's 300 s host rendezvous, so a slow host cannot recreate the group."""
     from components import loading
     from tests.test_config import parse
 
-    install = loading.pod_install(parse("tpu"))
-    assert install.skew_s == pytest.approx(loading.INSTALL_SPREAD * install.seconds)
-    assert install.skew_s < loading.TPU_RENDEZVOUS_TIMEOUT_S / 2, \
-        f"start skew {install.skew_s:.0f} s against the {loading.TPU_RENDEZVOUS_TIMEOUT_S} s rendezvous"
+    built = loading.engine_image(parse("tpu"))
+    assert built.skew_s == pytest.approx(loading.PULL_SPREAD * built.pull_s)
+    assert built.skew_s < loading.TPU_RENDEZVOUS_TIMEOUT_S / 2, \
+        f"start skew {built.skew_s:.0f} s against the {loading.TPU_RENDEZVOUS_TIMEOUT_S} s rendezvous"

@@ -396,4 +396,22 @@ def test_tpu_host_memory_breakdown_is_in_the_summary(plans):
     assert need.processes == 8 * modelservers.TPU_RANK_RESIDENT_GIB + modelservers.TPU_FRONTEND_GIB
     [line] = [x for x in plans["tpu"].summary.splitlines() if "TPU pod memory per host" in x]
     assert f"{need.total} GiB = offload pool {need.pool} + /dev/shm {need.shm}" in line
-    assert "allocatable" in line
+    assert "fits tpu7x-standard-4t allocatable" in line
+    assert f"the pod requests and limits {need.total} GiB, /dev/shm {need.shm} GiB" in line
+
+
+def test_tpu_pod_memory_and_shm_follow_the_breakdown(plans):
+    """Request, limit and the memory-backed /dev/shm of every TPU engine pod are the breakdown's (the kubelet charges
+    a memory emptyDir to the pod, so the limit holds it); the scheduling proof holds them against the node."""
+    from components import capacity, modelservers
+    from tests.test_config import parse
+
+    need = modelservers.tpu_host_memory(capacity.serving_capacity(parse("tpu")).host_bytes_per_node)
+    [lws] = [m for m in plans["tpu"].manifests if m["kind"] == "LeaderWorkerSet"]
+    for template in ("leaderTemplate", "workerTemplate"):
+        spec = lws["spec"]["leaderWorkerTemplate"][template]["spec"]
+        [engine] = spec["containers"]
+        assert engine["resources"]["requests"]["memory"] == engine["resources"]["limits"]["memory"] == \
+            f"{need.total}Gi"
+        [shm] = [v for v in spec["volumes"] if v["name"] == "dshm"]
+        assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": f"{need.shm}Gi"}

@@ -101,8 +101,7 @@ def expected_matrix(stack: str, api_server: set[str]) -> set[tuple]:
         ("out", bench, ("cidr", "169.254.169.252/32", ()), tcp(988)),
         ("out", bench, public, tcp(443)),
     }
-    if cfg.track == "tpu" and cfg.tpu.engine == "vllm-torchtpu":
-        rows.add(("out", servers, public, tcp(443)))  # the start-time vLLM-TorchTPU install from PyPI
+    # No engine pod reaches the internet: the TPU engine runs the stack's build and installs nothing at start.
     return rows
 
 

@@ -253,8 +253,8 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("declared-config-maps", "kubernetes:core/v1:ConfigMap", {"metadata": {"name": "envoy"}, "data": {"a": "b"}}, []),
     ("declared-config-maps", "kubernetes:core/v1:ConfigMap",
      {"metadata": {"name": "kimi-k3-1-vllm-torchtpu-lock"}, "data": {"requirements.txt": "vllm-torchtpu\n"}},
-     ["ConfigMap 'kimi-k3-1-vllm-torchtpu-lock' key 'requirements.txt' is not the declared file (sha256 differs "
-      "from components/locks/vllm-torchtpu.txt)"]),
+     # The TPU pods install nothing at start any more: a lock ConfigMap is no object of the program.
+     ["ConfigMap 'kimi-k3-1-vllm-torchtpu-lock' is not declared (components/declared.py CONFIGMAPS)"]),
     # ---- declared-grants
     ("declared-grants", "gcp:projects/iAMMember:IAMMember",
      {"role": "roles/container.defaultNodeServiceAccount", "member": f"serviceAccount:{NODE_SA}"}, []),
@@ -269,9 +269,16 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]},
      ["r: rules[0] grants 'get' on 'secrets', not declared for this role (components/declared.py ROLES)"]),
     # ---- declared-network-policies
+    ("declared-network-policies", NETPOL, {"metadata": {"name": "kimi-k3-1-benchmark"}, "spec": {
+        "policyTypes": ["Egress"], "egress": [
+        {"ports": [{"port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE)}}]}]}}, []),
+    # The engines reach no public address (the TPU engine installs nothing at start: issue 32).
     ("declared-network-policies", NETPOL, {"metadata": {"name": "kimi-k3-1-vllm-pods"}, "spec": {
         "policyTypes": ["Ingress", "Egress"], "egress": [
-        {"ports": [{"port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE)}}]}]}}, []),
+        {"ports": [{"port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE)}}]}]}},
+     ['kimi-k3-1-vllm-pods: egress[0].to[0] ipBlock "0.0.0.0/0" (except ["10.0.0.0/8", "172.16.0.0/12", '
+      '"192.168.0.0/16", "169.254.0.0/16"], ports [\'443\']) is not a declared address peer of this policy '
+      "(components/declared.py)"]),
     ("declared-network-policies", NETPOL, {"metadata": {"name": "kimi-k3-1-vllm-pods"}, "spec": {
         "policyTypes": ["Ingress", "Egress"], "egress": [
         {"ports": [{"port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}]}]}},
@@ -1054,11 +1061,14 @@ def test_every_generated_mutant_of_a_variant_is_refused(variants, variant, famil
 
 ISSUE_MUTATIONS = [
     # (plan, family, what the mutant says): the unsafe changes a review found the old pack missed, by name
-    ("tpu", "start commands", "vllm-tpu: pip install without --require-hashes"),
-    ("tpu", "start commands", "vllm-tpu: plain-HTTP index"),
-    ("tpu", "start commands", "vllm-tpu: pip install --extra-index-url"),
     ("tpu", "start commands", "vllm-tpu: an extra unpinned pip install"),
-    ("tpu", "start commands", "vllm-tpu: HF_TOKEN visible to the installer"),
+    # The TPU engine installs nothing at start and runs the stack's build by digest (issue 32).
+    ("tpu", "containers", "vllm-tpu: the lock pip-installed from the public index at start"),
+    ("tpu", "containers", "vllm-tpu: the built engine image by tag"),
+    ("tpu", "containers", "vllm-tpu: the base image docker.io/library/python:3.12-slim instead of the build"),
+    ("tpu", "containers", "hold: the built engine image by tag"),
+    ("tpu", "IAM", "engine-image-source: condition removed"),
+    ("tpu", "IAM", "engine-image-push: member allUsers"),
     ("gpu", "start commands", "stage-weights: pip install without --require-hashes"),
     ("gpu", "code ConfigMaps", "weights-staging-code tools--staging--requirements.lock: tampered"),
     ("gpu", "code ConfigMaps", "weights-staging-code tools--staging--copy.py: tampered"),
@@ -1120,6 +1130,43 @@ def test_a_privileged_tpu_engine_is_refused_though_its_init_container_may_be(pla
     engine["securityContext"]["privileged"] = True
     assert rules.check_declared_workloads(LWS, lws) == [
         "spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm-tpu': privileged, which it does not declare"]
-    engine["image"] = _container(spec, "tpu-node-setup")["image"]  # even in the privileged container's own image
+    setup_image = _container(spec, "tpu-node-setup")["image"]
+    engine["image"] = setup_image  # even in the privileged container's own image (which the engine may not run)
     assert rules.check_declared_workloads(LWS, lws) == [
-        "spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm-tpu': privileged, which it does not declare"]
+        f"spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm-tpu' (image '{setup_image}') is not "
+        "declared for the workload (declared: ['tpu-node-setup', 'vllm-tpu'])"]
+
+
+def test_a_tpu_engine_that_installs_at_start_or_runs_an_undigested_image_is_refused(plan_resources):
+    """The TPU engine runs the stack's build by digest and installs nothing: the old start-time install of the lock
+    from the public index, the build by its tag, or the plain Python base are each refused, in the engine and in
+    the pre-pull DaemonSet alike."""
+    from components import versions
+
+    resources = copy.deepcopy(plan_resources["tpu"])
+    lws = _one(resources, LWS)
+    prefix = "spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm-tpu'"
+    spec = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    engine = _container(spec, "vllm-tpu")
+    built = engine["image"]
+    assert "@sha256:" in built and rules.check_declared_workloads(LWS, lws) == []
+    install = "env -u HF_TOKEN python3 -m pip install " + " ".join(versions.VLLM_TORCHTPU.install_args)
+    engine["args"][0] = engine["args"][0].replace("set -eu\n", f"set -eu\n{install}\n", 1)
+    [found] = rules.check_declared_workloads(LWS, lws)
+    assert found.startswith(f"{prefix}: runs the installer 'pip' with ") and "not a declared install" in found
+    assert "https://pypi.org/simple" in found and found.endswith("(declared: none)")
+    engine["args"][0] = engine["args"][0].replace(f"{install}\n", "", 1)
+    engine["image"] = built.split("@", 1)[0] + ":lock-" + "0" * 64
+    assert rules.check_declared_workloads(LWS, lws) == [
+        f"{prefix}: runs image {engine['image']!r} without a sha256 digest: the workload declares its image pinned by "
+        "digest (the stack's own build, components/engineimage.py)"]
+    engine["image"] = versions.VLLM_TORCHTPU.image
+    [found] = rules.check_declared_workloads(LWS, lws)
+    assert "is not declared for the workload" in found and versions.VLLM_TORCHTPU.image in found
+    daemonset = "kubernetes:apps/v1:DaemonSet"
+    prepull = next(r for r in resources if r["type"] == daemonset and "prepull" in r["name"])["inputs"]
+    [hold] = prepull["spec"]["template"]["spec"]["containers"]
+    assert hold["image"] == built and rules.check_declared_workloads(daemonset, prepull) == []
+    hold["image"] = built.split("@", 1)[0] + ":lock-moved"
+    [found] = rules.check_declared_workloads(daemonset, prepull)
+    assert "without a sha256 digest" in found

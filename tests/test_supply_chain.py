@@ -1,6 +1,7 @@
 """Supply chain of the TPU engine: the two vLLM-TorchTPU wheels at the hashes their release publishes, every
-dependency from a hash-pinned lock at the versions the wheels pin, the lock shipped to the pods, and no token in the
-installer's environment; the lock writer keeps only what a CPython 3.12 manylinux x86_64 host installs."""
+dependency from a hash-pinned lock at the versions the wheels pin, torch as its CPU build and nothing only PyPI's CUDA
+build needs, the image the stack builds from exactly that lock, and pods that run it by digest and install nothing;
+the lock writer keeps only what a CPython 3.12 manylinux x86_64 host installs."""
 
 from __future__ import annotations
 
@@ -9,20 +10,26 @@ import re
 
 import pytest
 import yaml
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from components import engineimage, images, loading
 from components.versions import TPU_ENGINE_LOCK_DIR, VLLM_TORCHTPU
 from tests.conftest import ROOT
 from tools.preview import lock_tpu_engine
 
 LOCK_TEXT = lock_tpu_engine.LOCK.read_text()
-ENTRY = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s\\]+) \\\n((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", re.M)
+ENTRY = re.compile(r"^([A-Za-z0-9_.\-]+)(?:==([^\s\\]+)| @ (https://\S+)) \\\n"
+                   r"((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", re.M)
+CUDA_ONLY = re.compile(r"^(nvidia-.*|cuda-.*|triton)$")
 
 
-def lock_entries() -> dict[str, tuple[str, list[str]]]:
-    entries = {canonicalize_name(m[1]): (m[2], re.findall(r"sha256:([0-9a-f]{64})", m[3]))
-               for m in ENTRY.finditer(LOCK_TEXT)}
-    body = [line for line in LOCK_TEXT.splitlines() if line and not line.startswith("#")]
+def lock_entries(text: str = LOCK_TEXT) -> dict[str, tuple[str, list[str]]]:
+    """name -> (version, hashes); a URL pin's version is its wheel file's."""
+    entries = {}
+    for m in ENTRY.finditer(text):
+        version = m[2] or str(parse_wheel_filename(m[3].rsplit("/", 1)[1].replace("%2B", "+"))[1])
+        entries[canonicalize_name(m[1])] = (version, re.findall(r"sha256:([0-9a-f]{64})", m[4]))
+    body = [line for line in text.splitlines() if line and not line.startswith("#")]
     hashes = sum(1 for line in body if line.lstrip().startswith("--hash="))
     assert len(entries) + hashes == len(body), "every lock line is a pin or one of its hashes"
     return entries
@@ -46,42 +53,110 @@ def test_lock_holds_the_runtime_the_wheels_pin(shared):
     assert len(entries) > 100
     readme = (shared / "engine-flags" / "README.md").read_text()
     assert "torch==2.13.0" in readme and "`jax`/`jaxlib` 0.11.2" in readme
-    assert entries["torch"][0] == "2.13.0"
+    assert entries["torch"][0] == "2.13.0+cpu"
     assert entries["jax"][0] == entries["jaxlib"][0] == "0.11.2"
     for name in ("torch-tpu", "libtpu", "tpu-sync-torch", "transformers"):
         assert name in entries, name
 
 
-def test_install_uses_only_hashes_without_the_token():
-    [step] = VLLM_TORCHTPU.install_commands
-    assert step.startswith("env -u HF_TOKEN python3 -m pip install ")
-    assert "--index-url https://pypi.org/simple" in step
-    assert f"--require-hashes --no-deps -r {TPU_ENGINE_LOCK_DIR}/requirements.txt" in step
-    assert "git+" not in step
+def test_a_tpu_host_installs_no_cuda_wheel():
+    """torch and torchvision are the CPU builds, named by their file on PyTorch's CPU index with the recorded hash
+    (pip never weighs that index against PyPI); no nvidia-*, cuda-* or triton is left."""
+    entries = lock_entries()
+    assert not [name for name in entries if CUDA_ONLY.match(name)]
+    for name, build in lock_tpu_engine.CPU_BUILDS.items():
+        assert f"{name} @ {build.url} \\\n    --hash=sha256:{build.sha256}\n" in LOCK_TEXT
+        assert build.url.startswith(lock_tpu_engine.CPU_INDEX + "/") and entries[name] == (build.version,
+                                                                                           [build.sha256])
+    # The rest comes from PyPI: every other pin is `==`.
+    assert LOCK_TEXT.count(" @ https://") == len(lock_tpu_engine.CPU_BUILDS)
 
 
-def test_tpu_pods_carry_the_lock(tpu):
-    [lock] = [m for m in tpu.manifests if m["kind"] == "ConfigMap" and m["metadata"]["name"].endswith("-lock")]
-    assert lock["data"]["requirements.txt"] == LOCK_TEXT
+def test_lock_writer_drops_what_only_the_cuda_build_needs():
+    requirements = "\n".join([
+        "filelock==3.0", "    # via torch", "nvidia-cublas==13", "    # via", "    #   cuda-toolkit", "    #   torch",
+        "cuda-toolkit==13", "    # via torch", "cuda-pathfinder==1", "    # via cuda-bindings",
+        "cuda-bindings==13", "    # via torch", "triton==3", "    # via", "    #   torch", "    #   xgrammar",
+        "xgrammar==0.2", "    # via vllm-torchtpu", "torch==2.13.0", "    # via", "    #   torch-tpu",
+        "    #   xgrammar", "numpy==2", "    # via", "    #   torch", "    #   xgrammar", ""])
+    dropped = lock_tpu_engine.cuda_only(lock_tpu_engine.via(requirements))
+    # numpy stays for xgrammar even though torch's CUDA build also lists it here; filelock the CPU build needs.
+    assert dropped == {"nvidia-cublas", "cuda-toolkit", "cuda-bindings", "cuda-pathfinder", "triton"}
+
+
+def test_lock_states_its_download_size_and_the_figures_follow_it():
+    """The writer's size line is what the image's size is computed from (components/loading.py)."""
+    size = loading.lock_download_bytes()
+    assert 1.0e9 < size < 1.4e9, size  # the CPU build: the CUDA lock was 3.7 GB
+    assert loading.lock_download_bytes("# download: 42 bytes in 1 files (x)\n") == 42
+    with pytest.raises(ValueError, match="no '# download"):
+        loading.lock_download_bytes("absl-py==1 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+
+
+def test_the_image_build_installs_exactly_the_lock():
+    """The Dockerfile copies the lock beside it, checks it against the sha256 the stack hashed, and runs the one
+    declared install (versions.VLLM_TORCHTPU.install_args): wheels only, hashes required, nothing resolved. The
+    build has no Hugging Face token at all."""
+    dockerfile = engineimage.DOCKERFILE.read_text()
+    assert f"COPY vllm-torchtpu.txt {TPU_ENGINE_LOCK_DIR}/requirements.txt" in dockerfile
+    assert 'sha256sum -c -' in dockerfile and "${LOCK_SHA256}" in dockerfile
+    runs = re.sub(r"\\\n\s*", "", dockerfile)
+    [install] = re.findall(r"python3 -m pip install ([^&]+?)\s*(?:&&|$)", runs, re.M)
+    assert tuple(install.split()) == VLLM_TORCHTPU.install_args
+    assert f"LABEL {engineimage.LOCK_LABEL}=" in dockerfile
+    assert "HF_TOKEN" not in dockerfile and "HF_TOKEN" not in engineimage.BUILD_CONFIG.read_text()
+    config = yaml.safe_load(engineimage.BUILD_CONFIG.read_text())
+    assert config["images"] == ["${_IMAGE}"] and config["options"]["logging"] == "CLOUD_LOGGING_ONLY"
+
+
+def test_the_build_reruns_only_when_what_the_image_is_made_of_changes(tpu):
+    """The build's triggers are the lock's, the Dockerfile's and the build config's sha256 and the base image; its tag
+    is the lock's sha256, and an existing tag is reused (idempotent)."""
+    build = tpu.one("command:local:Command")
+    lock = engineimage.lock_sha256()
+    assert build["inputs"]["triggers"] == [lock, engineimage.file_sha256(engineimage.DOCKERFILE),
+                                           engineimage.file_sha256(engineimage.BUILD_CONFIG),
+                                           images.IMAGES["tpu-engine"].reference]
+    assert build["inputs"]["environment"]["LOCK_SHA256"] == lock
+    script = build["inputs"]["create"]
+    assert ':lock-$LOCK_SHA256"' in script and script.index("describe") < script.index("gcloud builds submit")
+    assert "--service-account" in script and "--config cloudbuild.yaml" in script
+    repo = tpu.one("gcp:artifactregistry/repository:Repository")
+    assert repo["inputs"]["format"] == "DOCKER" and repo["inputs"]["dockerConfig"]["immutableTags"] is True
+    assert repo["name"] in tpu.closure(build["name"])
+
+
+def test_tpu_pods_run_the_built_image_by_digest_and_install_nothing(tpu):
+    """No TPU engine container installs anything or mounts a lock: every host runs the stack's build by digest, the
+    pre-pull DaemonSet pulls the same reference, and both wait for the build."""
+    assert not [m for m in tpu.manifests if m["kind"] == "ConfigMap" and m["metadata"]["name"].endswith("-lock")]
     [lws] = [m for m in tpu.manifests if m["kind"] == "LeaderWorkerSet"]
+    refs = set()
     for template in ("leaderTemplate", "workerTemplate"):
         spec = lws["spec"]["leaderWorkerTemplate"][template]["spec"]
-        [volume] = [v for v in spec["volumes"] if v.get("configMap", {}).get("name") == lock["metadata"]["name"]]
         [container] = spec["containers"]
-        assert {"name": volume["name"], "mountPath": TPU_ENGINE_LOCK_DIR, "readOnly": True} in container["volumeMounts"]
-        script = container["args"][0]
-        assert script.index("--require-hashes") < script.index("exec vllm serve")
-    assert tpu.named("tpu-engine-lock")["name"] in tpu.named("tpu-engine-lws")["dependsOn"]
+        assert "pip" not in container["args"][0] and "install" not in container["args"][0]
+        assert images.is_built_tpu_engine(container["image"])
+        assert re.fullmatch(r"[^@]+@sha256:[0-9a-f]{64}", container["image"])
+        refs.add(container["image"])
+    [prepull] = [m for m in tpu.manifests if m["kind"] == "DaemonSet" and "prepull" in m["metadata"]["name"]]
+    [hold] = prepull["spec"]["template"]["spec"]["containers"]
+    assert {hold["image"]} == refs and hold["imagePullPolicy"] == "IfNotPresent"
+    build = tpu.one("command:local:Command")["name"]
+    assert build in tpu.closure("tpu-engine-lws") and build in tpu.closure("engine-prepull-ds")
+    assert tpu.outputs["tpuEngineImage"] in (refs.pop(), {"$mocked": True, "value": hold["image"]}) or \
+        hold["image"] in str(tpu.outputs["tpuEngineImage"])
 
 
-def test_user_supplied_sglang_build_installs_nothing(variants):
+def test_user_supplied_sglang_build_installs_nothing_and_builds_nothing(variants):
     plan = variants["sglang"]
     assert not [m for m in plan.manifests if m["kind"] == "ConfigMap" and m["metadata"]["name"].endswith("-lock")]
     assert "pip install" not in yaml.safe_dump([m for m in plan.manifests if m["kind"] == "LeaderWorkerSet"])
+    assert not plan.of_type("command:local:Command") and not plan.of_type("gcp:artifactregistry/repository:Repository")
 
 
-def wheel(name: str, sha: str) -> dict:
-    return {"url": f"https://files.pythonhosted.org/packages/x/{name}", "hashes": {"sha256": sha}}
+def wheel(name: str, sha: str, size: int = 1) -> dict:
+    return {"url": f"https://files.pythonhosted.org/packages/x/{name}", "hashes": {"sha256": sha}, "size": size}
 
 
 def test_lock_writer_keeps_only_artifacts_a_cp312_linux_host_installs():
@@ -94,15 +169,19 @@ def test_lock_writer_keeps_only_artifacts_a_cp312_linux_host_installs():
         wheel("orjson-3.11.1-cp312-cp312-musllinux_1_2_x86_64.whl", "5" * 64),
     ]}
     assert lock_tpu_engine.artifacts(package, tags) == ["1" * 64]
-    pure = {"name": "zipp", "version": "1", "wheels": [wheel("zipp-1-py3-none-any.whl", "6" * 64)]}
+    pure = {"name": "zipp", "version": "1", "wheels": [wheel("zipp-1-py3-none-any.whl", "6" * 64, 10)]}
     assert lock_tpu_engine.artifacts(pure, tags) == ["6" * 64]
-    sdist_only = {"name": "msgpack-python", "version": "0.5.6", "sdist": wheel("msgpack-python-0.5.6.tar.gz", "7" * 64)}
+    sdist_only = {"name": "msgpack-python", "version": "0.5.6",
+                  "sdist": wheel("msgpack-python-0.5.6.tar.gz", "7" * 64, 20)}
     assert lock_tpu_engine.artifacts(sdist_only, tags) == ["7" * 64]
     with pytest.raises(SystemExit, match="no artifact"):
         lock_tpu_engine.artifacts({"name": "x", "version": "1", "wheels": [
             wheel("x-1-cp312-cp312-win_amd64.whl", "8" * 64)]}, tags)
-    text = lock_tpu_engine.render({"packages": [pure, sdist_only]}, ["# header"])
+    cuda = {"name": "nvidia-nccl-cu13", "version": "2", "wheels": [wheel("nvidia_nccl_cu13-2-py3-none-any.whl",
+                                                                          "9" * 64, 1000)]}
+    text = lock_tpu_engine.render({"packages": [pure, sdist_only, cuda]}, ["# header"], {"nvidia-nccl-cu13"})
     assert text.splitlines()[0] == "# header" and "msgpack-python==0.5.6 \\\n    --hash=sha256:" + "7" * 64 in text
+    assert "nvidia" not in text and loading.lock_download_bytes(text) == 30
 
 
 # --------------------------------------------------------------------------- image digests
@@ -132,8 +211,13 @@ def test_every_image_carries_its_configured_digest(variants, name):
 
 
 def test_unpinned_plans_pull_by_tag_and_set_no_chart_image(plans):
+    """Without digest keys every image is pulled by its tag, but the TPU engine: the stack's own build, always by
+    digest."""
     for stack in ("gpu", "tpu"):
-        assert not [ref for ref in _image_refs(plans[stack]).values() if "@" in ref]
+        from components import images
+
+        assert not [ref for ref in _image_refs(plans[stack]).values() if "@" in ref
+                    and not images.is_built_tpu_engine(ref)]
 
 
 def test_chart_default_images_are_the_ones_the_digests_belong_to(shared):
@@ -205,3 +289,9 @@ def test_docs_image_table_lists_every_image_with_its_architectures_and_source():
         assert reference == f"`{image.reference}`" and key == f"`images.{image.config_key}`"
         assert architectures == ", ".join(f"linux/{a}" for a in image.architectures)
         assert source == image.evidence and "https://" in source
+
+
+def test_pulumi_command_is_pinned_where_its_reason_is():
+    from components import versions
+
+    assert f"pulumi-command=={versions.PULUMI_COMMAND}\n" in (ROOT / "requirements.txt").read_text()

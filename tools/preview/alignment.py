@@ -84,8 +84,18 @@ def engine_flags(container: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def image_setting(reference: str) -> str:
+    """An image as the table shows it: the TPU engine the stack builds by its shape (region, project, cluster and
+    the build's digest are the stack's own), every other reference as the pod names it."""
+    from components import images
+
+    if images.is_built_tpu_engine(reference):
+        return "<region>-docker.pkg.dev/<project>/<cluster>-engine/vllm-torchtpu@sha256:<the build's digest>"
+    return reference
+
+
 def container_settings(prefix: str, container: Mapping[str, Any], out: dict[str, str]) -> None:
-    out[f"{prefix}image"] = container["image"]
+    out[f"{prefix}image"] = image_setting(container["image"])
     for env in container.get("env", []):
         source = env.get("valueFrom")
         if source is None:

@@ -148,6 +148,12 @@ class PlanMocks(mocks.Mocks):
             return f"{state['repoId']}@{UNRESOLVED_REVISION}", {**state, "revision": UNRESOLVED_REVISION}
         if kind.startswith("kubernetes:") and not kind.startswith("pulumi:"):
             return f"{args.name}", state
+        if kind == "command:local:Command":
+            # The TPU engine image build (components/engineimage.py) prints the pushed image's digest; the plan
+            # stands in one derived from what the build is made of, so it moves when the lock does.
+            digest = stand_in(f"sha256:{_digest('engine image build', *map(str, state.get('triggers', [])))}",
+                              "the digest of the TPU engine image Cloud Build pushes at the first `pulumi up`")
+            return f"{args.name}-{_digest(kind, args.name)[:8]}", {**state, "stdout": digest, "stderr": ""}
         if kind == "gcp:compute/network:Network":
             rid = f"projects/{project}/global/networks/{name}"
             state.update(selfLink=f"{compute}/global/networks/{name}")

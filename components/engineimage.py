@@ -1,0 +1,163 @@
+"""The TPU engine image, built once by the stack: vLLM-TorchTPU publishes no release image, so `pulumi up` builds
+one with Cloud Build from the hash-pinned lock (components/locks/vllm-torchtpu.txt, CPU torch, no CUDA wheels) into
+an Artifact Registry repository the stack owns, and the TPU pods run the build's digest (`image@sha256:...`).
+
+Why an image and not a wheelhouse in the bucket: a serving pod then reaches no package index at all, every host and
+every restart runs the same bytes (the kubelet verifies the digest), the node's image cache makes a restart cost no
+download, and the pre-pull DaemonSet (components/prepull.py) takes the pull off the critical path; an offline
+install from a wheelhouse would still unpack 1.2 GB into every pod at every start, on the startup probe's clock.
+
+The build is a `command:local:Command` (pulumi-command, components/versions.py PULUMI_COMMAND): pulumi-gcp has no
+resource that runs a build (`cloudbuild.Trigger` only registers one, runnable from a source repository). It runs
+`gcloud builds submit` as a service account of its own (least privilege: push to this repository, write its logs,
+read its source under `engine-image/` of the stack's bucket), and it is idempotent: a tag named after the lock's
+sha256 that already exists is not built again, and the command re-runs only when its triggers change (the lock,
+the Dockerfile, the build config, the base image). `pulumi destroy` deletes the repository and so every image in
+it (Artifact Registry deletes a repository's contents with it); the source archive goes with the bucket, kept or
+deleted as `storage.deleteCheckpointOnDestroy` says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Optional
+
+import pulumi
+import pulumi_command as command
+import pulumi_gcp as gcp
+
+from .base import Args, Component, StrInput
+
+LOCKS = Path(__file__).resolve().parent / "locks"
+LOCK = LOCKS / "vllm-torchtpu.txt"
+DOCKERFILE = LOCKS / "Dockerfile"
+BUILD_CONFIG = LOCKS / "cloudbuild.yaml"
+IMAGE_NAME = "vllm-torchtpu"
+SOURCE_PREFIX = "engine-image/"
+"""Where `gcloud builds submit` stages the build's source (the lock and the Dockerfile) in the stack's bucket."""
+LOCK_LABEL = "kimi-k3-1.lock-sha256"
+"""The image label that carries the lock's sha256 (components/locks/Dockerfile)."""
+
+BUILDER_ROLES = {
+    "repository": "roles/artifactregistry.writer",
+    "project": "roles/logging.logWriter",
+    "source": "roles/storage.objectViewer",
+}
+"""What the build's service account needs: push to the one repository (https://cloud.google.com/artifact-registry/
+docs/access-control#roles), write the build's logs, which a build run as a user-specified service account must send
+to Cloud Logging or a bucket of the user's (https://cloud.google.com/build/docs/securing-builds/
+configure-user-specified-service-accounts), and read its own source objects (limited by an IAM condition)."""
+NODE_PULL_ROLE = "roles/artifactregistry.reader"
+"""The nodes pull the image as their service account: read on this repository only."""
+
+
+def lock_sha256(text: Optional[str] = None) -> str:
+    return hashlib.sha256((LOCK.read_text() if text is None else text).encode()).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def repository_id(cluster_name: str) -> str:
+    return f"{cluster_name}-engine"
+
+
+def repository_path(region: str, project: str, cluster_name: str) -> str:
+    """`REGION-docker.pkg.dev/PROJECT/REPOSITORY` (https://cloud.google.com/artifact-registry/docs/docker/names)."""
+    return f"{region}-docker.pkg.dev/{project}/{repository_id(cluster_name)}"
+
+
+def build_script() -> str:
+    """The build command: reuse the lock's tag if it exists, else submit the build; print the digest only."""
+    return "\n".join([
+        "set -euo pipefail",
+        'image="$REPOSITORY/' + IMAGE_NAME + ':lock-$LOCK_SHA256"',
+        'digest() { gcloud artifacts docker images describe "$image" --project "$PROJECT" '
+        "--format='value(image_summary.digest)'; }",
+        "if ! found=$(digest 2>/dev/null) || [ -z \"$found\" ]; then",
+        '  gcloud builds submit . --project "$PROJECT" --region "$REGION" --config cloudbuild.yaml '
+        '--service-account "projects/$PROJECT/serviceAccounts/$BUILDER" '
+        '--gcs-source-staging-dir "gs://$BUCKET/' + SOURCE_PREFIX + 'source" --suppress-logs '
+        '--substitutions "_IMAGE=$image,_BASE=$BASE,_LOCK_SHA256=$LOCK_SHA256" >&2',
+        "  found=$(digest)",
+        "fi",
+        'case "$found" in sha256:????????????????????????????????????????????????????????????????) ;; '
+        '*) echo "no digest for $image: $found" >&2; exit 1;; esac',
+        'printf %s "$found"',
+    ])
+
+
+class EngineImageArgs(Args):
+    project: str
+    region: str
+    cluster_name: str
+    base_image: str
+    """The Python 3.12 base (components/images.py `tpu-engine`, with its configured digest if any)."""
+    bucket: StrInput
+    """The stack's bucket: the build's source is staged under `SOURCE_PREFIX`."""
+    node_member: StrInput
+    """The node service account's IAM member: it pulls the image."""
+    labels: dict[str, str]
+
+
+class EngineImage(Component):
+    """Artifact Registry repository, the build's identity and grants, the build; `image` is `repo@sha256:...`."""
+
+    def __init__(self, name: str, args: EngineImageArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("engineimage", "EngineImage", name, opts)
+        self.repository = gcp.artifactregistry.Repository(
+            f"{name}-repo",
+            project=args.project,
+            location=args.region,
+            repository_id=repository_id(args.cluster_name),
+            format="DOCKER",
+            description="The TPU engine image, built by the kimi-k3-1 stack from its hash-pinned lock",
+            # Tags name a lock; a tag that moved would no longer be the lock it names.
+            docker_config=gcp.artifactregistry.RepositoryDockerConfigArgs(immutable_tags=True),
+            labels=args.labels,
+            opts=self.child(),
+        )
+        self.builder = gcp.serviceaccount.Account(
+            f"{name}-builder",
+            account_id=f"{args.cluster_name}-build",
+            display_name="Cloud Build of the kimi-k3-1 TPU engine image",
+            project=args.project,
+            opts=self.child(),
+        )
+        self.grants: list[pulumi.Resource] = [
+            gcp.artifactregistry.RepositoryIamMember(
+                f"{name}-push", project=args.project, location=args.region, repository=self.repository.name,
+                role=BUILDER_ROLES["repository"], member=self.builder.member, opts=self.child()),
+            gcp.projects.IAMMember(
+                f"{name}-logs", project=args.project, role=BUILDER_ROLES["project"], member=self.builder.member,
+                opts=self.child()),
+            gcp.storage.BucketIAMMember(
+                f"{name}-source", bucket=args.bucket, role=BUILDER_ROLES["source"], member=self.builder.member,
+                condition=gcp.storage.BucketIAMMemberConditionArgs(
+                    title="engine-image-source-only",
+                    expression=pulumi.Output.concat('resource.name.startsWith("projects/_/buckets/', args.bucket,
+                                                    f'/objects/{SOURCE_PREFIX}")')),
+                opts=self.child()),
+        ]
+        self.pull = gcp.artifactregistry.RepositoryIamMember(
+            f"{name}-pull", project=args.project, location=args.region, repository=self.repository.name,
+            role=NODE_PULL_ROLE, member=args.node_member, opts=self.child())
+        repository = repository_path(args.region, args.project, args.cluster_name)
+        lock = lock_sha256()
+        self.build = command.local.Command(
+            f"{name}-build",
+            create=build_script(),
+            interpreter=["/bin/bash", "-c"],
+            dir=str(LOCKS),
+            environment={"PROJECT": args.project, "REGION": args.region, "REPOSITORY": repository,
+                         "BASE": args.base_image, "LOCK_SHA256": lock, "BUILDER": self.builder.email,
+                         "BUCKET": args.bucket},
+            # Re-run only when what the image is made of changes.
+            triggers=[lock, file_sha256(DOCKERFILE), file_sha256(BUILD_CONFIG), args.base_image],
+            opts=self.child(depends_on=[*self.grants, self.repository]),
+        )
+        self.digest = self.build.stdout
+        self.image = pulumi.Output.concat(repository, f"/{IMAGE_NAME}@", self.build.stdout)
+        self.finish(image=self.image, repository=self.repository.name)
