@@ -1097,7 +1097,8 @@ ISSUE_MUTATIONS = [
     ("tpu", "cluster", "cluster-gke: authorized networks removed"),
     ("gpu", "containers", "vllm: literal VLLM_API_KEY"),
     ("tpu", "containers", "vllm-tpu: --api-key literal"),
-    ("tpu", "network policies", "netpol-vllm-pods egress[2] ipBlock 0.0.0.0/1+128.0.0.0/1"),
+    ("tpu", "network policies", "netpol-benchmark egress[2] ipBlock 0.0.0.0/1+128.0.0.0/1"),  # its public-HTTPS rule
+    ("tpu", "network policies", "netpol-vllm-pods egress[1] ipBlock 0.0.0.0/1+128.0.0.0/1"),
     ("tpu", "containers", "vllm-tpu: privileged"),
 ]
 
