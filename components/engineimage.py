@@ -70,7 +70,11 @@ def repository_path(region: str, project: str, cluster_name: str) -> str:
 
 
 def build_script() -> str:
-    """The build command: reuse the lock's tag if it exists, else submit the build; print the digest only."""
+    """The build command: reuse the lock's tag if it exists, else submit the build; print the digest only (the
+    command's stdout is the digest the pods run). Flags: https://cloud.google.com/sdk/gcloud/reference/builds/submit
+    (`--service-account` takes `projects/PROJECT/serviceAccounts/EMAIL`) and
+    https://cloud.google.com/sdk/gcloud/reference/artifacts/docker/images/describe (`image_summary.digest`).
+    tests/test_supply_chain.py runs it against a fake gcloud."""
     return "\n".join([
         "set -euo pipefail",
         'image="$REPOSITORY/' + IMAGE_NAME + ':lock-$LOCK_SHA256"',

@@ -144,8 +144,8 @@ def test_tpu_pods_run_the_built_image_by_digest_and_install_nothing(tpu):
     assert {hold["image"]} == refs and hold["imagePullPolicy"] == "IfNotPresent"
     build = tpu.one("command:local:Command")["name"]
     assert build in tpu.closure("tpu-engine-lws") and build in tpu.closure("engine-prepull-ds")
-    assert tpu.outputs["tpuEngineImage"] in (refs.pop(), {"$mocked": True, "value": hold["image"]}) or \
-        hold["image"] in str(tpu.outputs["tpuEngineImage"])
+    # The output is the reference the pods run; offline its digest is the mock's stand-in (docs/plan-format.md).
+    assert tpu.outputs["tpuEngineImage"] == hold["image"] and "tpuEngineImage" in tpu.outputs["$mocked"]
 
 
 def test_user_supplied_sglang_build_installs_nothing_and_builds_nothing(variants):
@@ -295,3 +295,58 @@ def test_pulumi_command_is_pinned_where_its_reason_is():
     from components import versions
 
     assert f"pulumi-command=={versions.PULUMI_COMMAND}\n" in (ROOT / "requirements.txt").read_text()
+
+
+FAKE_GCLOUD = """#!/bin/bash
+echo "$*" >> "$FAKE_STATE/calls"
+case "$1 $2" in
+  "artifacts docker")
+    if [ -f "$FAKE_STATE/pushed" ]; then printf '%s\\n' "$(cat "$FAKE_STATE/pushed")"; else
+      echo "ERROR: (gcloud.artifacts.docker.images.describe) Image not found" >&2; exit 1; fi;;
+  "builds submit") [ -f cloudbuild.yaml ] && [ -f Dockerfile ] || exit 3
+    echo "${FAKE_DIGEST}" > "$FAKE_STATE/pushed";;
+  *) exit 4;;
+esac
+"""
+
+
+def run_build(tmp_path, digest: str = "sha256:" + "ab" * 32):
+    import os
+    import subprocess
+
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir(exist_ok=True)
+    state.mkdir(exist_ok=True)
+    (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
+    (bin_dir / "gcloud").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_STATE": str(state), "FAKE_DIGEST": digest,
+           "PROJECT": "p", "REGION": "us-central1", "REPOSITORY": "us-central1-docker.pkg.dev/p/c-engine",
+           "BASE": "docker.io/library/python:3.12-slim", "LOCK_SHA256": engineimage.lock_sha256(),
+           "BUILDER": "c-build@p.iam.gserviceaccount.com", "BUCKET": "b", "HOME": os.environ.get("HOME", "/tmp")}
+    proc = subprocess.run(["/bin/bash", "-c", engineimage.build_script()], cwd=engineimage.LOCKS, env=env,
+                          capture_output=True, text=True, timeout=60)
+    calls = (state / "calls").read_text().splitlines() if (state / "calls").exists() else []
+    return proc, calls
+
+
+def test_the_build_command_builds_once_and_prints_only_the_digest(tmp_path):
+    """The build's own script, run by bash against a fake gcloud: the first run submits one build (as the build's
+    service account, source staged under engine-image/ of the bucket, the lock's tag) and prints the digest alone,
+    which is the `stdout` the pods' image is made of; a second run finds the lock's tag and submits nothing."""
+    proc, calls = run_build(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "sha256:" + "ab" * 32
+    submits = [c for c in calls if c.startswith("builds submit")]
+    assert len(submits) == 1
+    image = f"us-central1-docker.pkg.dev/p/c-engine/{engineimage.IMAGE_NAME}:lock-{engineimage.lock_sha256()}"
+    assert f"_IMAGE={image}," in submits[0] and "--config cloudbuild.yaml" in submits[0]
+    assert "--service-account projects/p/serviceAccounts/c-build@p.iam.gserviceaccount.com" in submits[0]
+    assert f"--gcs-source-staging-dir gs://b/{engineimage.SOURCE_PREFIX}source" in submits[0]
+    again, calls = run_build(tmp_path)
+    assert again.returncode == 0 and again.stdout == proc.stdout
+    assert len([c for c in calls if c.startswith("builds submit")]) == 1, "an existing lock tag is not rebuilt"
+
+
+def test_the_build_command_fails_without_a_digest(tmp_path):
+    proc, _ = run_build(tmp_path, digest="not-a-digest")
+    assert proc.returncode == 1 and proc.stdout == "" and "no digest for" in proc.stderr
