@@ -4,30 +4,9 @@ token_producer), which `vllm serve` serves only with `--enable-scale-out`."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-import types
-
-import pytest
-
 from components import engines
 
 RENDER_PATHS = {"/v1/completions/render", "/v1/chat/completions/render"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def orjson_importable():
-    """The route modules import orjson for response bodies (vllm/entrypoints/serve/utils/api_utils.py), which
-    requirements-engines.txt leaves out; registration never calls it, so an empty module stands in when it is
-    missing, and only while these tests run."""
-    if importlib.util.find_spec("orjson") is not None:
-        yield
-        return
-    sys.modules["orjson"] = types.ModuleType("orjson")
-    try:
-        yield
-    finally:
-        del sys.modules["orjson"]
 
 
 def _serve_args(argv: list[str]):
