@@ -177,9 +177,11 @@ def write_inputs(stack: Path, out: Path) -> Path:
     return target
 
 
-def run_checkov(checkov: str, files: dict[str, Path]) -> dict[str, dict[str, Any]]:
+def run_checkov(checkov: str, files: dict[str, Path]) -> tuple[dict[str, dict[str, Any]], str]:
     """One checkov run over every stack's file (its start-up dominates); per stack: passed and failed counts and
-    the sorted (check, resource) failures. A checkov that fails to run raises ScanError."""
+    the sorted (check, resource) failures, and the version of the checkov that ran (its report's
+    `summary.checkov_version`, so no second checkov start for `--version`). A checkov that fails to run raises
+    ScanError."""
     argv = [checkov, *(a for f in files.values() for a in ("-f", str(f))), "--framework", "kubernetes", "-o", "json",
             "--compact", "--skip-download"]
     try:
@@ -203,27 +205,23 @@ def run_checkov(checkov: str, files: dict[str, Path]) -> dict[str, dict[str, Any
                 results[name][outcome.split("_")[0]] += 1
                 if outcome == "failed_checks":
                     results[name]["failures"].add((item["check_id"], item["resource"]))
-    return {name: {**r, "failures": sorted(r["failures"])} for name, r in results.items()}
+    versions = {str((part.get("summary") or {}).get("checkov_version")) for part in reports}
+    if len(versions) != 1 or versions == {"None"}:
+        raise ScanError(f"checkov's report names no single version (summary.checkov_version: {sorted(versions)})")
+    return {name: {**r, "failures": sorted(r["failures"])} for name, r in results.items()}, versions.pop()
 
 
 class ScanError(Exception):
     """checkov could not be run or its report could not be read."""
 
 
-def checkov_version(checkov: str) -> str:
-    try:
-        proc = subprocess.run([checkov, "--version"], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise ScanError(f"checkov --version: {err}") from None
-    return proc.stdout.strip()
-
-
-def scan(stacks: dict[str, Path], checkov: str, out: Path = OUT) -> dict[str, dict[str, Any]]:
-    """Scan plan folders (name -> folder): counts, failures, and which failures no exception lists."""
-    results = run_checkov(checkov, {name: write_inputs(folder, out) for name, folder in stacks.items()})
+def scan(stacks: dict[str, Path], checkov: str, out: Path = OUT) -> tuple[dict[str, dict[str, Any]], str]:
+    """Scan plan folders (name -> folder): counts, failures, and which failures no exception lists; and the
+    version of the checkov that scanned them."""
+    results, version = run_checkov(checkov, {name: write_inputs(folder, out) for name, folder in stacks.items()})
     for result in results.values():
         result["unlisted"] = [(c, r) for c, r in result["failures"] if not expected(c, r)]
-    return results
+    return results, version
 
 
 def unused(results: dict[str, dict[str, Any]]) -> list[str]:
@@ -323,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.with_benchmark or args.write_doc:
             stacks |= benchmark_plans([ROOT / f"Pulumi.{name}.yaml" for name in names], OUT / "benchmark")
-        results = scan(stacks, args.checkov)
-        version = f"checkov {checkov_version(args.checkov)}"
+        results, version = scan(stacks, args.checkov)
+        version = f"checkov {version}"
     except ScanError as err:
         print(f"scan failed: {err}", file=sys.stderr)
         return 1
