@@ -327,7 +327,37 @@ def preload_providers(root: Path = ROOT) -> None:
             for module in modules:
                 hasattr(importlib.import_module(f"{package}.{module}"), "__preload__")
     for package, name in lazy_packages.program_names(root):
-        getattr(importlib.import_module(package), name)
+        warm_type_hints(getattr(importlib.import_module(package), name))
+
+
+def warm_type_hints(cls: Any, seen: set[Any] | None = None) -> None:
+    """Resolve the type hints pulumi reads when it serializes a resource or one of its input or output types, for
+    `cls` and every such type its hints name, so the forked renderers find them in pulumi's own per-class cache
+    (`pulumi._types._types_from_py_properties` is a functools.cache): the same calls on the same classes a render
+    makes, done once in the parent instead of in every child. Anything else is left alone."""
+    import typing
+
+    import pulumi._types as types
+
+    seen = set() if seen is None else seen
+    if cls in seen or not isinstance(cls, type):
+        return
+    seen.add(cls)
+    if types.is_input_type(cls):
+        hints = types.input_type_types(cls)
+    elif types.is_output_type(cls):
+        hints = types.output_type_types(cls)
+    elif hasattr(cls, "_internal_init"):  # a resource class
+        hints = types.resource_types(cls)
+    else:
+        return
+    pending = list(hints.values())
+    while pending:
+        hint = pending.pop()
+        if typing.get_origin(hint) is None:
+            warm_type_hints(hint, seen)
+        else:
+            pending += typing.get_args(hint)
 
 
 def preload() -> None:
