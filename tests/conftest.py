@@ -7,6 +7,7 @@ not change what the tests see."""
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import re
 import shutil
@@ -41,24 +42,53 @@ def run_plan_cli(out: Path, *args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
+PLAN_FILES = ("resources.json", "manifests.yaml", "charts.json", "outputs.json", "summary.txt")
+_parsed: dict[tuple[Any, ...], bytes] = {}
+"""Each plan folder's files as parsed once in this process (marshal bytes, keyed by the files' identity): a plan
+is read by many tests (every `variants[...]`), and libyaml's parse of manifests.yaml is most of a read."""
+
+
+def _read_plan(folder: Path) -> tuple[Any, ...]:
+    resources = json.loads((folder / "resources.json").read_text())
+    manifest_charts, manifests = [], []
+    for doc in (folder / "manifests.yaml").read_text().split("---\n"):
+        obj = yaml.load(doc, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        if obj:
+            chart = re.match(r"# chart (\S+):", doc)
+            manifest_charts.append(chart.group(1) if chart else None)
+            manifests.append(obj)
+    return (resources, manifest_charts, manifests, json.loads((folder / "charts.json").read_text()),
+            json.loads((folder / "outputs.json").read_text()), (folder / "summary.txt").read_text())
+
+
+def _plan_data(folder: Path) -> tuple[Any, ...]:
+    """The folder's parsed files, every call a fresh copy (a test may change what it got): the first read parses,
+    later ones unmarshal what it parsed while the files are the same ones (inode, size, modification time)."""
+    stats = [(folder / name).stat() for name in PLAN_FILES]
+    key = (str(folder.resolve()), *((s.st_ino, s.st_size, s.st_mtime_ns) for s in stats))
+    if key in _parsed:
+        return marshal.loads(_parsed[key])
+    data = _read_plan(folder)
+    try:
+        _parsed[key] = marshal.dumps(data)
+    except ValueError:  # a value marshal cannot hold (a YAML timestamp): read such a plan every time
+        pass
+    return data
+
+
 class Plan:
     """One rendered stack: resources.json, manifests.yaml and outputs.json, with lookups."""
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.resources: list[dict[str, Any]] = json.loads((folder / "resources.json").read_text())
-        self.manifest_charts: list[str | None] = []
+        data = _plan_data(folder)
+        self.resources: list[dict[str, Any]] = data[0]
+        self.manifest_charts: list[str | None] = data[1]
         """For each manifest, the chart resource it was rendered from (its `# chart` line), or None."""
-        self.manifests: list[dict[str, Any]] = []
-        for doc in (folder / "manifests.yaml").read_text().split("---\n"):
-            obj = yaml.load(doc, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-            if obj:
-                chart = re.match(r"# chart (\S+):", doc)
-                self.manifest_charts.append(chart.group(1) if chart else None)
-                self.manifests.append(obj)
-        self.charts: list[dict[str, Any]] = json.loads((folder / "charts.json").read_text())
-        self.outputs: dict[str, Any] = json.loads((folder / "outputs.json").read_text())
-        self.summary = (folder / "summary.txt").read_text()
+        self.manifests: list[dict[str, Any]] = data[2]
+        self.charts: list[dict[str, Any]] = data[3]
+        self.outputs: dict[str, Any] = data[4]
+        self.summary: str = data[5]
 
     @property
     def program_manifests(self) -> list[dict[str, Any]]:
