@@ -104,15 +104,13 @@ class WeightStaging(Component):
                 name=name_of_claim,
                 namespace=args.namespace,
                 annotations={
-                    # The claim binds when population completes; that is what model servers need. It has the
-                    # throughput asked for once the driver has applied its class: on a scale-up in place the
-                    # serving set (which depends on the claim) grows only after that, so no new group reads the
-                    # old throughput longer than the change takes to take effect (loading.HDML_MODIFY_LAG_S);
-                    # a change the driver refuses stops `pulumi up` here.
-                    "pulumi.com/waitFor": json.dumps([
-                        "jsonpath={.status.phase}=Bound",
-                        "jsonpath={.status.currentVolumeAttributesClassName}="
-                        + attributes_class_name(args.throughput_mibps)]),
+                    # The claim binds when population completes; that is what model servers need. It does not
+                    # wait for the driver to apply its VolumeAttributesClass: whether GKE's managed driver and the
+                    # Volume Populator's temporary claim carry a class for hyperdisk-ml is not published, and a
+                    # first `pulumi up` must not hang on it. Groups a scale-up in place starts before the change
+                    # takes effect are covered by the startup budget's grown term (loading.startup_budget_terms:
+                    # the whole lag reading nothing, then the load).
+                    "pulumi.com/waitFor": "jsonpath={.status.phase}=Bound",
                     "pulumi.com/timeoutSeconds": str(args.hydration_timeout_s),
                 },
             ),
