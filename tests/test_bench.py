@@ -721,10 +721,12 @@ def test_leftover_commands_filter_on_the_stack_label():
     by_label = [argv for what, argv in commands if what not in ("NEG", "Cloud Router (NAT)")]
     assert {" ".join(argv[:3]) for argv in by_label} >= {
         "gcloud compute instances", "gcloud compute disks", "gcloud compute forwarding-rules",
-        "gcloud container clusters", "gcloud storage buckets"}
+        "gcloud container clusters", "gcloud storage buckets", "gcloud artifacts repositories"}
     for argv in by_label:
         assert any(a.endswith("abels.pulumi-stack=gpu") and a.startswith("--filter=") for a in argv), argv
         assert "--project=my-proj" in argv and argv[3] == "list"
+    [repos] = [argv for what, argv in commands if what == "Artifact Registry repository"]
+    assert "--location=all" in repos  # the engine image's repository sits in the stack's region
     for what, argv in commands:
         if what in ("NEG", "Cloud Router (NAT)"):
             assert "--filter=network~/networks/kimi-k3-1-gpu$" in argv
@@ -1158,7 +1160,8 @@ def test_the_same_listing_error_is_said_once():
     with pytest.raises(leftovers.LeftoverCheckError) as caught:
         leftovers.GcloudBilling(run=fake_run).leftovers("gpu", "my-proj")
     assert str(caught.value).count("network unreachable") == 1, str(caught.value)
-    assert str(caught.value).startswith("VM instance, disk, forwarding rule, IP address, GKE cluster, bucket: ")
+    assert str(caught.value).startswith("VM instance, disk, forwarding rule, IP address, GKE cluster, bucket, "
+                                        "Artifact Registry repository: ")
 
 
 def test_leftovers_reads_the_stack_file_without_the_pulumi_cli(monkeypatch):

@@ -71,6 +71,10 @@ def leftover_commands(stack_label: str, project: str | None = None,
                          f"--filter=resourceLabels.pulumi-stack={stack_label}", "--format=value(name,location,status)",
                          *proj]),
         ("bucket", ["gcloud", "storage", "buckets", "list", f"--filter={by_label}", "--format=value(name)", *proj]),
+        # The TPU engine image's repository (components/engineimage.py), in any location
+        # (https://cloud.google.com/sdk/gcloud/reference/artifacts/repositories/list: --location=all).
+        ("Artifact Registry repository", ["gcloud", "artifacts", "repositories", "list", "--location=all",
+                                          f"--filter={by_label}", "--format=value(name)", *proj]),
     ]
     if network:  # NEGs and Cloud Routers (NAT) carry no labels: matched by the stack's VPC (named like the cluster)
         in_vpc = f"--filter=network~/networks/{network}$"
