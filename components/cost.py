@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from . import capacity, catalog, prices, timeline
+from . import capacity, catalog, loading, prices, timeline
 from .config import StackConfig
 from .machines import MACHINES
 from .staging import staging_addresses
@@ -105,7 +105,8 @@ def summary_lines(cfg: StackConfig) -> list[str]:
     for line in lines:
         price = "price unknown, set " + line.basis if line.usd_per_hour is None else f"${line.usd_per_hour:,.2f}/h"
         out.append(f"  {line.item}: {price}")
-    out.append(f"  not in the estimate (usage-billed): {'; '.join(prices.NOT_PRICED)}")
+    unpriced = prices.NOT_PRICED + (prices.ENGINE_IMAGE_NOT_PRICED if loading.builds_engine_image(cfg) else ())
+    out.append(f"  not in the estimate (usage-billed): {'; '.join(unpriced)}")
     return out
 
 

@@ -19,6 +19,9 @@ TABLE_REGION = "us-central1"
 NOT_PRICED = ("the staging pool while it copies (it scales to zero)", "Cloud NAT data processing and internet egress",
               "Cloud Monitoring and Logging ingestion")
 """What the estimate never includes: usage-billed items whose amount the plan cannot know."""
+ENGINE_IMAGE_NOT_PRICED = ("the TPU engine image's Cloud Build minutes (once per lock) and its Artifact Registry "
+                           "storage",)
+"""Also never included on a stack that builds the TPU engine image (components/engineimage.py)."""
 
 
 @dataclass(frozen=True)

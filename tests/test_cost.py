@@ -22,7 +22,11 @@ def test_a_stack_outside_the_tables_region_is_told_whose_prices_it_sees():
 
 def test_every_estimate_names_what_it_never_includes():
     lines = cost.summary_lines(parse_config(TPU))
-    assert lines[-1] == "  not in the estimate (usage-billed): " + "; ".join(prices.NOT_PRICED)
+    assert lines[-1] == "  not in the estimate (usage-billed): " + "; ".join(
+        prices.NOT_PRICED + prices.ENGINE_IMAGE_NOT_PRICED)  # a vLLM-TorchTPU stack builds its engine image
+    gpu = cost.summary_lines(parse_config({"track": "gpu", "gcp.project": "my-gcp-project",
+                                           "gcp.zone": "us-central1-b", "gpu.reservation": "r"}))
+    assert gpu[-1] == "  not in the estimate (usage-billed): " + "; ".join(prices.NOT_PRICED)
 
 
 def test_until_the_first_answer_bills_each_pool_from_its_finish_to_serving():
