@@ -5,43 +5,25 @@ renders (tests/stacks/), read into the same typed config the program validates."
 from __future__ import annotations
 
 import json
-import os
 import sys
 import types
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-# Tests reach only loopback: the engine reads the local config.json it is given, never the Hub.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+
+# Loopback only (HF_HUB_OFFLINE), the fixture stacks, skip-or-fail, the printed figures: shared with tests/engine_tpu.
+from tests.engine_support import skip_or_fail, stack_config, terminal_summary  # noqa: E402, F401
 
 
 def _require_vllm() -> None:
     try:
         import vllm  # noqa: F401
     except ImportError:
-        message = ("vllm is not importable here: run the tier with .venv-engines/bin/python (`make engine-tests`; "
-                   "requirements-engines.txt)")
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-def stack_config(name: str, **changes: str):
-    """tests/stacks/Pulumi.<name>.yaml as the program's StackConfig (project prefix stripped, values as text), with
-    `changes` (keys as `section.key`, values as config text) applied on top."""
-    from components.config import PROJECT, parse_config
-
-    document = yaml.safe_load((ROOT / "tests" / "stacks" / f"Pulumi.{name}.yaml").read_text())
-    prefix = f"{PROJECT}:"
-    raw = {k[len(prefix):]: v if isinstance(v, str) else yaml.safe_dump(v, default_flow_style=True).strip()
-           .removesuffix("...").strip() for k, v in document["config"].items() if k.startswith(prefix)}
-    raw = {k: ("true" if v is True else "false" if v is False else v) for k, v in raw.items()}
-    return parse_config({**raw, **changes})
+        skip_or_fail("vllm is not importable here: run the tier with .venv-engines/bin/python (`make engine-tests`; "
+                     "requirements-engines.txt)")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -113,3 +95,7 @@ def vllm_config_for(cfg, tmp_path, role: str = "prefill"):
     # CUDA platform does and the CPU-only placeholder platform here does not: the one device answer supplied.
     config.scheduler_config.disable_hybrid_kv_cache_manager = False
     return config
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminal_summary(terminalreporter, "GPU figures from vLLM 0.33.0's own functions (engine == plan)")

@@ -3,8 +3,9 @@ on a VllmConfig of the stack's flags, against components/kvblocks.py gpu_rule.""
 
 from __future__ import annotations
 
-from components import kvblocks
+from components import contract, kvblocks
 from tests.engine.conftest import stand_in_for_flashinfer, vllm_config_for
+from tests.engine_support import record
 
 
 def test_the_released_hybrid_alignment_gives_the_plans_block(gpu_cfg, tmp_path):
@@ -22,3 +23,6 @@ def test_the_released_hybrid_alignment_gives_the_plans_block(gpu_cfg, tmp_path):
     assert cache.block_size == rule.block_tokens == 11_392
     assert cache.mamba_block_size == rule.block_tokens
     assert cache.mamba_page_size_padded == rule.page_bytes
+    record(f"GPU block (Platform._align_hybrid_block_size, --block-size {contract.KV_BLOCK_TOKENS} in): engine "
+           f"{cache.block_size:,} tokens == plan {rule.block_tokens:,} tokens; padded KDA page engine "
+           f"{cache.mamba_page_size_padded:,} B == plan {rule.page_bytes:,} B")

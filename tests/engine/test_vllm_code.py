@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from components import engines, kvblocks, loading
+from tests.engine_support import record
 
 KV_TORCH_DTYPE = {"fp8": torch.float8_e4m3fn, "bf16": torch.bfloat16}
 STATE_DTYPE = {"float32": "float32", "bfloat16": "bfloat16"}
@@ -40,10 +41,14 @@ def test_the_kda_state_is_the_engines(gpu_cfg):
     rule = kvblocks.gpu_rule(gpu_cfg)
     spec = _kda_spec(gpu_cfg)
     assert spec.page_size_bytes == rule.state_bytes == 6_512_640
+    record(f"KDA state page per GPU rank (MambaSpec.page_size_bytes): engine {spec.page_size_bytes:,} B == plan "
+           f"{rule.state_bytes:,} B")
 
 
 def test_the_mla_page_is_the_engines(gpu_cfg):
-    assert _mla_page_per_token(gpu_cfg) == kvblocks.gpu_rule(gpu_cfg).attention_bytes_per_token == 576
+    engine, plan = _mla_page_per_token(gpu_cfg), kvblocks.gpu_rule(gpu_cfg).attention_bytes_per_token
+    assert engine == plan == 576
+    record(f"MLA page per token (MLAAttentionSpec.page_size_bytes): engine {engine} B == plan {plan} B")
 
 
 def test_the_hybrid_block_is_the_engines_alignment_of_its_own_pages(gpu_cfg):
@@ -89,6 +94,17 @@ def test_bytes_read_per_gpu_rank_are_the_filters(gpu_cfg, role):
     assert reads.rank_bytes == int(loading.layout_bytes("expert") * kept["expert"]) + loading.layout_bytes(
         "whole") + loading.layout_bytes("expert_scale")
     assert abs(reads.rank_bytes - engine_rank_bytes) <= 1
+    # A node's ranks share one page cache (INSTANTTENSOR_BACKEND=BUFFERED): what the node reads is the union of
+    # what its ranks keep, the experts of each local rank once and everything else once.
+    node_experts = set().union(*(compute_local_expert_ids(loading.ROUTED_EXPERTS, ep, rank)
+                                 for rank in range(reads.ranks_per_node)))
+    engine_node_bytes = (loading.layout_bytes("whole") + loading.layout_bytes("expert_scale")
+                         + loading.layout_bytes("expert") * len(node_experts) / loading.ROUTED_EXPERTS)
+    assert abs(reads.node_bytes - engine_node_bytes) <= reads.ranks_per_node
+    record(f"GPU {role} rank (EP {ep}, {reads.ranks_per_node} ranks/node), should_skip_weight: keeps "
+           f"{len(local)}/{loading.ROUTED_EXPERTS} experts' weights and every expert's scales; engine "
+           f"{engine_rank_bytes / 1e9:,.1f} GB per rank, {engine_node_bytes / 1e9:,.1f} GB per node == plan "
+           f"{reads.rank_bytes / 1e9:,.1f} GB per rank, {reads.node_bytes / 1e9:,.1f} GB per node")
 
 
 def test_the_model_config_loads_the_stacks_geometry(gpu_cfg, tmp_path):
