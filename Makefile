@@ -16,10 +16,14 @@ CK_STAMP  := $(CK_VENV)/.installed
 # The engine-code tier (tests/engine/): vLLM 0.33.0's own Python on a CPU torch, a fourth virtualenv.
 EN_VENV   ?= .venv-engines
 EN_STAMP  := $(EN_VENV)/.installed
+# Its TPU half (tests/engine_tpu/): vLLM-TorchTPU 0.29.0's released Python on the CPU torch 2.13.0, a fifth
+# virtualenv (why CPython 3.11: requirements-engines-tpu.txt).
+ET_VENV   ?= .venv-engines-tpu
+ET_STAMP  := $(ET_VENV)/.installed
 # How `make test` starts pytest (.ci/run wraps it to count the run's wall and CPU seconds).
 PYTEST    ?= $(PY) -m pytest
 
-.PHONY: plan charts test lint schema bench-plan actionlint clean inference-perf engines engine-tests
+.PHONY: plan charts test lint schema bench-plan actionlint clean inference-perf engines engines-tpu engine-tests
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@echo "building $(VENV) from requirements-dev.txt (about 1.3 GB; 2-15 min, by the network)"
@@ -60,9 +64,25 @@ $(EN_STAMP): requirements-engines.txt
 	$(EN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-engines.txt
 	touch $(EN_STAMP)
 
-## engine-tests: tests/engine/ inside .venv-engines, calling the pinned engine's own functions on this stack's values
-engine-tests: $(EN_STAMP)
+## engines-tpu: the TPU half's virtualenv: requirements-engines-tpu.txt --no-deps, then the two vLLM-TorchTPU wheels of
+## the pods' lock (requirements-engines-tpu-wheels.txt, hash-checked) unpacked as released into its site-packages
+engines-tpu: $(ET_STAMP)
+
+$(ET_STAMP): requirements-engines-tpu.txt requirements-engines-tpu-wheels.txt
+	@echo "building $(ET_VENV) from requirements-engines-tpu.txt (vLLM-TorchTPU 0.29.0 on a CPU torch, about 1.3 GB; 2-8 min)"
+	$(PYTHON) -m venv $(ET_VENV)
+	$(ET_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-engines-tpu.txt
+	$(ET_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --ignore-requires-python \
+	  --python-version 3.12 --only-binary=:all: --upgrade \
+	  --target "$$($(ET_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+	  -r requirements-engines-tpu-wheels.txt
+	touch $(ET_STAMP)
+
+## engine-tests: tests/engine/ inside .venv-engines and tests/engine_tpu/ inside .venv-engines-tpu, calling the pinned
+## engines' own functions on this stack's values
+engine-tests: $(EN_STAMP) $(ET_STAMP)
 	$(EN_VENV)/bin/python -m pytest -o addopts="" -q -rs -p no:cacheprovider --confcutdir=tests/engine tests/engine
+	$(ET_VENV)/bin/python -m pytest -o addopts="" -q -rs -p no:cacheprovider --confcutdir=tests/engine_tpu tests/engine_tpu
 
 ## scan: checkov over every stack's plan and its benchmark variant (docs/security.md, section 5)
 scan: $(STAMP) $(CK_STAMP) plan
@@ -81,7 +101,7 @@ charts: $(STAMP)
 
 ## test: the whole suite: lint, config schema in sync, tests (which render and validate the plan, run the
 ## pinned inference-perf from .venv-inference-perf and the pinned checkov from .venv-checkov)
-test: lint schema $(CLI) $(IP_STAMP) $(CK_STAMP) $(EN_STAMP)
+test: lint schema $(CLI) $(IP_STAMP) $(CK_STAMP) $(EN_STAMP) $(ET_STAMP)
 	$(PYTEST)
 	$(MAKE) --no-print-directory engine-tests
 
