@@ -18,6 +18,9 @@ from tests.engine_support import ROOT, record
 
 LOCK = ROOT / "components" / "locks" / "vllm-torchtpu.txt"
 WHEELS = ROOT / "requirements-engines-tpu-wheels.txt"
+REQUIREMENTS = ROOT / "requirements-engines-tpu.txt"
+NOT_THE_LOCKS = {"networkx": "the lock's 3.7 needs Python 3.12", "torch": "the lock's is a cp312 URL (below)",
+                 "pytest": "runs the tier", "iniconfig": "pytest's", "pluggy": "pytest's"}
 
 
 def _pins(text: str) -> dict[str, str]:
@@ -33,13 +36,21 @@ def test_the_tier_runs_the_pinned_release_from_the_pods_lock():
     assert set(wheels) == {"vllm-torchtpu", "vllm-torchtpu-core"}
     for name, entry in wheels.items():
         assert entry == lock[name], f"{WHEELS.name}: {name} differs from {LOCK.relative_to(ROOT)}"
+    norm = lambda name: re.sub(r"[-_.]+", "-", name.lower())  # noqa: E731
+    locked = {norm(k): v for k, v in lock.items()}
+    for name, entry in _pins(REQUIREMENTS.read_text()).items():
+        if norm(name) not in NOT_THE_LOCKS:
+            assert locked.get(norm(name), "").split()[0:1] == [entry], f"{REQUIREMENTS.name}: {entry} is not the lock's"
     assert importlib.metadata.version("vllm-torchtpu") == VLLM_TORCHTPU.version
     assert importlib.metadata.version("vllm-torchtpu-core") == VLLM_TORCHTPU.core_version
     import torch
     import vllm
 
     assert vllm.__version__ == VLLM_TORCHTPU.version
-    assert lock["torch"].split()[0] == f"torch=={torch.__version__.split('+')[0]}"
+    # The pods' lock takes the CPU build of torch for cp312 from the PyTorch index (`torch @ .../torch-2.13.0%2Bcpu-
+    # cp312-...whl`); the tier runs that build's version for cp311 (requirements-engines-tpu.txt says why).
+    [pinned] = re.findall(r"^torch @ \S+/torch-(\d+\.\d+\.\d+)%2Bcpu-cp312", LOCK.read_text(), re.M)
+    assert torch.__version__ == f"{pinned}+cpu"
 
 
 # --------------------------------------------------------------------------- weights read and kept per rank
