@@ -467,6 +467,28 @@ INGRESS_ADDRESSES: dict[str, tuple[AddressPeer, ...]] = {
 load clients reach the Gateway's internal address (components/netpol.py)."""
 
 
+# --------------------------------------------------------------------------- commands run at `pulumi up`
+@dataclass(frozen=True)
+class CommandDecl:
+    """A `command:local:Command` the program runs on the machine of `pulumi up`: its exact script, interpreter,
+    directory (relative to the repository) and environment names; no delete or update command of its own."""
+
+    script: str
+    interpreter: tuple[str, ...]
+    dir: str
+    environment: frozenset[str]
+    reason: str
+
+
+def commands() -> tuple[CommandDecl, ...]:
+    """The one command: the TPU engine image's build (components/engineimage.py builds it from the same facts)."""
+    from . import engineimage
+
+    return (CommandDecl(engineimage.build_script(), engineimage.BUILD_INTERPRETER,
+                        str(engineimage.LOCKS.relative_to(ROOT)), frozenset(engineimage.BUILD_ENVIRONMENT),
+                        "builds the TPU engine image once per lock with Cloud Build and prints its digest"),)
+
+
 # --------------------------------------------------------------------------- resource types
 TYPES = frozenset({
     "pulumi:providers:gcp", "pulumi:providers:kubernetes",

@@ -93,6 +93,11 @@ def build_script() -> str:
     ])
 
 
+BUILD_INTERPRETER = ("/bin/bash", "-c")
+BUILD_ENVIRONMENT = ("PROJECT", "REGION", "REPOSITORY", "BASE", "LOCK_SHA256", "BUILDER", "BUCKET")
+"""What the build command reads from its environment (`build_script`); components/declared.py declares the same."""
+
+
 class EngineImageArgs(Args):
     project: str
     region: str
@@ -153,11 +158,11 @@ class EngineImage(Component):
         self.build = command.local.Command(
             f"{name}-build",
             create=build_script(),
-            interpreter=["/bin/bash", "-c"],
-            dir=str(LOCKS),
-            environment={"PROJECT": args.project, "REGION": args.region, "REPOSITORY": repository,
-                         "BASE": args.base_image, "LOCK_SHA256": lock, "BUILDER": self.builder.email,
-                         "BUCKET": args.bucket},
+            interpreter=list(BUILD_INTERPRETER),
+            # Relative to the program's directory, where `pulumi up` runs it: no machine's own path in the state.
+            dir=str(LOCKS.relative_to(LOCKS.parents[1])),
+            environment=dict(zip(BUILD_ENVIRONMENT, (args.project, args.region, repository, args.base_image, lock,
+                                                     self.builder.email, args.bucket), strict=True)),
             # Re-run only when what the image is made of changes.
             triggers=[lock, file_sha256(DOCKERFILE), file_sha256(BUILD_CONFIG), args.base_image],
             opts=self.child(depends_on=[*self.grants, self.repository]),

