@@ -819,9 +819,9 @@ class RouterConfig(Section):
         return self
 
 
-def _digest_field(image: str, track: Optional[str] = None) -> Any:
+def _digest_field(image: str, track: Optional[str] = None, effect: str = "pods pull tag@digest") -> Any:
     return Field(None, description=f"Digest (sha256:...) of the {image} image tag's multi-platform index "
-                                   "(docs/versions.md); when set, pods pull tag@digest.",
+                                   f"(docs/versions.md); when set, {effect}.",
                  json_schema_extra=for_track(track, warn=True) if track else None)
 
 
@@ -833,8 +833,9 @@ class ImagesConfig(Section):
     routingSidecarDigest: Optional[str] = _digest_field("P/D routing sidecar", "gpu")
     eppDigest: Optional[str] = _digest_field("router EPP")
     envoyDigest: Optional[str] = _digest_field("standalone router's Envoy proxy")
-    tpuEngineDigest: Optional[str] = _digest_field("TPU engine's Python 3.12 base (vLLM-TorchTPU is installed into it)",
-                                                   "tpu")
+    tpuEngineDigest: Optional[str] = _digest_field(
+        "TPU engine build's Python 3.12 base", "tpu",
+        "the stack builds its vLLM-TorchTPU image FROM tag@digest (the pods always run the build by digest)")
     asapdLiteDigest: Optional[str] = _digest_field("asapd-lite NIC initializer", "gpu")
     calibrationDigest: Optional[str] = _digest_field("calibration Job's Python")
     stagingDigest: Optional[str] = _digest_field("checkpoint staging Job's Python")
