@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import ROOT
 from tools.preview import lazy_packages
@@ -109,3 +110,26 @@ def test_a_data_module_laid_out_otherwise_loads_whole():
                   "@pulumi.type_token(\n    'x:y:Z')\nclass Z:\n    pass\n"):
         text = GENERATED + other
         assert parse(text, compile(text, "m.py", "exec")) is None, other
+
+
+def test_the_class_statement_scan_finds_what_the_anchored_pattern_matches():
+    """`_class_statements` (a fast literal search, then the decorator lines above) against ANCHORED_CLASS over every
+    data module the loader reads and over hand-made edge cases: the same offsets, decorators, names and bases."""
+    import importlib.util
+
+    def anchored(text):
+        return [(m.start(), m.group(1), m.group(2), m.group(3)) for m in lazy_packages.ANCHORED_CLASS.finditer(text)]
+
+    def scanned(text):
+        return [(m.start(), m.group(1), m.group(2), m.group(3)) for m in lazy_packages._class_statements(text)]
+
+    texts = [GENERATED, "class First(A, B):\n    pass\n",
+             "@d\nclass First:\n    pass\n\n@x\n\n@y\n@z(1)\nclass B(C):\n",
+             "x = 1\n@not_a_class\ndef f(): pass\nclass Nested(Base[(1)]):\n", "", "@only\n"]
+    for package in lazy_packages.PACKAGES:
+        folder = importlib.util.find_spec(package).submodule_search_locations[0]
+        texts += [(Path(folder) / f"{m}.py").read_text(encoding="utf-8") for m in lazy_packages.DATA_MODULES
+                  if (Path(folder) / f"{m}.py").is_file()]
+    assert len(texts) > 30
+    for text in texts:
+        assert scanned(text) == anchored(text), text[:200]
