@@ -10,11 +10,11 @@ install from a wheelhouse would still unpack 1.2 GB into every pod at every star
 The build is a `command:local:Command` (pulumi-command, components/versions.py PULUMI_COMMAND): pulumi-gcp has no
 resource that runs a build (`cloudbuild.Trigger` only registers one, runnable from a source repository). It runs
 `gcloud builds submit` as a service account of its own (least privilege: push to this repository, write its logs,
-read its source under `engine-image/` of the stack's bucket), and it is idempotent: a tag named after the lock's
-sha256 that already exists is not built again, and the command re-runs only when its triggers change (the lock,
-the Dockerfile, the build config, the base image). `pulumi destroy` deletes the repository and so every image in
-it (Artifact Registry deletes a repository's contents with it); the source archive goes with the bucket, kept or
-deleted as `storage.deleteCheckpointOnDestroy` says.
+read its source under `engine-image/` of the stack's bucket), and it is idempotent: the image's tag is the sha256 of
+what it is made of (`build_inputs`: the lock's, the Dockerfile's and the build config's sha256 and the base image),
+a tag that already exists is not built again, and the command re-runs only when those inputs change. `pulumi
+destroy` deletes the repository and so every image in it (Artifact Registry deletes a repository's contents with
+it); the source archive goes with the bucket, kept or deleted as `storage.deleteCheckpointOnDestroy` says.
 """
 
 from __future__ import annotations
@@ -60,6 +60,17 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def build_inputs(base_image: str) -> list[str]:
+    """What the image is made of: the lock's, the Dockerfile's and the build config's sha256, and the base image.
+    They are the build command's triggers, and their sha256 is the image's tag."""
+    return [lock_sha256(), file_sha256(DOCKERFILE), file_sha256(BUILD_CONFIG), base_image]
+
+
+def image_tag(base_image: str) -> str:
+    """`inputs-<sha256 of build_inputs>`: a changed Dockerfile or base gets a new tag, never the old image."""
+    return "inputs-" + hashlib.sha256("\n".join(build_inputs(base_image)).encode()).hexdigest()
+
+
 def repository_id(cluster_name: str) -> str:
     return f"{cluster_name}-engine"
 
@@ -77,7 +88,7 @@ def build_script() -> str:
     tests/test_supply_chain.py runs it against a fake gcloud."""
     return "\n".join([
         "set -euo pipefail",
-        'image="$REPOSITORY/' + IMAGE_NAME + ':lock-$LOCK_SHA256"',
+        'image="$REPOSITORY/' + IMAGE_NAME + ':$TAG"',
         'digest() { gcloud artifacts docker images describe "$image" --project "$PROJECT" '
         "--format='value(image_summary.digest)'; }",
         "if ! found=$(digest 2>/dev/null) || [ -z \"$found\" ]; then",
@@ -94,7 +105,7 @@ def build_script() -> str:
 
 
 BUILD_INTERPRETER = ("/bin/bash", "-c")
-BUILD_ENVIRONMENT = ("PROJECT", "REGION", "REPOSITORY", "BASE", "LOCK_SHA256", "BUILDER", "BUCKET")
+BUILD_ENVIRONMENT = ("PROJECT", "REGION", "REPOSITORY", "BASE", "LOCK_SHA256", "TAG", "BUILDER", "BUCKET")
 """What the build command reads from its environment (`build_script`); components/declared.py declares the same."""
 
 
@@ -162,9 +173,10 @@ class EngineImage(Component):
             # Relative to the program's directory, where `pulumi up` runs it: no machine's own path in the state.
             dir=str(LOCKS.relative_to(LOCKS.parents[1])),
             environment=dict(zip(BUILD_ENVIRONMENT, (args.project, args.region, repository, args.base_image, lock,
-                                                     self.builder.email, args.bucket), strict=True)),
+                                                     image_tag(args.base_image), self.builder.email, args.bucket),
+                                 strict=True)),
             # Re-run only when what the image is made of changes.
-            triggers=[lock, file_sha256(DOCKERFILE), file_sha256(BUILD_CONFIG), args.base_image],
+            triggers=build_inputs(args.base_image),
             opts=self.child(depends_on=[*self.grants, self.repository]),
         )
         self.digest = self.build.stdout

@@ -111,15 +111,18 @@ def test_the_image_build_installs_exactly_the_lock():
 
 def test_the_build_reruns_only_when_what_the_image_is_made_of_changes(tpu):
     """The build's triggers are the lock's, the Dockerfile's and the build config's sha256 and the base image; its tag
-    is the lock's sha256, and an existing tag is reused (idempotent)."""
+    is their sha256 (a changed Dockerfile or base never reuses the old image), and an existing tag is reused."""
     build = tpu.one("command:local:Command")
     lock = engineimage.lock_sha256()
     assert build["inputs"]["triggers"] == [lock, engineimage.file_sha256(engineimage.DOCKERFILE),
                                            engineimage.file_sha256(engineimage.BUILD_CONFIG),
                                            images.IMAGES["tpu-engine"].reference]
     assert build["inputs"]["environment"]["LOCK_SHA256"] == lock
+    base = images.IMAGES["tpu-engine"].reference
+    assert build["inputs"]["environment"]["TAG"] == engineimage.image_tag(base)
+    assert engineimage.image_tag(base) != engineimage.image_tag(base + "@sha256:" + "0" * 64)
     script = build["inputs"]["create"]
-    assert ':lock-$LOCK_SHA256"' in script and script.index("describe") < script.index("gcloud builds submit")
+    assert ':$TAG"' in script and script.index("describe") < script.index("gcloud builds submit")
     assert "--service-account" in script and "--config cloudbuild.yaml" in script
     repo = tpu.one("gcp:artifactregistry/repository:Repository")
     assert repo["inputs"]["format"] == "DOCKER" and repo["inputs"]["dockerConfig"]["immutableTags"] is True
@@ -322,6 +325,7 @@ def run_build(tmp_path, digest: str = "sha256:" + "ab" * 32):
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_STATE": str(state), "FAKE_DIGEST": digest,
            "PROJECT": "p", "REGION": "us-central1", "REPOSITORY": "us-central1-docker.pkg.dev/p/c-engine",
            "BASE": "docker.io/library/python:3.12-slim", "LOCK_SHA256": engineimage.lock_sha256(),
+           "TAG": engineimage.image_tag("docker.io/library/python:3.12-slim"),
            "BUILDER": "c-build@p.iam.gserviceaccount.com", "BUCKET": "b", "HOME": os.environ.get("HOME", "/tmp")}
     proc = subprocess.run(["/bin/bash", "-c", engineimage.build_script()], cwd=engineimage.LOCKS, env=env,
                           capture_output=True, text=True, timeout=60)
@@ -338,7 +342,8 @@ def test_the_build_command_builds_once_and_prints_only_the_digest(tmp_path):
     assert proc.stdout == "sha256:" + "ab" * 32
     submits = [c for c in calls if c.startswith("builds submit")]
     assert len(submits) == 1
-    image = f"us-central1-docker.pkg.dev/p/c-engine/{engineimage.IMAGE_NAME}:lock-{engineimage.lock_sha256()}"
+    tag = engineimage.image_tag("docker.io/library/python:3.12-slim")
+    image = f"us-central1-docker.pkg.dev/p/c-engine/{engineimage.IMAGE_NAME}:{tag}"
     assert f"_IMAGE={image}," in submits[0] and "--config cloudbuild.yaml" in submits[0]
     assert "--service-account projects/p/serviceAccounts/c-build@p.iam.gserviceaccount.com" in submits[0]
     assert f"--gcs-source-staging-dir gs://b/{engineimage.SOURCE_PREFIX}source" in submits[0]
