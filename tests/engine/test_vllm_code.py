@@ -103,7 +103,8 @@ def test_bytes_read_per_gpu_rank_are_the_filters(gpu_cfg, role):
     assert abs(reads.node_bytes - engine_node_bytes) <= reads.ranks_per_node
     record(f"GPU {role} rank (EP {ep}, {reads.ranks_per_node} ranks/node), should_skip_weight: keeps "
            f"{len(local)}/{loading.ROUTED_EXPERTS} experts' weights and every expert's scales; engine "
-           f"{engine_rank_bytes / 1e9:,.1f} GB per rank, {engine_node_bytes / 1e9:,.1f} GB per node == plan "
+           f"{engine_rank_bytes / 1e9:,.1f} GB read and kept per rank (InstantTensor reads what the filter keeps), "
+           f"{engine_node_bytes / 1e9:,.1f} GB per node == plan "
            f"{reads.rank_bytes / 1e9:,.1f} GB per rank, {reads.node_bytes / 1e9:,.1f} GB per node")
 
 
