@@ -299,4 +299,8 @@ def test_monitoring_switch(variants):
     # The namespace from config reaches every namespaced object and the bucket reader principal.
     assert manifest(plan, "PersistentVolumeClaim")["metadata"]["namespace"] == "llm-d-kimi"
     grants = plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
-    assert grants and all("/subject/ns/llm-d-kimi/sa/" in g["inputs"]["member"] for g in grants)
+    # Every Workload Identity principal names the namespace; the engine image build's own account is no pod's.
+    principals = [g for g in grants if g["name"] != "engine-image-source"]
+    assert [g["name"] for g in grants if g not in principals] == ["engine-image-source"]
+    assert principals and all("/subject/ns/llm-d-kimi/sa/" in g["inputs"]["member"] for g in principals), \
+        [(g["name"], g["dependsOn"]) for g in grants]
