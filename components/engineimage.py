@@ -13,8 +13,10 @@ resource that runs a build (`cloudbuild.Trigger` only registers one, runnable fr
 read its source under `engine-image/` of the stack's bucket), and it is idempotent: the image's tag is the sha256 of
 what it is made of (`build_inputs`: the lock's, the Dockerfile's and the build config's sha256 and the base image),
 a tag that already exists is not built again, and the command re-runs only when those inputs change. `pulumi
-destroy` deletes the repository and so every image in it (Artifact Registry deletes a repository's contents with
-it); the source archive goes with the bucket, kept or deleted as `storage.deleteCheckpointOnDestroy` says.
+destroy` deletes the repository and so every image in it (a repository is deleted with its packages, "ensure that
+any packages that you want to keep are available in another location",
+https://cloud.google.com/artifact-registry/docs/repositories/delete-repos); the source archive goes with the bucket,
+kept or deleted as `storage.deleteCheckpointOnDestroy` says.
 """
 
 from __future__ import annotations
