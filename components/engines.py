@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from . import catalog, contract, kvblocks, loading
-from .capacity import (cpu_offload_bytes_per_engine, decode_capacity, decode_query_tokens, serving_capacity,
+from .capacity import (cpu_offload_bytes_per_engine, decode_capacity, serving_capacity,
                        tpu_offload_bytes_per_engine)
 from .config import ConfigError, StackConfig
 from .versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHTPU
@@ -133,14 +133,14 @@ them) the image puts on the path must stay ahead of the host's."""
 
 
 def vllm_batch_flags(cfg: StackConfig, role: Role) -> list[str]:
-    """`--max-num-seqs` = the requests one engine's KV pool can run at once (capacity.max_running_requests); on decode,
-    CUDA graphs captured up to that batch (x the tokens a request adds per step) instead of vLLM 0.33.0's default
-    ceiling of min(max_num_seqs x query len x 2, 1,024 on Blackwell), vllm/config/vllm.py `_set_cudagraph_sizes`."""
+    """`--max-num-seqs` = the requests one engine's KV pool can run at once (capacity.max_running_requests). The CUDA
+    graph sizes stay vLLM 0.33.0's own: from this `max_num_seqs` it captures up to min(max_num_seqs x query len x 2,
+    1,024 on Blackwell) tokens and adds the uniform decode batches, max_num_seqs x query len among them
+    (vllm/config/vllm.py `_set_cudagraph_sizes`). A `--max-cudagraph-capture-size` of max_num_seqs x query len is
+    not captured as such: it is rounded down to the grid's 1, 2, 4, then multiples of 8 (55 -> 48), so decode batches
+    of 49-55 requests would run with no graph at all (tests/engine/test_vllm_engine_config.py)."""
     c = serving_capacity(cfg) if role == "prefill" else decode_capacity(cfg)
-    flags = ["--max-num-seqs", str(c.max_running)]
-    if role == "decode":
-        flags += ["--max-cudagraph-capture-size", str(c.max_running * decode_query_tokens(cfg))]
-    return flags
+    return ["--max-num-seqs", str(c.max_running)]
 
 
 def vllm_command(cfg: StackConfig, role: Role) -> Command:

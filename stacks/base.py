@@ -484,8 +484,8 @@ def engine_limit_lines(cfg: StackConfig) -> list[str]:
     if cfg.track == "gpu":
         parts = []
         for role, c in (("prefill", capacity.serving_capacity(cfg)), ("decode", capacity.decode_capacity(cfg))):
-            graphs = (f", CUDA graphs up to {c.max_running * capacity.decode_query_tokens(cfg)}"
-                      if role == "decode" else "")
+            graphs = (f", decode CUDA graphs up to {c.max_running} requests x {capacity.decode_query_tokens(cfg)} "
+                      f"tokens (vLLM's own sizes from --max-num-seqs)" if role == "decode" else "")
             parts.append(f"{role} --max-num-seqs {c.max_running} ({c.blocks_per_engine:,} blocks // {groups}; vLLM's "
                          f"default 1,024 is never reached){graphs}, {c.sequences_per_engine} full-context requests "
                          f"per engine x {c.kv_groups} = {c.sequences} per group, one fewer per engine once non-weight "

@@ -57,14 +57,10 @@ def kimi_k3_layer_kinds(cfg) -> list[str]:
     return ["mla" if i in full else "kda" for i in range(1, total + 1)]
 
 
-def vllm_config_for(cfg, tmp_path, role: str = "prefill"):
-    """A VllmConfig of the stack's GPU flags (components/engines.py vllm_command) over a Kimi K3 config.json built from
-    the stack's geometry (K3's published values for everything the plan does not model)."""
-    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, VllmConfig
-
-    from components import contract
-
-    m, g = cfg.model, cfg.gpu
+def write_model_config(cfg, path: Path) -> Path:
+    """A Kimi K3 config.json in `path` built from the stack's geometry (K3's published values for everything the plan
+    does not model); returns `path`."""
+    m = cfg.model
     kinds = kimi_k3_layer_kinds(cfg)
     full = [i for i, kind in enumerate(kinds, 1) if kind == "mla"]
     text = {"model_type": "kimi_linear", "torch_dtype": "bfloat16", "num_hidden_layers": len(kinds),
@@ -77,8 +73,20 @@ def vllm_config_for(cfg, tmp_path, role: str = "prefill"):
                                    "head_dim": m.kdaHeadDim, "num_heads": m.kdaHeads,
                                    "short_conv_kernel_size": m.kdaConvKernel, "gate_lower_bound": -5.0,
                                    "use_full_rank_gate": True}}
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": [m.architecture], "model_type": "kimi_k3",
+    (path / "config.json").write_text(json.dumps({"architectures": [m.architecture], "model_type": "kimi_k3",
                                                       "torch_dtype": "bfloat16", "text_config": text}))
+    return path
+
+
+def vllm_config_for(cfg, tmp_path, role: str = "prefill"):
+    """A VllmConfig of the stack's GPU flags (components/engines.py vllm_command) over write_model_config's
+    config.json."""
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, VllmConfig
+
+    from components import contract
+
+    m, g = cfg.model, cfg.gpu
+    write_model_config(cfg, tmp_path)
     nodes = g.prefillNodesPerGroup if role == "prefill" else g.decodeNodesPerGroup
     config = VllmConfig(
         model_config=ModelConfig(model=str(tmp_path), skip_tokenizer_init=True, max_model_len=cfg.context_length),
