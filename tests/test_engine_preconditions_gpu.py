@@ -265,6 +265,71 @@ def _chunked_mm_input(objs: pc.Objects) -> None:
             f"{where}: align mode asserts chunked multimodal input"
 
 
+# --------------------------------------------------------------------------- batch limits
+DEFAULT_BATCHED_TOKENS = 16384
+"""vLLM 0.33.0's `max_num_batched_tokens` for the API server on a >= 160 GiB GPU (arg_utils.py:2973-2978)."""
+
+
+@pc.row("GPU-BATCH-1", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--max-num-batched-tokens", "32"))
+def _token_budget_holds_the_batch(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        flags = pc.flags(container)
+        seqs = int(flags["--max-num-seqs"])
+        tokens = int(flags.get("--max-num-batched-tokens") or DEFAULT_BATCHED_TOKENS)
+        assert tokens >= seqs, f"{where}: max_num_batched_tokens {tokens} < max_num_seqs {seqs}"
+
+
+@pc.row("GPU-BATCH-2", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--max-num-seqs", "1024"))
+def _batch_within_the_blocks(objs: pc.Objects) -> None:
+    from components import capacity
+    from tests.test_config import parse
+
+    cfg = parse("gpu")
+    blocks = {"prefill": capacity.serving_capacity(cfg).blocks_per_engine,
+              "decode": capacity.decode_capacity(cfg).blocks_per_engine}
+    for where, container in _engines(objs):
+        seqs = int(pc.flags(container)["--max-num-seqs"])
+        role = where.split("/")[1]
+        assert seqs <= blocks[role], f"{where}: --max-num-seqs {seqs} > the engine's {blocks[role]} KV cache blocks " \
+                                     "(each FULL-graph decode request of a Mamba-type model needs one)"
+
+
+# --------------------------------------------------------------------------- render endpoint (scale-out routes)
+def _render_service(objs: pc.Objects) -> dict:
+    from components import router
+
+    [service] = [o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == router.RENDER_SERVICE]
+    return service
+
+
+def _retarget_render(objs: pc.Objects) -> None:
+    _render_service(objs)["spec"]["selector"]["llm-d.ai/role"] = "decode"
+
+
+@pc.row("GPU-SCALEOUT-1", breaks=_retarget_render)
+def _render_pods_enable_scale_out(objs: pc.Objects) -> None:
+    service = _render_service(objs)
+    selector, [port] = service["spec"]["selector"], service["spec"]["ports"]
+    selected = []
+    for obj in objs:
+        if obj["kind"] != "DisaggregatedSet":
+            continue
+        for role in obj["spec"]["roles"]:
+            template = role["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+            labels = template["metadata"].get("labels", {})
+            if all(labels.get(k) == v for k, v in selector.items()):
+                [engine] = [c for c in template["spec"]["containers"] if c["name"] == ENGINE]
+                selected.append((role["name"], engine))
+    assert selected, f"the render Service selects no engine pod ({selector})"
+    for role, engine in selected:
+        assert "--enable-scale-out" in pc.flags(engine), f"{role}: the render Service sends to an engine without " \
+                                                         "--enable-scale-out (render answers 403)"
+        target, bound = port.get("targetPort", port["port"]), int(pc.flags(engine)["--port"])
+        names = {p["name"] for p in engine.get("ports", []) if p["containerPort"] == bound}
+        assert target == bound or target in names, f"{role}: the render Service targets {target!r}, the engine " \
+                                                   f"serves on {bound}"
+
+
 # --------------------------------------------------------------------------- speculative decoding (when on)
 @pc.row("GPU-SPEC-1", plan="spec", breaks=lambda objs: pc.edit_script(
     objs, ENGINE, lambda text: re.sub(r'"model":"[^"]*",', "", text)))
