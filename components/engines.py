@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from . import catalog, contract, kvblocks, loading
-from .capacity import (cpu_offload_bytes_per_engine, decode_capacity, serving_capacity,
-                       tpu_offload_bytes_per_engine)
+from .capacity import cpu_offload_bytes_per_engine, decode_capacity, serving_capacity, tpu_offload_bytes_per_engine
 from .config import ConfigError, StackConfig
 from .versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHTPU
 

@@ -22,11 +22,12 @@ DRA_QUOTA_SOURCE = ("2 x GPU nodes + 1: \"at least 2 times the number of A4X Max
                     "https://docs.cloud.google.com/ai-hypercomputer/docs/create/gke-ai-hypercompute-custom-a4x-max")
 """GKE's A4X Max how-to (Install the NVIDIA Compute Domain CRD and DRA driver): "Replace POD_QUOTA with a number at
 least 2 times the number of A4X Max nodes in the cluster plus 1. For example, you must set the variable to at least
-37 if you have 18 A4X Max nodes in your cluster." GKE admits system-node-critical / system-cluster-critical pods outside kube-system only under a ResourceQuota
-scoped to those classes. The driver (chart nvidia-dra-driver-gpu 25.8.0 values.yaml: kubeletPlugin and controller
-priorityClassName system-node-critical, webhook system-cluster-critical) runs a kubelet-plugin pod on every GPU
-node, the ComputeDomain's IMEX daemon on every GPU node of the domain, and its controller: 2 x GPU nodes + 1, the
-size GKE's A4X Max how-to gives the quota. From 4 slices (64 nodes, 129 pods) a fixed 100 breaks that rule."""
+37 if you have 18 A4X Max nodes in your cluster." GKE admits system-node-critical / system-cluster-critical pods
+outside kube-system only under a ResourceQuota scoped to those classes. The driver (chart nvidia-dra-driver-gpu
+25.8.0 values.yaml: kubeletPlugin and controller priorityClassName system-node-critical, webhook
+system-cluster-critical) runs a kubelet-plugin pod on every GPU node, the ComputeDomain's IMEX daemon on every GPU
+node of the domain, and its controller: 2 x GPU nodes + 1, the size GKE's A4X Max how-to gives the quota. From 4
+slices (64 nodes, 129 pods) a fixed 100 breaks that rule."""
 NAT_PORTS_PER_ADDRESS = 64512
 """Source ports Cloud NAT can allocate per NAT address (1024-65535, https://cloud.google.com/nat/docs/ports-and-addresses)."""
 HYPERDISK_ML_READERS = 2500

@@ -4,7 +4,6 @@ Hyperdisk ML volume that every model server mounts at /models
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import pulumi

@@ -1482,7 +1482,8 @@ def check_declared_network_policies(resource_type: str, props: Mapping[str, Any]
 
 def check_declared_storage(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     """Claims, storage and volume attributes classes and device claim templates as declared: the checkpoint claim
-    ReadOnlyMany, the Hyperdisk ML class and its throughput classes, RDMA templates of their one device class and never adminAccess."""
+    ReadOnlyMany, the Hyperdisk ML class and its throughput classes, RDMA templates of their one device class and
+    never adminAccess."""
     name, _ = _object_name(props)
     if resource_type == "kubernetes:core/v1:PersistentVolumeClaim":
         decl = next((c for c in declared.CLAIMS if declared.matches(c.name, name)), None)

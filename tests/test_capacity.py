@@ -28,7 +28,8 @@ def test_gpu_hand_worked():
     weights/GPU = non-expert 113.487e9 (whole at TP=1) + 56/896 of the experts 85.086e9 + their scales 5.318e9
     = 203.89e9; usable = 279e9 x 0.90 = 251.1e9; non-weight 12e9 assumed; KV pool = 35.209e9 B/GPU.
     blocks = 35.209e9 // (24 x 11,392 x 576 B) - 1 = 222; a 1,048,576-token request holds 93 MLA + 3 KDA groups x
-    (2 align-mode states + 1 FlashKDA prefill checkpoint) = 102 -> 2 per engine, 32 per group. Cached: 16 x (222 // 4) x 11,392 = 10,024,960 HBM tokens;
+    (2 align-mode states + 1 FlashKDA prefill checkpoint) = 102 -> 2 per engine, 32 per group.
+    Cached: 16 x (222 // 4) x 11,392 = 10,024,960 HBM tokens;
     host (vLLM's CPU tier per engine): 120e9 // 157,483,008 B per chunk = 761 chunks; a 1M request takes 93 MLA +
     3 KDA chunks = 96, so 761 x 1,048,576 // 96 = 8,312,149 tokens x 16 engines = 132,994,384;
     lruCapacityPerServer = 143,019,344 // 4 // 11,392 = 3,138."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -129,7 +128,8 @@ def test_claim_names_the_class_of_its_throughput(plans, stack):
     # The serving set waits on the claim, so it cannot grow before the class applies.
     claim = resource_of(plan, "PersistentVolumeClaim", plan.outputs["modelsClaim"])
     servers = [r for r in plan.resources if r["type"] in (
-        "kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")]
+        "kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet",
+        "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")]
     assert servers and all(claim["name"] in plan.closure(r["name"]) for r in servers)
 
 

@@ -548,7 +548,8 @@ def test_each_capped_count_fails_naming_its_key(key, value, limit):
     assert err.value.key == key and limit in str(err.value)
 
 
-@pytest.mark.parametrize(("topology", "slices"), [(t, n) for t in catalog.TPU_MULTIHOST_TOPOLOGIES for n in range(1, 9)])
+@pytest.mark.parametrize(("topology", "slices"),
+                         [(t, n) for t in catalog.TPU_MULTIHOST_TOPOLOGIES for n in range(1, 9)])
 def test_every_accepted_tpu_shape_stays_within_its_limits(topology, slices):
     cfg = parse("tpu", tpu__topology=topology, tpu__slices=slices,
                 tpu__tensorParallel=catalog.topology_chips(topology) * catalog.IRONWOOD.tensorcores_per_chip)

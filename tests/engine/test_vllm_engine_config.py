@@ -99,7 +99,8 @@ def _dispatch(config, requests: int):
 @pytest.mark.parametrize("role", ["prefill", "decode"])
 def test_the_largest_batch_an_engine_forms_runs_a_full_cuda_graph(gb300, tmp_path, role):
     """--max-num-seqs requests decoding at once (the most the KV pool holds) replay a FULL graph of exactly that
-    batch, smaller batches one padded to at most it; vLLM keeps its default mode for these connectors (FULL_AND_PIECEWISE)."""
+    batch, smaller batches one padded to at most it; vLLM keeps its default mode for these connectors
+    (FULL_AND_PIECEWISE)."""
     from vllm.config import CUDAGraphMode
 
     cfg = stack_config("gpu")
