@@ -77,6 +77,45 @@ def _edit_extra(objs: pc.Objects, edit) -> None:
     pc.edit_script(objs, ENGINE, change)
 
 
+# --------------------------------------------------------------------------- render endpoint
+def _render_service(objs: pc.Objects) -> dict:
+    from components import router
+
+    [service] = [o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == router.RENDER_SERVICE]
+    return service
+
+
+def _serve_workers(objs: pc.Objects) -> None:
+    """Give the headless worker pods the leader's serving labels, so the render Service selects them too."""
+    for obj in objs:
+        if obj["kind"] == "LeaderWorkerSet":
+            template = obj["spec"]["leaderWorkerTemplate"]
+            template["workerTemplate"]["metadata"]["labels"].update(
+                template["leaderTemplate"]["metadata"]["labels"])
+
+
+@pc.row("TPU-RENDER-1", breaks=_serve_workers)
+def _render_on_serving_hosts(objs):
+    service = _render_service(objs)
+    selector, [port] = service["spec"]["selector"], service["spec"]["ports"]
+    selected = []
+    for obj in objs:
+        if obj["kind"] == "LeaderWorkerSet":
+            for rank, key in (("leader", "leaderTemplate"), ("worker", "workerTemplate")):
+                template = obj["spec"]["leaderWorkerTemplate"][key]
+                labels = template["metadata"].get("labels", {})
+                if all(labels.get(k) == v for k, v in selector.items()):
+                    selected += [(rank, c) for c in template["spec"]["containers"] if c["name"] == ENGINE]
+    assert selected, f"the render Service selects no engine pod ({selector})"
+    for rank, engine in selected:
+        flags = pc.flags(engine)
+        assert "--headless" not in flags, f"{rank}: the render Service sends to a --headless host (no API server)"
+        target, bound = port.get("targetPort", port["port"]), int(flags["--port"])
+        names = {p["name"] for p in engine.get("ports", []) if p["containerPort"] == bound}
+        assert target == bound or target in names, f"{rank}: the render Service targets {target!r}, the engine " \
+                                                   f"serves on {bound}"
+
+
 # --------------------------------------------------------------------------- Raiden host-DRAM offload
 @pc.row("TPU-RAIDEN-1", breaks=lambda objs: _edit_extra(objs, lambda extra: extra.pop("cpu_bytes_to_use")))
 def _pool_bytes(objs):
