@@ -96,14 +96,15 @@ def _dispatch(config, requests: int):
     return mode, batch.num_reqs
 
 
-@pytest.mark.parametrize("role", ["prefill", "decode"])
-def test_the_largest_batch_an_engine_forms_runs_a_full_cuda_graph(gb300, tmp_path, role):
+@pytest.mark.parametrize(("role", "changes"), [("prefill", {}), ("decode", {}),
+                                               ("decode", {"gpu.tensorParallel": "2"})])
+def test_the_largest_batch_an_engine_forms_runs_a_full_cuda_graph(gb300, tmp_path, role, changes):
     """--max-num-seqs requests decoding at once (the most the KV pool holds) replay a FULL graph of exactly that
     batch, smaller batches one padded to at most it; vLLM keeps its default mode for these connectors
     (FULL_AND_PIECEWISE)."""
     from vllm.config import CUDAGraphMode
 
-    cfg = stack_config("gpu")
+    cfg = stack_config("gpu", **changes)
     config, _ = engine_config(cfg, role, 0, tmp_path)
     assert config.compilation_config.cudagraph_mode == CUDAGraphMode.FULL_AND_PIECEWISE
     most = config.scheduler_config.max_num_seqs
