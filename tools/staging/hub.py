@@ -276,23 +276,34 @@ class Hub:
     def open(self, commit: str, file: HubFile, cancelled: threading.Event, on_bytes: Callable[[int], None],
              block_bytes: int) -> HubStream:
         url = hf_hub_url(self.repo_id, file.path, revision=commit, endpoint=self.endpoint)
-        xet = self.xet_file(url, file)
+        xet, limited = self.xet_file(url, file)
         self.count("xet" if xet is not None else "http")
-        return HubStream(self, url, file, commit, cancelled, on_bytes, block_bytes, xet)
+        stream = HubStream(self, url, file, commit, cancelled, on_bytes, block_bytes, xet)
+        if limited is not None:
+            # A rate-limited HEAD is a rate-limited answer like any other: the stream's first request waits
+            # its floor and jitter (and counts against its bounds) instead of following the HEAD at once.
+            stream.retrier.failed(*limited, file.path)
+        return stream
 
     # Xet ---------------------------------------------------------------------------------------
-    def xet_file(self, url: str, file: HubFile) -> Any:
+    def xet_file(self, url: str, file: HubFile) -> tuple[Any, Optional[tuple[int, Optional[float]]]]:
         """The Xet hash and token route of an LFS file the Hub serves through Xet, from a HEAD of its resolve URL
         (huggingface_hub's get_hf_file_metadata, as hf_hub_download finds it: `file_download.py` HfFileMetadata
         xet_file_data); None for files in git, without hf_xet, with HF_HUB_DISABLE_XET, or when the HEAD fails
-        (the HTTP path then meets the same answer and explains or waits it out)."""
+        (the HTTP path then meets the same answer and explains or waits it out). Second: (status, Retry-After)
+        when the HEAD was rate limited (429, or 503 with Retry-After), which the caller waits out first."""
         if file.lfs_sha256 is None or not self.xet_enabled:
-            return None
+            return None, None
         try:
             return get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint,
-                                        timeout=TIMEOUT.read).xet_file_data
-        except Exception:  # noqa: BLE001 - any failure here leaves the file to the HTTP path
-            return None
+                                        timeout=TIMEOUT.read).xet_file_data, None
+        except Exception as err:  # noqa: BLE001 - any failure here leaves the file to the HTTP path
+            response = getattr(err, "response", None)
+            status = getattr(response, "status_code", None)
+            retry_after = _retry_after(response.headers.get("Retry-After")) if response is not None else None
+            if status == 429 or (status == 503 and retry_after is not None):
+                return None, (status, retry_after)
+            return None, None
 
     def xet_stream(self, data: Any, file: HubFile, start: int) -> Any:
         """The file's bytes from `start` on, in order, from the Xet CAS (hf_xet XetDownloadStreamGroup)."""
