@@ -199,3 +199,42 @@ def test_the_host_tier_is_the_engines(tmp_path, monkeypatch, changes):
     assert spec.num_chunks == capacity.host_tier_chunks_per_engine(cfg)
     assert spec.cpu_info.cpu_kv_cache_size_tokens == capacity.host_tier_tokens_per_engine(cfg)
     assert plan.host_tokens == plan.kv_groups * spec.cpu_info.cpu_kv_cache_size_tokens
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_full_cuda_graphs_accept_max_num_seqs_on_the_engines_blocks(gpu_cfg, tmp_path, monkeypatch, role):
+    """docs/engine-preconditions.md GPU-BATCH-2, run: after the KV cache is allocated the model runner resolves the
+    graph mode from each group's attention backend (vllm/v1/worker/gpu_model_runner.py
+    `_check_and_update_cudagraph_mode`) and, with full graphs on a model with Mamba-type layers, refuses a
+    `max_num_seqs` above the engine's blocks (vllm/config/compilation.py `resolve_cudagraph_mode_and_sizes`). The
+    pods' --max-num-seqs passes on the engine's own KVCacheConfig; one request past its blocks is refused."""
+    from vllm.config import CUDAGraphMode
+    from vllm.models.kimi_k3.nvidia.kda import KimiK3KDAAttentionBackend
+    from vllm.v1.attention.backend import AttentionCGSupport
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    from components import engines
+
+    config, _, _ = _engine_pool(gpu_cfg, tmp_path, monkeypatch, role)
+    vllm_config = ENGINES[id(config)]
+    mla = AttentionBackendEnum.FLASHINFER_MLA.get_class()
+    support, name = AttentionCGSupport.ALWAYS, None
+    for group in config.kv_cache_groups:
+        backend = KimiK3KDAAttentionBackend if isinstance(group.kv_cache_spec, MambaSpec) else mla
+        cg = backend.get_builder_cls().get_cudagraph_support(vllm_config, group.kv_cache_spec)
+        if cg.value < support.value:
+            support, name = cg, backend.__name__
+    flags = engines.vllm_batch_flags(gpu_cfg, role)
+    seqs = int(flags[flags.index("--max-num-seqs") + 1])
+
+    def resolve(max_num_reqs: int):
+        compilation = vllm_config.compilation_config
+        compilation.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE  # vLLM's default; this platform has none
+        compilation.cudagraph_capture_sizes, compilation.max_cudagraph_capture_size = [1, 2, 4, 8], 8
+        return compilation.resolve_cudagraph_mode_and_sizes(support, name, 1, kv_cache_config=config,
+                                                            max_num_reqs=max_num_reqs)
+
+    assert resolve(seqs).has_full_cudagraphs(), (support, name)
+    with pytest.raises(ValueError, match="exceeds available Mamba cache blocks"):
+        resolve(config.num_blocks + 1)
