@@ -57,8 +57,11 @@ def run(google, hub, variants, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     plan = variants["gpu3"].folder
 
-    def go(*extra: str, stack: Path = STACK, plan: Path = plan) -> tuple[int, list[str]]:
-        code = cli.main(["--stack-file", str(stack), "--plan", str(plan), "--request-timeout", "0.3", *extra])
+    def go(*extra: str, stack: Path = STACK, plan: Path = plan, timeout: float = 10) -> tuple[int, list[str]]:
+        # A timeout no loopback answer reaches on a loaded 2-core machine; the tests of a slow answer lower it
+        # and delay that answer well past it.
+        code = cli.main(["--stack-file", str(stack), "--plan", str(plan), "--request-timeout", f"{timeout:g}",
+                         *extra])
         out = capsys.readouterr().out.splitlines()
         assert {method for method, _ in google.calls} <= {"GET"}, google.calls  # preflight only reads
         return code, out
@@ -258,10 +261,10 @@ def test_throttled_and_slow_quota_reads_are_one_line(run, google):
     assert code == 1
     assert f"throttled reading region us-central1's quotas after {preflight.RETRIES} tries (429)" in _only_failure(out)
     google.reset()
-    google.state["delay"]["/regions/"] = 0.6
-    code, out = run()
+    google.state["delay"]["/regions/"] = 4
+    code, out = run(timeout=1.5)
     assert code == 1
-    assert "could not read region us-central1's quotas: no answer from compute.googleapis.com within 0.3 s" \
+    assert "could not read region us-central1's quotas: no answer from compute.googleapis.com within 1.5 s" \
         in _only_failure(out)
 
 
@@ -405,10 +408,10 @@ def test_throttling_is_waited_out_then_reported(run, google):
 
 
 def test_a_timeout_is_one_line(run, google):
-    google.state["delay"]["/storage/v1/b/"] = 0.6
-    code, out = run()
+    google.state["delay"]["/storage/v1/b/"] = 4
+    code, out = run(timeout=1.5)
     assert code == 1
-    assert "no answer from storage.googleapis.com within 0.3 s" in _only_failure(out)
+    assert "no answer from storage.googleapis.com within 1.5 s" in _only_failure(out)
 
 
 def test_exit_codes(run, variants, tmp_path, monkeypatch, capsys):
