@@ -378,8 +378,8 @@ of a stack that just grew reads its share of the throughput the volume had."""
 HDML_MODIFY_INTERVAL_S = 4 * 3600
 """Hyperdisk allows one update of its throughput every 4 hours; a more frequent change needs a new disk
 (pulumi_gcp 10.2.0 `compute.Disk` `provisioned_throughput`, from the provider's docs). A second change within that
-time fails at the CSI driver, so the claim never reaches the new class and `pulumi up` stops at it, before the
-serving set grows (components/weights.py)."""
+time fails at the CSI driver, so the claim never reaches the new class; `pulumi up` waits only for the claim's
+`Bound` (components/weights.py), so the serving set grows anyway and its added groups load at the old share."""
 
 
 @dataclass(frozen=True)

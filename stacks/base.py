@@ -396,8 +396,9 @@ def grown_in_place_line(cfg: StackConfig) -> str:
     fresh, grown = loading.startup_budget_terms(cfg)
     lag = loading.HDML_MODIFY_LAG_S / 60
     return (f"  grown in place (more slices on an existing stack): the claim moves to the VolumeAttributesClass of "
-            f"{loading.throughput_mibps(cfg):,} MiB/s and the serving set grows once the driver has applied it; new "
-            f"groups may read the old throughput for up to {lag:.0f} min more; the probe budget covers {lag:.0f} "
+            f"{loading.throughput_mibps(cfg):,} MiB/s and the serving set grows at once (pulumi waits only for the "
+            f"claim's Bound); new groups may read the old throughput for up to {lag:.0f} min more; the probe budget "
+            f"covers {lag:.0f} "
             f"+ {loading.PROBE_MARGIN:g} x load + engine start = {grown / 60:.1f} min (fresh {fresh / 60:.1f}); "
             f"one throughput change per {loading.HDML_MODIFY_INTERVAL_S // 3600} h "
             "(loading.HDML_MODIFY_LAG_S, HDML_MODIFY_INTERVAL_S)")

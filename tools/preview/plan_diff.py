@@ -682,9 +682,9 @@ def grown_in_place(state: dict[str, Any], head: StackPlan, changed: list[Figure]
     lines = [
         f"volume throughput {had:,} -> {has:,} MiB/s for {readers} reader nodes, on the existing volume ({source}): "
         "the claim "
-        f"moves to the VolumeAttributesClass of {has:,} MiB/s and `pulumi up` grows the serving set only once the "
-        f"driver has applied it (a change within {loading.HDML_MODIFY_INTERVAL_S // 3600} h of the last one is "
-        "refused, and the up stops at the claim)",
+        f"moves to the VolumeAttributesClass of {has:,} MiB/s and `pulumi up` grows the serving set at once (it waits "
+        f"only for the claim's Bound; a change within {loading.HDML_MODIFY_INTERVAL_S // 3600} h of the last one is "
+        f"refused by the driver and the volume keeps {had:,} MiB/s)",
         f"groups this up adds load in at most {grown / 60:.1f} min (the old {had:,} MiB/s shared by {readers} nodes "
         f"for up to {lag:.0f} min while the change takes effect, then {has:,}); {float(new['loadSeconds']) / 60:.1f} "
         f"min on a new volume; {stuck / 60:.1f} min if it kept {had:,} MiB/s",
