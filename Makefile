@@ -100,7 +100,8 @@ charts: $(STAMP)
 	$(PY) -m tools charts --fetch
 
 ## test: the whole suite: lint, config schema in sync, tests (which render and validate the plan, run the
-## pinned inference-perf from .venv-inference-perf and the pinned checkov from .venv-checkov)
+## pinned inference-perf from .venv-inference-perf and the pinned checkov from .venv-checkov), then engine-tests
+## (.venv-engines and .venv-engines-tpu)
 test: lint schema $(CLI) $(IP_STAMP) $(CK_STAMP) $(EN_STAMP) $(ET_STAMP)
 	$(PYTEST)
 	$(MAKE) --no-print-directory engine-tests

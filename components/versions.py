@@ -154,7 +154,8 @@ CALIBRATION_IMAGE = "docker.io/library/python:3.11-slim"
 """The router calibration Job runs a plain Python image
 (https://github.com/llm-d/llm-d/tree/main/guides/recipes/router/calibration)."""
 STAGING_IMAGE = CALIBRATION_IMAGE
-"""The checkpoint staging Job runs the same plain Python image: one Python pin. Its libraries come from
+"""The checkpoint staging Job runs the same plain Python image: one pin for both (the TPU engine image's build starts
+from python:3.12-slim instead, which its wheels need: VLLM_TORCHTPU.image). Its libraries come from
 tools/staging/requirements.lock, resolved for this image's CPython 3.11 on linux x86_64 (the system pool)."""
 
 

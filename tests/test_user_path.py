@@ -71,6 +71,34 @@ def test_every_make_target_the_readme_uses_exists():
     assert used and used <= targets, used - targets
 
 
+def _virtualenvs_make_test_builds() -> dict[str, str]:
+    """Each virtualenv `make test` needs (its `.installed` stamps among the target's prerequisites) -> the size the
+    Makefile announces before building it ("about N GB")."""
+    makefile = (ROOT / "Makefile").read_text()
+    folder = dict(re.findall(r"^(\w+_VENV|VENV)\s*\?=\s*(\S+)$", makefile, flags=re.M))
+    stamp = {name: folder[venv] for name, venv in re.findall(r"^(\w*STAMP)\s*:=\s*\$\((\w+)\)/\.installed$",
+                                                               makefile, flags=re.M)}
+    [prerequisites] = re.findall(r"^test:(.*)$", makefile, flags=re.M)
+    built = {stamp[name] for name in re.findall(r"\$\((\w*STAMP)\)", prerequisites)}
+    sizes = {}
+    for name, venv in stamp.items():
+        recipe = makefile.split(f"$({name}):", 1)[1].split("\n\n", 1)[0]
+        sizes[venv] = re.search(r"about ([\d.]+ GB)", recipe).group(1)
+    return {venv: sizes[venv] for venv in built if venv != folder["VENV"]}
+
+
+def test_the_readme_names_every_virtualenv_make_test_builds():
+    """The quick start's cost of a first `make test`: every virtualenv the target builds besides .venv, with the
+    size the Makefile announces, and how many there are."""
+    built = _virtualenvs_make_test_builds()
+    assert len(built) >= 4, built
+    cost = README.split("What the first run costs", 1)[1].split("\n\n", 1)[0]
+    for venv, size in built.items():
+        assert re.search(rf"`{re.escape(venv)}` \(about {re.escape(size)}\b", cost), (venv, size, cost)
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
+    assert f"{words[len(built) + 1]} virtualenvs in all" in " ".join(cost.split()), cost
+
+
 def test_outputs_the_readme_names_exist(plans, variants):
     listed = RUN_IT.split("After `up`, the outputs a user needs:", 1)[1].split("\n\n", 1)[0]
     named = set(re.findall(r"`(\w+)`", listed)) | set(re.findall(r"\(this is `(\w+)`\)", RUN_IT))
