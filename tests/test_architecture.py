@@ -174,3 +174,19 @@ def test_the_architecture_doc_lists_the_rule():
     for name, allowed in ALLOWED.items():
         row = f"| `{name}` | {', '.join(f'`{a}`' for a in sorted(allowed)) or 'the standard library only'} |"
         assert row in doc, f"docs/architecture.md lacks the row {row}"
+
+
+MAPPED = ("components", "tools/preview", "tools/live", "tools/staging", "tests/engine", "tests/engine_tpu")
+"""The folders whose every module docs/architecture.md names (its module map, the rooms' lists, the engine tiers)."""
+
+
+def test_the_architecture_doc_names_every_module_and_command():
+    """A module added without a line in docs/architecture.md, or a command missing from its CLI table, fails here."""
+    from tools.__main__ import COMMANDS
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    unnamed = [f"{folder}/{path.name}" for folder in MAPPED for path in sorted((ROOT / folder).glob("*.py"))
+               if path.stem not in {"__init__", "conftest"} and f"`{path.stem}`" not in doc]
+    assert not unnamed, f"docs/architecture.md does not name {unnamed}"
+    missing = [name for name, command in COMMANDS.items() if f"| `{name}` | `{command.module}` |" not in doc]
+    assert not missing, f"docs/architecture.md's CLI table lacks {missing}"
