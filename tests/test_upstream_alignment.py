@@ -77,6 +77,18 @@ def test_verdicts_are_checked():
     assert found == ["GPU prefill pod: `hostPID`: 'differs' needs the reason and its source"]
 
 
+def test_a_row_neither_side_has_fails_and_write_drops_it(tables, generated):
+    """A setting the program stopped generating, kept as an 'ours only' row with both sides empty, is stale."""
+    rows = {"TPU leader pod": [alignment.Row("mount./gone", "—", "—", "ours only: a lock mounted at start, once")]}
+    found = alignment.problems({**{s.heading: [] for s in alignment.SUBJECTS}, **rows},
+                               {s.heading: {} for s in alignment.SUBJECTS})
+    assert found == ["TPU leader pod: `mount./gone`: neither the generated object nor upstream has it: remove the row"]
+    text = alignment.DOC.read_text()
+    row = "| `env.POD_IP` |"
+    stale = text.replace(row, "| `mount./gone` | — | — | ours only: a lock mounted at start, once |\n" + row, 1)
+    assert alignment.rewrite(stale, generated) == text
+
+
 def test_write_refreshes_ours_and_adds_unexplained_rows(generated):
     text = alignment.DOC.read_text()
     ours = copy.deepcopy(generated)

@@ -278,6 +278,9 @@ def problems(tables: Mapping[str, list[Row]], ours: Mapping[str, Mapping[str, st
                 found.append(f"{where}: listed twice")
             seen.add(row.setting)
             actual = settings.get(row.setting, ABSENT)
+            if actual == row.upstream == ABSENT:
+                found.append(f"{where}: neither the generated object nor upstream has it: remove the row")
+                continue
             if actual != row.ours:
                 found.append(f"{where}: the table says ours is {row.ours!r}, the generated object has {actual!r}")
             verdict = next((v for v in VERDICTS if row.verdict.startswith(v)
@@ -299,7 +302,8 @@ def problems(tables: Mapping[str, list[Row]], ours: Mapping[str, Mapping[str, st
 
 
 def rewrite(text: str, ours: Mapping[str, Mapping[str, str]]) -> str:
-    """Refresh each table's `ours` column and append UNEXPLAINED rows for new settings (verdicts kept)."""
+    """Refresh each table's `ours` column, append UNEXPLAINED rows for new settings (verdicts kept) and drop the
+    rows of settings neither side has any more."""
     tables = read_tables(text)
     lines = text.splitlines()
     out: list[str] = []
@@ -321,7 +325,7 @@ def rewrite(text: str, ours: Mapping[str, Mapping[str, str]]) -> str:
                      if k not in known]
             out += ["| setting | ours | upstream | verdict |", "| --- | --- | --- | --- |"]
             out += [f"| `{r.setting}` | {_code(settings.get(r.setting, ABSENT))} | {_code(r.upstream)} | {r.verdict} |"
-                    for r in rows]
+                    for r in rows if settings.get(r.setting, ABSENT) != ABSENT or r.upstream != ABSENT]
         i += 1
     return "\n".join(out) + "\n"
 
