@@ -759,6 +759,11 @@ class ModelConfig(Section):
         69, ge=1, description="KDA layers: len(text_config.linear_attn_config.kda_layers) (Kimi K3: 69).")
     mlaLayers: int = Field(
         24, ge=1, description="MLA layers: len(text_config.linear_attn_config.full_attn_layers) (Kimi K3: 24).")
+    mtpLayers: int = Field(
+        0, ge=0, le=8,
+        description="MTP layers the checkpoint ships: text_config.num_nextn_predict_layers (vLLM's KimiLinearConfig "
+                    "takes 0 when config.json omits it); model.speculative=mtp needs at least 1, and `pulumi up` "
+                    "checks the value against the revision's config.json.")
     kdaStateDtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="KDA recurrent state element type (vLLM --mamba-ssm-cache-dtype; float32 is its "
                                "default and the only one vLLM-TorchTPU 0.29.0 uses).")

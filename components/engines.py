@@ -386,11 +386,37 @@ def check_architecture(architecture: str, engine: str, registered: frozenset[str
                           "serve a checkpoint it registers or pin another engine")
 
 
+MTP_SOURCE = (f"https://github.com/vllm-project/vllm/blob/v{VLLM.version}/vllm/config/speculative.py "
+              "(hf_config_override, kimi_k3: n_predict = text_config.num_nextn_predict_layers; then "
+              "num_speculative_tokens % n_predict)")
+
+
+def check_mtp(cfg: StackConfig) -> None:
+    """`model.speculative: mtp` drafts with the checkpoint's own MTP layers: vLLM takes their count from
+    text_config.num_nextn_predict_layers, which its KimiLinearConfig defaults to 0
+    (vllm/transformers_utils/configs/kimi_linear.py), and with 0 the engine stops at start on
+    `num_speculative_tokens % n_predict` (ZeroDivisionError, MTP_SOURCE); a token count above the layer count
+    must be a multiple of it. tests/engine/test_vllm_engine_config.py runs that code."""
+    m = cfg.model
+    if m.speculative != "mtp":
+        return
+    if m.mtpLayers < 1:
+        raise ConfigError("model.speculative", "mtp",
+                          f"the checkpoint has no MTP layers (model.mtpLayers = {m.mtpLayers}, its config.json "
+                          "text_config.num_nextn_predict_layers; vLLM divides by it at start): use off or dflash, "
+                          "or set model.mtpLayers to the checkpoint's num_nextn_predict_layers if it is 1 or more")
+    if m.speculativeTokens > m.mtpLayers and m.speculativeTokens % m.mtpLayers:
+        raise ConfigError("model.speculativeTokens", m.speculativeTokens,
+                          f"with model.speculative=mtp it must be at most model.mtpLayers ({m.mtpLayers}) or a "
+                          f"multiple of it (vLLM reuses the MTP layers; {MTP_SOURCE})")
+
+
 def check_engine(cfg: StackConfig) -> None:
     """What the pinned engine would refuse at start, refused before any resource exists (one ConfigError line)."""
     check_architecture(cfg.model.architecture, *registered_architectures(cfg))
     kvblocks.block_rule(cfg)  # KDA heads must split over the TP ranks
     if cfg.track != "tpu" or cfg.tpu.engine != "vllm-torchtpu":
+        check_mtp(cfg)  # vLLM-TorchTPU refuses every drafter below
         return
     if cfg.model.speculative != "off":
         raise ConfigError("model.speculative", cfg.model.speculative,

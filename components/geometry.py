@@ -66,6 +66,8 @@ class _CheckGeometry(pulumi.dynamic.ResourceProvider):
         for key, field in (("kdaLayers", "kda_layers"), ("mlaLayers", "full_attn_layers")):
             if isinstance(linear.get(field), list):
                 found[key] = len(linear[field])
+        # Absent means 0: vLLM's KimiLinearConfig default (vllm/transformers_utils/configs/kimi_linear.py).
+        found["mtpLayers"] = text.get("num_nextn_predict_layers") or 0
         return found
 
     @classmethod
@@ -82,6 +84,9 @@ class _CheckGeometry(pulumi.dynamic.ResourceProvider):
             if key not in found:
                 return (f"config.json has no {key} (kimi-k3-1:model.{key}); the plan was computed with {value}: "
                         "check that model.repoId is a Kimi K3 family checkpoint")
+            if key == "mtpLayers" and found[key] < 1:
+                return (f"config.json text_config.num_nextn_predict_layers is {found[key]}: the checkpoint has no MTP "
+                        "layers for model.speculative=mtp (vLLM needs 1 or more): use off or dflash")
             if found[key] != value:
                 return (f"config.json gives {found[key]} where the plan was computed with {value}: set "
                         f"kimi-k3-1:model.{key} to {found[key]} (pulumi config set model.{key} {found[key]})")
@@ -95,7 +100,9 @@ def expected_geometry(cfg: StackConfig) -> dict[str, Any]:
     m = cfg.model
     return {"architecture": m.architecture, "mlaLatentDim": m.mlaLatentDim, "kdaHeads": m.kdaHeads,
             "kdaHeadDim": m.kdaHeadDim, "kdaConvKernel": m.kdaConvKernel, "kdaLayers": m.kdaLayers,
-            "mlaLayers": m.mlaLayers}
+            "mlaLayers": m.mlaLayers,
+            # MTP layers matter only to the MTP drafter (components/engines.py check_mtp).
+            **({"mtpLayers": m.mtpLayers} if m.speculative == "mtp" else {})}
 
 
 class CheckpointGeometryArgs(Args):

@@ -137,3 +137,9 @@ def containers(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
     walk(manifest, manifest["metadata"]["name"])
     return found
+
+
+MTP_READINGS: tuple[tuple[dict[str, Any], int], ...] = (
+    ({}, 0), ({"num_nextn_predict_layers": 0}, 0), ({"num_nextn_predict_layers": 2}, 2))
+"""A Kimi K3 config.json's text_config -> its MTP layer count. tests/engine/test_vllm_mtp.py holds vLLM's own
+reading to it (SpeculativeConfig.hf_config_override); tests/test_preflight.py holds components/geometry.py's."""
