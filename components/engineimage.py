@@ -82,26 +82,59 @@ def repository_path(region: str, project: str, cluster_name: str) -> str:
     return f"{region}-docker.pkg.dev/{project}/{repository_id(cluster_name)}"
 
 
+SUBMIT_TRIES = 3
+"""Submissions of the build at most. A build refused within SUBMIT_RETRY_WINDOW_S of its submission never ran its
+install: on the first `up` that is the service account and grants created a moment before, which IAM takes up to
+minutes to honour ("typically ... 2 minutes", https://cloud.google.com/iam/docs/access-change-propagation), so it is
+submitted again after SUBMIT_RETRY_WAIT_S; a build that ran longer failed for itself and is not retried."""
+SUBMIT_RETRY_WINDOW_S = 240
+SUBMIT_RETRY_WAIT_S = 60
+FAILURE_PREFIX = "engine image build failed: "
+"""The one line the command's stderr ends with when it fails (what `pulumi up` shows last)."""
+
+
 def build_script() -> str:
     """The build command: reuse the lock's tag if it exists, else submit the build; print the digest only (the
-    command's stdout is the digest the pods run). Flags: https://cloud.google.com/sdk/gcloud/reference/builds/submit
-    (`--service-account` takes `projects/PROJECT/serviceAccounts/EMAIL`) and
-    https://cloud.google.com/sdk/gcloud/reference/artifacts/docker/images/describe (`image_summary.digest`).
-    tests/test_supply_chain.py runs it against a fake gcloud."""
+    command's stdout is the digest the pods run; gcloud's own output goes to stderr). Flags:
+    https://cloud.google.com/sdk/gcloud/reference/builds/submit (`--service-account` takes
+    `projects/PROJECT/serviceAccounts/EMAIL`; `--suppress-logs`), https://cloud.google.com/sdk/gcloud/reference/
+    artifacts/docker/images/describe (`image_summary.digest`) and `--quiet` (never prompt: the command has no
+    terminal; https://cloud.google.com/sdk/gcloud/reference#--quiet).
+
+    Rerun after an interrupted `up` (Ctrl-C ends gcloud, not the build it submitted, and the command is recorded
+    as not created): the tag is looked up again first, and a submission that fails because an earlier build pushed
+    the tag meanwhile (the repository's tags are immutable) takes that build's digest. Every failure exits non-zero
+    with one last line, FAILURE_PREFIX + what to do. tests/test_supply_chain.py runs it against a fake gcloud."""
     return "\n".join([
         "set -euo pipefail",
         'image="$REPOSITORY/' + IMAGE_NAME + ':$TAG"',
-        'digest() { gcloud artifacts docker images describe "$image" --project "$PROJECT" '
-        "--format='value(image_summary.digest)'; }",
-        "if ! found=$(digest 2>/dev/null) || [ -z \"$found\" ]; then",
+        'fail() { echo "' + FAILURE_PREFIX + '$*" >&2; exit 1; }',
+        "command -v gcloud >/dev/null || fail 'gcloud is not on PATH: install the Google Cloud CLI "
+        "(https://cloud.google.com/sdk/docs/install) and run pulumi up again'",
+        'digest() { gcloud artifacts docker images describe "$image" --project "$PROJECT" --quiet '
+        "--format='value(image_summary.digest)' 2>/dev/null; }",
+        'found=$(digest) || found=""',
+        "try=0",
+        'while [ -z "$found" ]; do',
+        "  try=$((try + 1)); start=$SECONDS; status=0",
         '  gcloud builds submit . --project "$PROJECT" --region "$REGION" --config cloudbuild.yaml '
         '--service-account "projects/$PROJECT/serviceAccounts/$BUILDER" '
-        '--gcs-source-staging-dir "gs://$BUCKET/' + SOURCE_PREFIX + 'source" --suppress-logs '
-        '--substitutions "_IMAGE=$image,_BASE=$BASE,_LOCK_SHA256=$LOCK_SHA256" >&2',
-        "  found=$(digest)",
-        "fi",
+        '--gcs-source-staging-dir "gs://$BUCKET/' + SOURCE_PREFIX + 'source" --suppress-logs --quiet '
+        '--substitutions "_IMAGE=$image,_BASE=$BASE,_LOCK_SHA256=$LOCK_SHA256" >&2 || status=$?',
+        '  found=$(digest) || found=""',
+        '  [ -n "$found" ] && break',
+        '  if [ "$status" = 0 ]; then fail "the build succeeded but $image has no digest: '
+        'gcloud artifacts docker images list $REPOSITORY --project $PROJECT"; fi',
+        f'  if [ "$try" -ge {SUBMIT_TRIES} ] || [ $((SECONDS - start)) -ge {SUBMIT_RETRY_WINDOW_S} ]; then',
+        '    fail "gcloud builds submit exited $status (try $try): its log is in Cloud Logging, '
+        'gcloud builds list --project $PROJECT --region $REGION --limit 3; fix it and run pulumi up again"',
+        "  fi",
+        f'  echo "build refused after $((SECONDS - start)) s (new service account or grants not in effect yet?): '
+        f'submitting again in {SUBMIT_RETRY_WAIT_S} s" >&2',
+        f"  sleep {SUBMIT_RETRY_WAIT_S}",
+        "done",
         'case "$found" in sha256:????????????????????????????????????????????????????????????????) ;; '
-        '*) echo "no digest for $image: $found" >&2; exit 1;; esac',
+        '*) fail "no digest for $image: $found";; esac',
         'printf %s "$found"',
     ])
 

@@ -748,6 +748,61 @@ def check_google(g: Google, cfg: StackConfig, stack: str) -> list[Check]:
         + check_bucket(g, cfg, stack)
 
 
+# --------------------------------------------------------------------------- this machine
+GCLOUD_INSTALL = "https://cloud.google.com/sdk/docs/install"
+GCLOUD_AUTH_LIST = "https://cloud.google.com/sdk/gcloud/reference/auth/list"
+GCLOUD_TOKEN_FILE_ENV = "CLOUDSDK_AUTH_ACCESS_TOKEN_FILE"
+"""gcloud's own access-token file setting (https://cloud.google.com/sdk/gcloud/reference/config/set, auth/
+access_token_file): with it gcloud needs no logged-in account."""
+BUILD_STEP = "engine-image-build"
+
+
+def builds_engine_image(cfg: StackConfig) -> bool:
+    """The stacks that run the engine image's build on the machine of `pulumi up` (stacks/tpu.py)."""
+    return cfg.track == "tpu" and cfg.tpu.engine == "vllm-torchtpu"
+
+
+def check_local(cfg: StackConfig, which: Callable[[str], Optional[str]] | None = None,
+                run: Callable[..., Any] | None = None, timeout: float = REQUEST_TIMEOUT_S) -> list[Check]:
+    """What `pulumi up` runs on this machine: the TPU engine image's build is a local command
+    (components/engineimage.py: bash, then gcloud as its logged-in account, which is not the Application Default
+    Credentials the Pulumi provider uses). One line per thing missing, naming what to install or run."""
+    import shutil
+    import subprocess
+
+    from .engineimage import BUILD_INTERPRETER
+
+    if not builds_engine_image(cfg):
+        return []
+    which = which or shutil.which
+    run = run or subprocess.run
+    bash = BUILD_INTERPRETER[0]
+    if not os.access(bash, os.X_OK):
+        return [Check("local tools", False, f"{bash} is missing: pulumi up runs the TPU engine image's build with it "
+                                            "(components/engineimage.py); run pulumi up on Linux, macOS or WSL",
+                      BUILD_STEP)]
+    gcloud = which("gcloud")
+    if not gcloud:
+        return [Check("local tools", False, f"gcloud is not on PATH: install the Google Cloud CLI ({GCLOUD_INSTALL});"
+                                            " pulumi up runs `gcloud builds submit` for the TPU engine image",
+                      BUILD_STEP)]
+    if os.environ.get(GCLOUD_TOKEN_FILE_ENV):
+        return [Check("local tools", True, f"gcloud {gcloud}, credentials from {GCLOUD_TOKEN_FILE_ENV}")]
+    try:
+        proc = run([gcloud, "auth", "list", "--filter=status:ACTIVE", "--format=value(account)"],
+                   capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as err:
+        return [Check("local tools", False, f"gcloud auth list did not answer ({str(err).splitlines()[0][:120]}): "
+                                            "check the Google Cloud CLI installation", BUILD_STEP)]
+    accounts = proc.stdout.split() if proc.returncode == 0 else []
+    if not accounts:
+        return [Check("local tools", False, "gcloud has no active account: run gcloud auth login (the TPU engine "
+                                            "image's build runs as gcloud's account, not as the Application Default "
+                                            f"Credentials; {GCLOUD_AUTH_LIST})", BUILD_STEP)]
+    return [Check("local tools", True, f"gcloud {gcloud}, active account {accounts[0]} (the engine image's build "
+                                       f"runs as it in project {cfg.gcp.project})")]
+
+
 # --------------------------------------------------------------------------- the Hub
 def check_hub(cfg: StackConfig, token: Optional[str], endpoint: Optional[str] = None,
               timeout: float = REQUEST_TIMEOUT_S) -> list[Check]:
@@ -801,13 +856,15 @@ def gate_applies(cfg: StackConfig) -> bool:
 
 
 def gate(cfg: StackConfig, stack: str, google: Optional[Google] = None) -> list[Check]:
-    """The failed Google checks (the Hub's are the model-geometry resource's, which accelerator pools wait for)."""
+    """The failed checks of this machine and of Google (the Hub's are the model-geometry resource's, which
+    accelerator pools wait for)."""
+    local = [c for c in check_local(cfg) if not c.ok]
     try:
         google = google or Google.from_environment(cfg.gcp.project)
     except Exception as err:  # no credentials: the provider would fail the same way, but later
-        return [Check("credentials", False, f"no Google credentials ({str(err).splitlines()[0][:120]}): run "
-                                            "gcloud auth application-default login")]
-    return [c for c in check_google(google, cfg, stack) if not c.ok]
+        return [*local, Check("credentials", False, f"no Google credentials ({str(err).splitlines()[0][:120]}): "
+                                                    "run gcloud auth application-default login")]
+    return local + [c for c in check_google(google, cfg, stack) if not c.ok]
 
 
 def gate_message(failed: Iterable[Check]) -> str:

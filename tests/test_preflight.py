@@ -16,6 +16,7 @@ from components import catalog, limits, preflight
 from components.config import ConfigError
 from tests import fakegoogle
 from tests.conftest import ROOT, fixture_stack, stack_document, write_stack
+from tests.engine_facts import MTP_READINGS
 from tests.fakehub import FakeFile, FakeHub, FakeRepo
 from tests.test_config import parse
 from tests.test_engines import K3_CONFIG
@@ -43,11 +44,28 @@ def hub():
         yield fake
 
 
+FAKE_GCLOUD = """#!/bin/bash
+[ "$1 $2" = "auth list" ] || exit 4
+printf '%s\\n' ${FAKE_GCLOUD_ACCOUNTS:-}
+"""
+"""`gcloud auth list --filter=status:ACTIVE --format=value(account)`: the active accounts, one a line."""
+
+
+def fake_gcloud(folder: Path) -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / "gcloud").write_text(FAKE_GCLOUD)
+    (folder / "gcloud").chmod(0o755)
+    return folder
+
+
 @pytest.fixture
 def run(google, hub, variants, monkeypatch, tmp_path, capsys):
     """Run the CLI as a user would (credentials and endpoints from the environment) against the fakes."""
     import huggingface_hub.constants
 
+    monkeypatch.setenv("PATH", f"{fake_gcloud(tmp_path / 'bin')}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_GCLOUD_ACCOUNTS", "builder@example.com")
+    monkeypatch.delenv(preflight.GCLOUD_TOKEN_FILE_ENV, raising=False)
     google.reset()
     hub.repos[REPO] = _repo(K3_CONFIG)
     monkeypatch.setenv(preflight.API_ROOT_ENV, google.url)
@@ -329,6 +347,30 @@ def test_an_architecture_the_engine_does_not_register(run, hub):
         in _only_failure(out)
 
 
+@pytest.mark.parametrize(("text_config", "layers"), MTP_READINGS)
+def test_the_plan_reads_the_mtp_layers_as_vllm_does(text_config, layers):
+    from components.geometry import _CheckGeometry
+
+    assert _CheckGeometry.observed({"text_config": text_config})["mtpLayers"] == layers
+
+
+def test_mtp_on_a_checkpoint_without_mtp_layers(run, hub, tmp_path):
+    """model.speculative=mtp with model.mtpLayers set: the revision's config.json must have the layers (vLLM divides
+    by their count at start); a checkpoint without them is one line naming the key, its value and what is valid."""
+    mtp = write_stack(tmp_path, "mtp", {**stack_document("gpu3")["config"], "kimi-k3-1:model.speculative": "mtp",
+                                        "kimi-k3-1:model.mtpLayers": 1})
+    text = {k: v for k, v in K3_CONFIG["text_config"].items() if k != "num_nextn_predict_layers"}
+    hub.repos[REPO] = _repo(dict(K3_CONFIG, text_config=text), commit="c" * 40)
+    code, out = run(stack=mtp)
+    assert code == 1
+    assert _only_failure(out) == ("FAIL checkpoint: config.json text_config.num_nextn_predict_layers is 0: the "
+                                  "checkpoint has no MTP layers for model.speculative=mtp (vLLM needs 1 or more): use "
+                                  "off or dflash")
+    hub.repos[REPO] = _repo(dict(K3_CONFIG, text_config={**text, "num_nextn_predict_layers": 1}), commit="d" * 40)
+    code, out = run(stack=mtp)
+    assert code == 0, out
+
+
 def test_a_tpu_stack_asks_for_its_slices_hosts(run, google, tpu):
     """Ironwood: the reservation in the TPU zone must hold tpu7x VMs for every host of every slice."""
     google.state["reservations"] = {"us-central1-c": {"test-tpu7x-reservation": {
@@ -345,6 +387,42 @@ def test_a_tpu_stack_asks_for_its_slices_hosts(run, google, tpu):
     assert code == 1
     assert "has 7 free hosts of 7, the stack asks for 8: set tpu.slices to 1" in _only_failure(out)
     assert any(line.startswith("`pulumi up` would fail at tpu-0 about ") for line in out)
+
+
+@pytest.mark.parametrize(("path", "accounts", "line"), [
+    ("bin-only", "builder@example.com", "local tools: gcloud is not on PATH: install the Google Cloud CLI "
+                                        "(https://cloud.google.com/sdk/docs/install); pulumi up runs `gcloud builds "
+                                        "submit` for the TPU engine image"),
+    ("fake", "", "local tools: gcloud has no active account: run gcloud auth login (the TPU engine image's build "
+                 "runs as gcloud's account, not as the Application Default Credentials;"),
+])
+def test_a_machine_that_cannot_run_the_engine_build_is_one_line(run, google, tpu, tmp_path, monkeypatch, path,
+                                                                accounts, line):
+    """The TPU engine image's build runs on the machine of `pulumi up` (bash + gcloud as its logged-in account):
+    what that machine lacks is one line naming what to install or run, and `pulumi up`'s gate stops on it."""
+    google.state["reservations"] = {"us-central1-c": {"test-tpu7x-reservation": {
+        "kind": "compute#reservation", "name": "test-tpu7x-reservation", "zone": "us-central1-c", "status": "READY",
+        "specificReservationRequired": True,
+        "specificReservation": {"count": "8", "inUseCount": "0",
+                                "instanceProperties": {"machineType": "tpu7x-standard-4t"}}}}}
+    code, out = run(stack=fixture_stack("tpu"), plan=tpu.folder)
+    assert code == 0, out
+    assert any(l.startswith("ok   local tools: gcloud ") and "active account builder@example.com" in l for l in out)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty if path == "bin-only" else tmp_path / "bin"))
+    monkeypatch.setenv("FAKE_GCLOUD_ACCOUNTS", accounts)
+    code, out = run(stack=fixture_stack("tpu"), plan=tpu.folder)
+    assert code == 1
+    assert _only_failure(out).startswith("FAIL " + line), out
+    failed = preflight.gate(parse("tpu"), "tpu", preflight.Google.from_environment("p"))
+    assert [c.name for c in failed] == ["local tools"]
+    assert "nothing was created" in preflight.gate_message(failed)
+
+
+def test_a_gpu_stack_runs_nothing_on_this_machine(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert preflight.check_local(parse("gpu3")) == []
 
 
 def test_tpu_chips_reserved_need_no_quota_and_spot_names_its_chips(run, google, tpu, tmp_path):

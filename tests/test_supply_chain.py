@@ -307,22 +307,35 @@ case "$1 $2" in
     if [ -f "$FAKE_STATE/pushed" ]; then printf '%s\\n' "$(cat "$FAKE_STATE/pushed")"; else
       echo "ERROR: (gcloud.artifacts.docker.images.describe) Image not found" >&2; exit 1; fi;;
   "builds submit") [ -f cloudbuild.yaml ] && [ -f Dockerfile ] || exit 3
+    if [ -n "${FAKE_PUSHED_BY_OTHER:-}" ]; then echo "${FAKE_DIGEST}" > "$FAKE_STATE/pushed"; exit 1; fi
+    refused=$(grep -c "^builds submit" "$FAKE_STATE/calls")
+    if [ "$refused" -le "${FAKE_REFUSALS:-0}" ]; then
+      echo "ERROR: (gcloud.builds.submit) INVALID_ARGUMENT: could not resolve the service account" >&2; exit 1; fi
     echo "${FAKE_DIGEST}" > "$FAKE_STATE/pushed";;
   *) exit 4;;
 esac
 """
 
 
-def run_build(tmp_path, digest: str = "sha256:" + "ab" * 32):
+FAKE_SLEEP = """#!/bin/bash
+echo "sleep $*" >> "$FAKE_STATE/calls"
+"""
+
+
+def run_build(tmp_path, digest: str = "sha256:" + "ab" * 32, gcloud: bool = True, **fake: str):
     import os
     import subprocess
 
     bin_dir, state = tmp_path / "bin", tmp_path / "state"
     bin_dir.mkdir(exist_ok=True)
     state.mkdir(exist_ok=True)
-    (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
-    (bin_dir / "gcloud").chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_STATE": str(state), "FAKE_DIGEST": digest,
+    for name, text in (("gcloud", FAKE_GCLOUD if gcloud else None), ("sleep", FAKE_SLEEP)):
+        if text:
+            (bin_dir / name).write_text(text)
+            (bin_dir / name).chmod(0o755)
+    # /bin/bash by its path, so the fake bin directory alone decides whether gcloud is on PATH.
+    env = {"PATH": f"{bin_dir}" if not gcloud else f"{bin_dir}:/usr/bin:/bin", "FAKE_STATE": str(state),
+           "FAKE_DIGEST": digest, **{f"FAKE_{k.upper()}": v for k, v in fake.items()},
            "PROJECT": "p", "REGION": "us-central1", "REPOSITORY": "us-central1-docker.pkg.dev/p/c-engine",
            "BASE": "docker.io/library/python:3.12-slim", "LOCK_SHA256": engineimage.lock_sha256(),
            "TAG": engineimage.image_tag("docker.io/library/python:3.12-slim"),
@@ -355,3 +368,37 @@ def test_the_build_command_builds_once_and_prints_only_the_digest(tmp_path):
 def test_the_build_command_fails_without_a_digest(tmp_path):
     proc, _ = run_build(tmp_path, digest="not-a-digest")
     assert proc.returncode == 1 and proc.stdout == "" and "no digest for" in proc.stderr
+
+
+def test_a_build_refused_while_its_new_identity_propagates_is_submitted_again(tmp_path):
+    """First `up`: the builder account and its grants are a moment old and the first submission is refused before
+    it runs; the script waits and submits again (bounded), and stdout is still the digest alone."""
+    proc, calls = run_build(tmp_path, refusals="1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "sha256:" + "ab" * 32
+    assert [c.split()[0] for c in calls if c.split()[0] in ("builds", "sleep")] == ["builds", "sleep", "builds"]
+    assert f"sleep {engineimage.SUBMIT_RETRY_WAIT_S}" in calls
+
+
+def test_a_build_that_keeps_failing_ends_with_one_line_and_no_digest(tmp_path):
+    proc, calls = run_build(tmp_path, refusals="9")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert len([c for c in calls if c.startswith("builds submit")]) == engineimage.SUBMIT_TRIES
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(engineimage.FAILURE_PREFIX + "gcloud builds submit exited 1") and "gcloud builds list" in last
+
+
+def test_a_rerun_takes_the_digest_an_interrupted_up_pushed_meanwhile(tmp_path):
+    """Ctrl-C ends gcloud, not the build: the rerun's own push then fails on the immutable tag the earlier build
+    pushed, and the script takes that digest instead of failing."""
+    proc, calls = run_build(tmp_path, pushed_by_other="1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "sha256:" + "ab" * 32
+    assert len([c for c in calls if c.startswith("builds submit")]) == 1
+
+
+def test_no_gcloud_on_path_is_one_line(tmp_path):
+    proc, _ = run_build(tmp_path, gcloud=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip() == (engineimage.FAILURE_PREFIX + "gcloud is not on PATH: install the Google Cloud CLI "
+                                   "(https://cloud.google.com/sdk/docs/install) and run pulumi up again")

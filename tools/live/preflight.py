@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None, google: Optional[preflight.Google] =
             print(f"error: no Google credentials ({str(err).splitlines()[0][:160]}): run `gcloud auth "
                   f"application-default login` or set {preflight.TOKEN_ENV}", file=sys.stderr)
             return EXIT_USAGE
-    checks = preflight.check_google(google, cfg, stack)
+    checks = preflight.check_local(cfg) + preflight.check_google(google, cfg, stack)
     checks += preflight.check_hub(cfg, os.environ.get("HF_TOKEN"), os.environ.get("HF_ENDPOINT"),
                                   args.request_timeout)
     for check in checks:
