@@ -41,6 +41,15 @@ SOURCE_PREFIX = "engine-image/"
 LOCK_LABEL = "kimi-k3-1.lock-sha256"
 """The image label that carries the lock's sha256 (components/locks/Dockerfile)."""
 
+POD_COMMANDS = ("bash", "getent", "awk", "vllm")
+"""What the TPU pods' script runs (components/modelservers.py: `/bin/bash -c`, the leader lookup with getent and
+awk, `exec vllm serve`); the Dockerfile's last check fails the build when one is not on PATH. `vllm` is the
+console script of the vllm-torchtpu wheel (its entry_points.txt: `vllm = vllm.entrypoints.cli.main:main`)."""
+TORCH_AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+"""torch-tpu registers itself under `torch.backends` (its entry_points.txt: `torch_tpu = torch_tpu._loader:load`),
+so a bare `import torch` loads it (https://docs.pytorch.org/tutorials/unstable/python_extension_autoload.html); the
+build's check turns that off, the pods keep it on."""
+
 BUILDER_ROLES = {
     "repository": "roles/artifactregistry.writer",
     "project": "roles/logging.logWriter",

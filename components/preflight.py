@@ -757,11 +757,6 @@ access_token_file): with it gcloud needs no logged-in account."""
 BUILD_STEP = "engine-image-build"
 
 
-def builds_engine_image(cfg: StackConfig) -> bool:
-    """The stacks that run the engine image's build on the machine of `pulumi up` (stacks/tpu.py)."""
-    return cfg.track == "tpu" and cfg.tpu.engine == "vllm-torchtpu"
-
-
 def check_local(cfg: StackConfig, which: Callable[[str], Optional[str]] | None = None,
                 run: Callable[..., Any] | None = None, timeout: float = REQUEST_TIMEOUT_S) -> list[Check]:
     """What `pulumi up` runs on this machine: the TPU engine image's build is a local command
@@ -771,6 +766,7 @@ def check_local(cfg: StackConfig, which: Callable[[str], Optional[str]] | None =
     import subprocess
 
     from .engineimage import BUILD_INTERPRETER
+    from .loading import builds_engine_image
 
     if not builds_engine_image(cfg):
         return []

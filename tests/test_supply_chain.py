@@ -402,3 +402,88 @@ def test_no_gcloud_on_path_is_one_line(tmp_path):
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.strip() == (engineimage.FAILURE_PREFIX + "gcloud is not on PATH: install the Google Cloud CLI "
                                    "(https://cloud.google.com/sdk/docs/install) and run pulumi up again")
+
+
+# --------------------------------------------------------------------------- the build's files as Cloud Build reads them
+BUILD_SCHEMA = "https://cloud.google.com/build/docs/build-config-file-schema"
+BUILD_KEYS = {"steps", "timeout", "queueTtl", "logsBucket", "options", "substitutions", "tags", "serviceAccount",
+              "secrets", "availableSecrets", "artifacts", "images"}
+"""Top-level keys of a build config (BUILD_SCHEMA, "Structure of a build config file"; the package keys
+mavenArtifacts/pythonPackages/npmPackages are left out: this build has none)."""
+STEP_KEYS = {"name", "args", "env", "allowFailure", "allowExitCodes", "dir", "id", "waitFor", "entrypoint",
+             "secretEnv", "volumes", "timeout", "script", "automapSubstitutions"}
+OPTION_KEYS = {"env", "secretEnv", "volumes", "sourceProvenanceHash", "machineType", "diskSizeGb",
+               "substitutionOption", "dynamicSubstitutions", "automapSubstitutions", "logStreamingOption", "logging",
+               "defaultLogsBucketBehavior", "pool", "requestedVerifyOption"}
+MACHINE_TYPES = {"UNSPECIFIED", "N1_HIGHCPU_8", "N1_HIGHCPU_32", "E2_HIGHCPU_8", "E2_HIGHCPU_32", "E2_MEDIUM",
+                 "E2_STANDARD_2"}
+"""BuildOptions.MachineType (https://cloud.google.com/build/docs/api/reference/rest/v1/projects.builds#machinetype)."""
+USER_SA_LOGGING = {"CLOUD_LOGGING_ONLY", "NONE"}
+"""A build run as a user-specified service account needs logsBucket or one of these logging modes (BUILD_SCHEMA,
+serviceAccount; https://cloud.google.com/build/docs/securing-builds/configure-user-specified-service-accounts)."""
+
+
+def test_the_build_config_is_cloud_builds_schema_and_matches_the_command():
+    config = yaml.safe_load(engineimage.BUILD_CONFIG.read_text())
+    assert set(config) <= BUILD_KEYS, set(config) - BUILD_KEYS
+    assert config["steps"] and all(set(step) <= STEP_KEYS and "name" in step for step in config["steps"])
+    assert set(config["options"]) <= OPTION_KEYS
+    assert config["options"]["machineType"] in MACHINE_TYPES
+    # `gcloud builds submit --service-account`: the logs go to Cloud Logging, or a bucket of the user's.
+    assert "--service-account" in engineimage.build_script()
+    assert config.get("logsBucket") or config["options"]["logging"] in USER_SA_LOGGING
+    assert re.fullmatch(r"\d+s", config["timeout"])
+    # User substitutions: `_` then upper-case letters, digits and `_`; with the default MUST_MATCH every one the
+    # command passes must be used and every one used must be passed (BUILD_SCHEMA, substitutionOption).
+    used = set(re.findall(r"\$\{(_[A-Z0-9_]+)\}", engineimage.BUILD_CONFIG.read_text()))
+    [passed] = re.findall(r'--substitutions "([^"]+)"', engineimage.build_script())
+    assert used == {pair.split("=", 1)[0] for pair in passed.split(",")}
+    assert "substitutionOption" not in config["options"]
+    # The docker step's --build-arg names are the Dockerfile's ARGs, and it builds the tag it pushes.
+    [step] = config["steps"]
+    assert step["name"] == "gcr.io/cloud-builders/docker" and step["args"][0] == "build"
+    args = [step["args"][i + 1].split("=", 1)[0] for i, a in enumerate(step["args"]) if a == "--build-arg"]
+    assert set(args) == set(re.findall(r"^ARG (\w+)", engineimage.DOCKERFILE.read_text(), re.M))
+    assert step["args"][step["args"].index("-t") + 1] == config["images"][0] == "${_IMAGE}"
+
+
+def test_the_lock_is_what_pips_own_parser_accepts_in_hash_checking_mode():
+    """pip's requirements-file parser over the lock: every requirement carries a sha256, and every one is pinned
+    with `==` or is a direct URL, the two forms --require-hashes accepts (pip's prepare step raises HashUnpinned
+    for `not req.is_direct and not req.is_pinned`: https://github.com/pypa/pip/blob/23.2.1/src/pip/_internal/
+    operations/prepare.py). The direct URLs (the CPU torch builds) are https wheels, so --only-binary holds."""
+    from pip._internal.network.session import PipSession
+    from pip._internal.req.constructors import install_req_from_parsed_requirement
+    from pip._internal.req.req_file import parse_requirements
+
+    reqs = [install_req_from_parsed_requirement(p)
+            for p in parse_requirements(str(engineimage.LOCK), session=PipSession())]
+    assert len(reqs) > 100
+    assert not [r.name for r in reqs if not r.hash_options.get("sha256")]
+    assert not [r.name for r in reqs if not (r.is_pinned or r.is_direct)]
+    direct = {r.name: r.link.url for r in reqs if r.is_direct}
+    assert set(direct) == {"torch", "torchvision"}
+    assert all(url.startswith("https://download.pytorch.org/whl/cpu/") and url.endswith(".whl")
+               for url in direct.values())
+
+
+def test_the_image_has_what_the_tpu_pods_run(tpu):
+    """The pods run `/bin/bash -c` a script that looks the leader up with getent and awk and execs `vllm serve`;
+    the build fails unless each is on PATH in the image (the Dockerfile's last check), and Python's stdout is
+    unbuffered there."""
+    dockerfile = engineimage.DOCKERFILE.read_text()
+    [tools] = re.findall(r"for tool in ([\w ]+); do command -v", dockerfile)
+    assert tuple(tools.split()) == engineimage.POD_COMMANDS
+    assert "ENV PYTHONUNBUFFERED=1" in dockerfile
+    assert f'{engineimage.TORCH_AUTOLOAD_ENV}=0 python3 -c "import importlib.metadata as m, torch' in dockerfile
+    [lws] = [m for m in tpu.manifests if m["kind"] == "LeaderWorkerSet"]
+    for template in ("leaderTemplate", "workerTemplate"):
+        [container] = lws["spec"]["leaderWorkerTemplate"][template]["spec"]["containers"]
+        assert container["command"][0] == "/bin/bash"
+        script = container["args"][0]
+        assert re.findall(r"^exec (\S+)", script, re.M) == ["vllm"]
+        for tool in ("getent", "awk"):
+            assert tool in script
+        # The image keeps its base's root user (components/hardening.py ROOT_IMAGES): nothing asks for another.
+        context = container.get("securityContext") or {}
+        assert "runAsUser" not in context and not context.get("readOnlyRootFilesystem")
