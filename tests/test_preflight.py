@@ -213,31 +213,31 @@ def _quota(google, metric: str) -> dict:
     return next(q for q in google.state["quotas"] if q["metric"] == metric)
 
 
-@pytest.mark.parametrize(("metric", "usage", "line"), [
-    ("HDML_TOTAL_THROUGHPUT", 100000.0,
+@pytest.mark.parametrize(("metric", "quota", "line", "fails_at"), [
+    ("HDML_TOTAL_THROUGHPUT", {"usage": 100000.0},
      "HDML_TOTAL_THROUGHPUT in us-central1: 100000 free of 200000, the stack needs 115200 for the Hyperdisk ML volume "
-     "(115200 MiB/s, storage.throughputMiBps)"),
-    ("HDML_TOTAL_GB", 3000.0,
+     "(115200 MiB/s, storage.throughputMiBps)", "weights-volume"),
+    ("HDML_TOTAL_GB", {"usage": 3000.0},
      "HDML_TOTAL_GB in us-central1: 1000 free of 4000, the stack needs 1800 for the Hyperdisk ML volume (1800 GiB, "
-     "storage.volumeSizeGi)"),
-])
-def test_a_short_hyperdisk_ml_quota_names_the_key(run, google, metric, usage, line):
-    """The volume's provisioned throughput and size against the region's Hyperdisk ML quotas; `up` would fail at
-    the volume, with the CPU pools and the cluster billing by then."""
-    _quota(google, metric)["usage"] = usage
+     "storage.volumeSizeGi)", "weights-volume"),
+    # 48 accelerator nodes x 500 GB hyperdisk-balanced boot disks (compute v1 Quota.metric HDB_TOTAL_GB).
+    ("HDB_TOTAL_GB", {"limit": 30000.0, "usage": 10000.0},
+     "HDB_TOTAL_GB in us-central1: 20000 free of 30000, the stack needs 24000 for the hyperdisk-balanced boot "
+     "disks (500 GB per accelerator node, gpu.slices)", "gpu-0 "),
+    # The staging NAT takes one static address per staging VM (gpu3: 3 VMs).
+    ("STATIC_ADDRESSES", {"limit": 8.0, "usage": 6.0},
+     "STATIC_ADDRESSES in us-central1: 2 free of 8, the stack needs 3 for Cloud NAT: one static address per "
+     "staging VM (storage.stagingPods)", "net-staging-ip-"),
+], ids=["hdml-throughput", "hdml-size", "boot-disks", "nat-addresses"])
+def test_a_short_regional_quota_names_what_needs_it(run, google, metric, quota, line, fails_at):
+    """What the stack adds in the region against each quota: the one failure names the metric, the free and needed
+    amounts and the key that sets them, and the cost line names the resource `up` would first fail at (the boot
+    disks: the first accelerator pool)."""
+    _quota(google, metric).update(quota)
     code, out = run()
     assert code == 1
     assert line in _only_failure(out)
-    assert any(line.startswith("`pulumi up` would fail at weights-volume") for line in out), out
-
-
-def test_short_hyperdisk_balanced_for_the_boot_disks(run, google):
-    """48 accelerator nodes x 500 GB hyperdisk-balanced boot disks against HDB_TOTAL_GB (compute v1 Quota.metric)."""
-    _quota(google, "HDB_TOTAL_GB").update(limit=30000.0, usage=10000.0)
-    code, out = run()
-    assert code == 1
-    assert "HDB_TOTAL_GB in us-central1: 20000 free of 30000, the stack needs 24000 for the hyperdisk-balanced boot " \
-           "disks (500 GB per accelerator node, gpu.slices)" in _only_failure(out)
+    assert any(printed.startswith(f"`pulumi up` would fail at {fails_at}") for printed in out), out
 
 
 def test_a_region_without_hyperdisk_ml_metrics_is_a_note(run, google):
@@ -247,16 +247,6 @@ def test_a_region_without_hyperdisk_ml_metrics_is_a_note(run, google):
     assert any("Hyperdisk ML MiB/s: regions.get reports no HDML_*_THROUGHPUT metric in us-central1; check 115200 "
                "MiB/s on the Quotas page" in line for line in out)
     assert any("Hyperdisk ML GiB: regions.get reports no HDML_*_GB metric" in line for line in out)
-
-
-def test_cloud_nat_addresses_short(run, google):
-    """The staging NAT takes one static address per staging VM (gpu3: 3 VMs)."""
-    _quota(google, "STATIC_ADDRESSES").update(limit=8.0, usage=6.0)
-    code, out = run()
-    assert code == 1
-    assert "STATIC_ADDRESSES in us-central1: 2 free of 8, the stack needs 3 for Cloud NAT: one static address per " \
-           "staging VM (storage.stagingPods)" in _only_failure(out)
-    assert any(line.startswith("`pulumi up` would fail at net-staging-ip-") for line in out), out
 
 
 def test_cloud_nat_ports_per_vm_against_its_addresses(run, monkeypatch):
