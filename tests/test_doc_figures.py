@@ -143,3 +143,20 @@ def test_stack_file_headers_name_the_engines_that_run(plans, path):
     if path == "Pulumi.yaml" or path == "Pulumi.tpu.yaml":
         assert engines["tpu"] in head, f"{path} does not name the TPU engine {engines['tpu']!r}"
     assert "SGLang" not in head, f"{path} names SGLang, which the committed stacks do not run"
+
+
+def _pins(path) -> int:
+    """Requirement lines of a pip requirements file: each package once (`name==version` or `name @ url`)."""
+    return sum(1 for line in (ROOT / path).read_text().splitlines() if re.match(r"[A-Za-z0-9][\w.-]* ?(==|@)", line))
+
+
+@pytest.mark.parametrize(("doc", "stated", "path"), [
+    ("docs/architecture.md", r"`requirements-engines\.txt` \((\d+) pins", "requirements-engines.txt"),
+    ("docs/architecture.md", r"`requirements-engines-tpu\.txt` \((\d+) pins", "requirements-engines-tpu.txt"),
+    ("docs/versions.md", r"\| vLLM-TorchTPU and dependencies \| (\d+) packages", "components/locks/vllm-torchtpu.txt"),
+])
+def test_stated_pin_counts_are_the_files(doc, stated, path):
+    """Package counts written by hand next to a requirements file or lock are that file's."""
+    m = re.search(stated, (ROOT / doc).read_text())
+    assert m, f"{doc} no longer states the count of {path} in the form the test reads"
+    assert int(m.group(1)) == _pins(path), f"{doc} says {m.group(1)} for {path}, which has {_pins(path)}"
