@@ -113,7 +113,8 @@ def build_script() -> str:
     Rerun after an interrupted `up` (Ctrl-C ends gcloud, not the build it submitted, and the command is recorded
     as not created): the tag is looked up again first, and a submission that fails because an earlier build pushed
     the tag meanwhile (the repository's tags are immutable) takes that build's digest. Every failure exits non-zero
-    with one last line, FAILURE_PREFIX + what to do. tests/test_supply_chain.py runs it against a fake gcloud."""
+    with one line, FAILURE_PREFIX + gcloud's own last ERROR line + what to do; gcloud's other output is dropped
+    (it would land in the command's recorded stderr). tests/test_supply_chain.py runs it against a fake gcloud."""
     return "\n".join([
         "set -euo pipefail",
         'image="$REPOSITORY/' + IMAGE_NAME + ':$TAG"',
@@ -123,19 +124,21 @@ def build_script() -> str:
         'digest() { gcloud artifacts docker images describe "$image" --project "$PROJECT" --quiet '
         "--format='value(image_summary.digest)' 2>/dev/null; }",
         'found=$(digest) || found=""',
+        "log=$(mktemp); trap 'rm -f \"$log\"' EXIT",
         "try=0",
         'while [ -z "$found" ]; do',
         "  try=$((try + 1)); start=$SECONDS; status=0",
         '  gcloud builds submit . --project "$PROJECT" --region "$REGION" --config cloudbuild.yaml '
         '--service-account "projects/$PROJECT/serviceAccounts/$BUILDER" '
         '--gcs-source-staging-dir "gs://$BUCKET/' + SOURCE_PREFIX + 'source" --suppress-logs --quiet '
-        '--substitutions "_IMAGE=$image,_BASE=$BASE,_LOCK_SHA256=$LOCK_SHA256" >&2 || status=$?',
+        '--substitutions "_IMAGE=$image,_BASE=$BASE,_LOCK_SHA256=$LOCK_SHA256" >"$log" 2>&1 || status=$?',
+        "  why=$(grep '^ERROR:' \"$log\" | tail -n 1 | cut -c1-300) || why=''",
         '  found=$(digest) || found=""',
         '  [ -n "$found" ] && break',
         '  if [ "$status" = 0 ]; then fail "the build succeeded but $image has no digest: '
         'gcloud artifacts docker images list $REPOSITORY --project $PROJECT"; fi',
         f'  if [ "$try" -ge {SUBMIT_TRIES} ] || [ $((SECONDS - start)) -ge {SUBMIT_RETRY_WINDOW_S} ]; then',
-        '    fail "gcloud builds submit exited $status (try $try): its log is in Cloud Logging, '
+        '    fail "gcloud builds submit exited $status (try $try${why:+, $why}): its log is in Cloud Logging, '
         'gcloud builds list --project $PROJECT --region $REGION --limit 3; fix it and run pulumi up again"',
         "  fi",
         f'  echo "build refused after $((SECONDS - start)) s (new service account or grants not in effect yet?): '

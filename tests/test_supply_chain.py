@@ -385,7 +385,10 @@ def test_a_build_that_keeps_failing_ends_with_one_line_and_no_digest(tmp_path):
     assert proc.returncode == 1 and proc.stdout == ""
     assert len([c for c in calls if c.startswith("builds submit")]) == engineimage.SUBMIT_TRIES
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(engineimage.FAILURE_PREFIX + "gcloud builds submit exited 1") and "gcloud builds list" in last
+    assert proc.stderr.count(engineimage.FAILURE_PREFIX) == 1
+    assert last.startswith(engineimage.FAILURE_PREFIX + "gcloud builds submit exited 1 (try 3, ERROR: (gcloud.builds."
+                           "submit) INVALID_ARGUMENT: could not resolve the service account)")
+    assert "gcloud builds list" in last
 
 
 def test_a_rerun_takes_the_digest_an_interrupted_up_pushed_meanwhile(tmp_path):
