@@ -361,18 +361,25 @@ def test_mtp_on_a_checkpoint_without_mtp_layers(run, hub, tmp_path):
     assert code == 0, out
 
 
-def test_a_tpu_stack_asks_for_its_slices_hosts(run, google, tpu):
-    """Ironwood: the reservation in the TPU zone must hold tpu7x VMs for every host of every slice."""
-    google.state["reservations"] = {"us-central1-c": {"test-tpu7x-reservation": {
+def _tpu7x_reservation(google, hosts: int = 8) -> dict:
+    """The TPU fixture stack's reservation in its zone: SPECIFIC, READY, `hosts` tpu7x-standard-4t VMs free."""
+    reservation = {
         "kind": "compute#reservation", "name": "test-tpu7x-reservation", "zone": "us-central1-c", "status": "READY",
         "specificReservationRequired": True,
-        "specificReservation": {"count": "8", "inUseCount": "0",
-                                "instanceProperties": {"machineType": "tpu7x-standard-4t"}}}}}
+        "specificReservation": {"count": str(hosts), "inUseCount": "0",
+                                "instanceProperties": {"machineType": "tpu7x-standard-4t"}}}
+    google.state["reservations"] = {"us-central1-c": {"test-tpu7x-reservation": reservation}}
+    return reservation
+
+
+def test_a_tpu_stack_asks_for_its_slices_hosts(run, google, tpu):
+    """Ironwood: the reservation in the TPU zone must hold tpu7x VMs for every host of every slice."""
+    _tpu7x_reservation(google)
     code, out = run(stack=fixture_stack("tpu"), plan=tpu.folder)
     assert code == 0, out
     assert any("test-tpu7x-reservation in us-central1-c: SPECIFIC, tpu7x-standard-4t, 8 of 8 hosts free, 8 asked"
                in line for line in out)
-    google.state["reservations"]["us-central1-c"]["test-tpu7x-reservation"]["specificReservation"]["count"] = "7"
+    _tpu7x_reservation(google, hosts=7)
     code, out = run(stack=fixture_stack("tpu"), plan=tpu.folder)
     assert code == 1
     assert "has 7 free hosts of 7, the stack asks for 8: set tpu.slices to 1" in _only_failure(out)
@@ -390,14 +397,11 @@ def test_a_machine_that_cannot_run_the_engine_build_is_one_line(run, google, tpu
                                                                 accounts, line):
     """The TPU engine image's build runs on the machine of `pulumi up` (bash + gcloud as its logged-in account):
     what that machine lacks is one line naming what to install or run, and `pulumi up`'s gate stops on it."""
-    google.state["reservations"] = {"us-central1-c": {"test-tpu7x-reservation": {
-        "kind": "compute#reservation", "name": "test-tpu7x-reservation", "zone": "us-central1-c", "status": "READY",
-        "specificReservationRequired": True,
-        "specificReservation": {"count": "8", "inUseCount": "0",
-                                "instanceProperties": {"machineType": "tpu7x-standard-4t"}}}}}
+    _tpu7x_reservation(google)
     code, out = run(stack=fixture_stack("tpu"), plan=tpu.folder)
     assert code == 0, out
-    assert any(l.startswith("ok   local tools: gcloud ") and "active account builder@example.com" in l for l in out)
+    assert any(printed.startswith("ok   local tools: gcloud ") and "active account builder@example.com" in printed
+               for printed in out)
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty if path == "bin-only" else tmp_path / "bin"))
@@ -418,11 +422,7 @@ def test_a_gpu_stack_runs_nothing_on_this_machine(monkeypatch, tmp_path):
 def test_tpu_chips_reserved_need_no_quota_and_spot_names_its_chips(run, google, tpu, tmp_path):
     """tpu7x: chips from the reservation need no TPU quota; Spot needs the region's preemptible TPU7x quota, which
     regions.get does not report, so the line names the chips to check."""
-    google.state["reservations"] = {"us-central1-c": {"test-tpu7x-reservation": {
-        "kind": "compute#reservation", "name": "test-tpu7x-reservation", "zone": "us-central1-c", "status": "READY",
-        "specificReservationRequired": True,
-        "specificReservation": {"count": "8", "inUseCount": "0",
-                                "instanceProperties": {"machineType": "tpu7x-standard-4t"}}}}}
+    _tpu7x_reservation(google)
     code, out = run(stack=fixture_stack("tpu"), plan=tpu.folder)
     assert code == 0, out
     assert any("tpu7x: 32 chips come from reservation test-tpu7x-reservation, which needs no TPU quota" in line
