@@ -407,7 +407,7 @@ def test_no_gcloud_on_path_is_one_line(tmp_path):
                                    "(https://cloud.google.com/sdk/docs/install) and run pulumi up again")
 
 
-# --------------------------------------------------------------------------- the build's files as Cloud Build reads them
+# -------------------------------------------------------------------------- the build's files as Cloud Build reads them
 BUILD_SCHEMA = "https://cloud.google.com/build/docs/build-config-file-schema"
 BUILD_KEYS = {"steps", "timeout", "queueTtl", "logsBucket", "options", "substitutions", "tags", "serviceAccount",
               "secrets", "availableSecrets", "artifacts", "images"}
