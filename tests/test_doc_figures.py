@@ -160,3 +160,42 @@ def test_stated_pin_counts_are_the_files(doc, stated, path):
     m = re.search(stated, (ROOT / doc).read_text())
     assert m, f"{doc} no longer states the count of {path} in the form the test reads"
     assert int(m.group(1)) == _pins(path), f"{doc} says {m.group(1)} for {path}, which has {_pins(path)}"
+
+
+def _capacity_row(label: str) -> tuple[str, str]:
+    """(GPU cell, TPU cell) of docs/capacity.md's "Per replica" table row that starts with `label`."""
+    text = (ROOT / "docs" / "capacity.md").read_text().split("## Per replica", 1)[1]
+    row = next((line for line in text.splitlines() if line.startswith(f"| {label}")), None)
+    assert row, f"docs/capacity.md's per-replica table has no row {label!r}"
+    cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+    return cells[1], cells[2]
+
+
+def _number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def test_the_capacity_tables_hand_figures_are_the_models():
+    """docs/capacity.md writes the per-replica figures out with their arithmetic; the results are the capacity
+    model's on the committed shape (the fixture stacks' config): blocks per engine, blocks of one full-context
+    request, lruCapacityPerServer, and --max-num-seqs."""
+    from components import capacity
+    from tests.test_config import parse
+
+    gpu, tpu = capacity.serving_capacity(parse("gpu")), capacity.serving_capacity(parse("tpu"))
+    gpu_cell, tpu_cell = _capacity_row("blocks per engine")
+    assert _number(re.match(r"([\d,]+) of", gpu_cell).group(1)) == gpu.blocks_per_engine, gpu_cell
+    assert _number(re.match(r"([\d,]+) of", tpu_cell).group(1)) == tpu.blocks_per_engine, tpu_cell
+    gpu_cell, tpu_cell = _capacity_row("one full-context request")
+    assert _number(re.search(r"= ([\d,]+) blocks", gpu_cell).group(1)) == gpu.blocks_per_sequence, gpu_cell
+    assert _number(re.search(r"= ([\d,]+) blocks", tpu_cell).group(1)) == tpu.blocks_per_sequence, tpu_cell
+    gpu_cell, tpu_cell = _capacity_row("`lruCapacityPerServer`")
+    assert _number(re.search(r"\*\*([\d,]+)\*\*", gpu_cell).group(1)) == gpu.lru_capacity_per_server, gpu_cell
+    assert _number(re.search(r"\*\*([\d,]+)\*\*", tpu_cell).group(1)) == tpu.lru_capacity_per_server, tpu_cell
+    doc = (ROOT / "docs" / "capacity.md").read_text()
+    stated = re.search(r"\*\*`--max-num-seqs` \(GPU, both roles\): (\d+)\*\* = ([\d,]+) blocks // (\d+) groups", doc)
+    assert stated, "docs/capacity.md no longer states GPU --max-num-seqs in the form the test reads"
+    decode = capacity.decode_capacity(parse("gpu"))
+    assert (int(stated.group(1)), _number(stated.group(2))) == (gpu.max_running, gpu.blocks_per_engine)
+    assert decode.max_running == gpu.max_running
+    assert gpu.max_running == gpu.blocks_per_engine // int(stated.group(3))
