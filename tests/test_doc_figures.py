@@ -199,3 +199,19 @@ def test_the_capacity_tables_hand_figures_are_the_models():
     assert (int(stated.group(1)), _number(stated.group(2))) == (gpu.max_running, gpu.blocks_per_engine)
     assert decode.max_running == gpu.max_running
     assert gpu.max_running == gpu.blocks_per_engine // int(stated.group(3))
+
+
+def test_the_seeds_32_sessions_figures_are_the_models():
+    """The GPU figures docs/capacity.md and docs/seed-vs-reality.md repeat in prose (blocks per engine and per
+    request, the blocks to spare, the non-weight HBM above which an engine admits one request fewer)."""
+    from components import capacity
+    from tests.test_config import parse
+
+    gpu = capacity.serving_capacity(parse("gpu"))
+    spare = gpu.blocks_per_engine - gpu.sequences_per_engine * gpu.blocks_per_sequence
+    ceiling = f"{gpu.non_weight_ceiling_bytes / 1e9:.1f} GB"
+    cap = " ".join((ROOT / "docs" / "capacity.md").read_text().split())
+    seed = " ".join((ROOT / "docs" / "seed-vs-reality.md").read_text().split())
+    assert f"with {spare} blocks to spare per engine: a non-weight reservation above about {ceiling} per GPU" in cap
+    assert f"({gpu.blocks_per_engine} blocks, {gpu.blocks_per_sequence} per request)" in seed
+    assert f"with {spare} blocks to spare" in seed and f"non-weight HBM stays under ~{ceiling} per GPU" in seed
