@@ -20,6 +20,11 @@ EN_STAMP  := $(EN_VENV)/.installed
 # virtualenv (why CPython 3.11: requirements-engines-tpu.txt).
 ET_VENV   ?= .venv-engines-tpu
 ET_STAMP  := $(ET_VENV)/.installed
+# Both engine tiers need CPython 3.11 and a CPU build of torch 2.13.0: this machine kind carries that wheel for
+# cp311 (pip finds it through PIP_FIND_LINKS); elsewhere (GitHub's runners) set ENGINE_PYTHON to a 3.11 and
+# ENGINE_PIP_ARGS to PyTorch's CPU index (.github/workflows/preview.yml does), or pip takes the CUDA build.
+ENGINE_PYTHON   ?= $(PYTHON)
+ENGINE_PIP_ARGS ?=
 # How `make test` starts pytest (.ci/run wraps it to count the run's wall and CPU seconds).
 PYTEST    ?= $(PY) -m pytest
 
@@ -60,8 +65,9 @@ engines: $(EN_STAMP)
 
 $(EN_STAMP): requirements-engines.txt
 	@echo "building $(EN_VENV) from requirements-engines.txt (vLLM 0.33.0 on a CPU torch, about 2.1 GB; 2-10 min)"
-	$(PYTHON) -m venv $(EN_VENV)
-	$(EN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-engines.txt
+	$(ENGINE_PYTHON) -m venv $(EN_VENV)
+	$(EN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $(ENGINE_PIP_ARGS) \
+	  -r requirements-engines.txt
 	touch $(EN_STAMP)
 
 ## engines-tpu: the TPU half's virtualenv: requirements-engines-tpu.txt --no-deps, then the two vLLM-TorchTPU wheels of
@@ -70,8 +76,9 @@ engines-tpu: $(ET_STAMP)
 
 $(ET_STAMP): requirements-engines-tpu.txt requirements-engines-tpu-wheels.txt
 	@echo "building $(ET_VENV) from requirements-engines-tpu.txt (vLLM-TorchTPU 0.29.0 on a CPU torch, about 1.3 GB; 2-8 min)"
-	$(PYTHON) -m venv $(ET_VENV)
-	$(ET_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-engines-tpu.txt
+	$(ENGINE_PYTHON) -m venv $(ET_VENV)
+	$(ET_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $(ENGINE_PIP_ARGS) \
+	  -r requirements-engines-tpu.txt
 	$(ET_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --ignore-requires-python \
 	  --python-version 3.12 --only-binary=:all: --upgrade \
 	  --target "$$($(ET_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
