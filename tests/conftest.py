@@ -296,11 +296,18 @@ SHARED_FIXTURES = PLAN_FIXTURES | {"variants"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files that need none of the session's plans run first (their order otherwise kept), so the background
-    renders (tests/background.py) finish while the workers run the servers, signals and deadlines of the live
-    commands' tests, instead of a worker waiting on them from its first test."""
+    """Files that need none of the session's plans run first, so the background renders (tests/background.py)
+    finish while the workers run the servers, signals and deadlines of the live commands' tests, instead of a
+    worker waiting on them from its first test; within each group the files with the most tests go first (as
+    pytest-xdist's own reordering would place them), so the last file a worker takes is a short one. pytest-xdist
+    keeps this order only with `--no-loadscope-reorder` (pyproject.toml): by default `--dist loadfile` sorts every
+    file by its number of tests alone, which put tests/test_preflight.py (104 tests, all waiting for the variants)
+    first on one worker and left it idle for the whole render."""
     needs = {item.path for item in items if SHARED_FIXTURES & set(getattr(item, "fixturenames", ()))}
-    items.sort(key=lambda item: item.path in needs)
+    count: dict[Path, int] = {}
+    for item in items:
+        count[item.path] = count.get(item.path, 0) + 1
+    items.sort(key=lambda item: (item.path in needs, -count[item.path]))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
