@@ -295,19 +295,26 @@ def pytest_configure(config: pytest.Config) -> None:
 SHARED_FIXTURES = PLAN_FIXTURES | {"variants"}
 
 
+LONG_FILES = {"test_scan.py", "test_bench_cli.py", "test_benchmark_config.py", "test_plan_diff.py",
+              "test_lazy_packages.py", "test_workflows.py", "test_stage_weights.py", "test_bench.py"}
+"""Files of few tests that take long (checkov, actionlint, two-commit renders, whole-command deadlines; `.ci/run`
+prints the slowest tests): each goes first in its group, since a long file taken last by one worker is the wall
+while the other worker has nothing left. Order only: every test runs either way."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files that need none of the session's plans run first, so the background renders (tests/background.py)
     finish while the workers run the servers, signals and deadlines of the live commands' tests, instead of a
-    worker waiting on them from its first test; within each group the files with the most tests go first (as
-    pytest-xdist's own reordering would place them), so the last file a worker takes is a short one. pytest-xdist
-    keeps this order only with `--no-loadscope-reorder` (pyproject.toml): by default `--dist loadfile` sorts every
-    file by its number of tests alone, which put tests/test_preflight.py (104 tests, all waiting for the variants)
-    first on one worker and left it idle for the whole render."""
+    worker waiting on them from its first test; within each group the LONG_FILES, then the files with the most
+    tests go first (as pytest-xdist's own reordering would place them), so the last file a worker takes is a short
+    one. pytest-xdist keeps this order only with `--no-loadscope-reorder` (pyproject.toml): by default `--dist
+    loadfile` sorts every file by its number of tests alone, which put tests/test_preflight.py (104 tests, all
+    waiting for the variants) first on one worker and left it idle for the whole render."""
     needs = {item.path for item in items if SHARED_FIXTURES & set(getattr(item, "fixturenames", ()))}
     count: dict[Path, int] = {}
     for item in items:
         count[item.path] = count.get(item.path, 0) + 1
-    items.sort(key=lambda item: (item.path in needs, -count[item.path]))
+    items.sort(key=lambda item: (item.path in needs, item.path.name not in LONG_FILES, -count[item.path]))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
