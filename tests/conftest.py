@@ -10,7 +10,6 @@ import json
 import marshal
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -289,7 +288,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist), never a worker
         folder = tempfile.mkdtemp(prefix="kimi-tests-")
         os.environ[background.SHARED_ENV] = folder
-        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+        config.add_cleanup(lambda: _remove_detached(folder))
+
+
+def _remove_detached(folder: str) -> None:
+    """Remove the session's shared folder in a process of its own that outlives the session: the variants' and
+    the inference-perf run's thousands of files took 3-7 s to unlink after the last test, with both workers done
+    (`.ci/figures.py measure` still waits for that process and counts its CPU)."""
+    subprocess.Popen([sys.executable, "-c", "import shutil, sys; shutil.rmtree(sys.argv[1], ignore_errors=True)",
+                      folder], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
 
 
 SHARED_FIXTURES = PLAN_FIXTURES | {"variants"}
