@@ -125,7 +125,7 @@ def test_claim_names_the_class_of_its_throughput(plans, stack):
     assert vac["parameters"]["throughput"] == f"{plan.outputs['weightLoad']['throughputMiBps']}Mi"
     pvc = manifest(plan, "PersistentVolumeClaim", plan.outputs["modelsClaim"])
     assert pvc["spec"]["volumeAttributesClassName"] == vac["metadata"]["name"]
-    # The serving set waits on the claim, so it cannot grow before the class applies.
+    # The serving set waits on the claim (Bound: hydrated), so no group reads a volume still being populated.
     claim = resource_of(plan, "PersistentVolumeClaim", plan.outputs["modelsClaim"])
     servers = [r for r in plan.resources if r["type"] in (
         "kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet",
@@ -142,11 +142,9 @@ def test_weights_wait_only_for_what_hydration_needs(plans, stack):
     accelerator_pools = {p["name"] for p in plan.of_type("gcp:container/nodePool:NodePool") if p["parent"] != "cpu"}
     assert not accelerator_pools & deps, "hydration must overlap accelerator pool creation"
     annotations = pvc["inputs"]["metadata"]["annotations"]
-    # Bound (hydrated), nothing more: the claim names the VolumeAttributesClass of the throughput asked for, but
-    # a first `pulumi up` must not wait on the driver applying it (components/weights.py); the startup budget
-    # covers a scale-up's lag (tests/test_scale.py).
-    vac = pvc["inputs"]["spec"]["volumeAttributesClassName"]
-    assert vac == resource_of(plan, "VolumeAttributesClass", vac)["inputs"]["metadata"]["name"]
+    # Bound (hydrated), nothing more: the claim names its VolumeAttributesClass (test above), but a first
+    # `pulumi up` must not wait on the driver applying it (components/weights.py); the startup budget covers a
+    # scale-up's lag (tests/test_scale.py).
     assert annotations["pulumi.com/waitFor"] == "jsonpath={.status.phase}=Bound"
     # A wide margin over the modelled copy, whose speed is not published (components/loading.py).
     hydration_min = float(re.search(r"hydration >= (\d+\.\d) min", plan.summary).group(1))
