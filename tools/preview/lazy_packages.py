@@ -38,7 +38,7 @@ from typing import Any
 
 PACKAGES = (
     "pulumi_gcp.compute", "pulumi_gcp.container", "pulumi_gcp.storage", "pulumi_gcp.monitoring",
-    "pulumi_gcp.projects", "pulumi_gcp.serviceaccount", "pulumi_gcp.organizations",
+    "pulumi_gcp.projects", "pulumi_gcp.serviceaccount", "pulumi_gcp.organizations", "pulumi_gcp.artifactregistry",
     "pulumi_kubernetes.core.v1", "pulumi_kubernetes.apps.v1", "pulumi_kubernetes.batch.v1",
     "pulumi_kubernetes.storage.v1", "pulumi_kubernetes.resource.v1", "pulumi_kubernetes.meta.v1",
     "pulumi_kubernetes.networking.v1", "pulumi_kubernetes.policy.v1", "pulumi_kubernetes.rbac.v1",
