@@ -45,6 +45,9 @@ XET_TOKEN = "xet-read-token-for-tests"
 XET_URL_SIGNATURE = "signed-for-tests"
 _BASE = hashlib.shake_256(b"fake hub content").digest(BLOCK)
 _TAIL = _BASE[16:]
+_DIGESTS: dict[object, tuple[str, str]] = {}
+"""(SHA-256, git blob id) by (size, seed) or by content: the bytes are a function of those, and the tests build
+the same files afresh for every fake Hub (hashing them each time cost tests/test_stage_weights.py ~1.1 s CPU)."""
 
 
 @dataclass
@@ -62,13 +65,16 @@ class FakeFile:
     def __post_init__(self):
         if self.content is not None:
             self.size = len(self.content)
-        sha256 = hashlib.sha256()
-        git = hashlib.sha1(b"blob %d\0" % self.size)
-        for offset in range(0, self.size, 1 << 22):
-            piece = self.data(offset, min(1 << 22, self.size - offset), honest=True)
-            sha256.update(piece)
-            git.update(piece)
-        self.sha256, self.blob_sha1 = sha256.hexdigest(), git.hexdigest()
+        key = (self.size, self.seed) if self.content is None else self.content
+        if key not in _DIGESTS:
+            sha256 = hashlib.sha256()
+            git = hashlib.sha1(b"blob %d\0" % self.size)
+            for offset in range(0, self.size, 1 << 22):
+                piece = self.data(offset, min(1 << 22, self.size - offset), honest=True)
+                sha256.update(piece)
+                git.update(piece)
+            _DIGESTS[key] = sha256.hexdigest(), git.hexdigest()
+        self.sha256, self.blob_sha1 = _DIGESTS[key]
 
     def data(self, offset: int, length: int, honest: bool = False) -> bytes:
         """Position-dependent bytes: every 64 KiB block starts with its index and the file's seed. Built with one
