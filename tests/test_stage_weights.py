@@ -44,9 +44,18 @@ def hub_env(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
-def files() -> dict[str, FakeFile]:
+BIG = "model-00001-of-00002.safetensors"
+
+
+def files(big: bool = False) -> dict[str, FakeFile]:
+    """The largest file is 9 MiB + 12345 with `big`: above google-cloud-storage's 8 MiB multipart limit
+    (blob.py _MAX_MULTIPART_SIZE), so a resumable upload of 10 chunks of 1 MiB, and three 4 MiB xorbs; for the
+    tests about the upload path, Xet streams and resume offsets. Otherwise 2 MiB + 12345 (one multipart upload,
+    read back in 3 chunks), still the largest, so the order the copier takes the files in is the same: the
+    Cloud Storage emulator spends ~0.17 s CPU on each resumable 9 MiB upload (it rehashes the object so far on
+    every chunk)."""
     return {
-        "model-00001-of-00002.safetensors": FakeFile(9 * MIB + 12345, seed=1),  # a resumable upload, 10 chunks
+        BIG: FakeFile((9 if big else 2) * MIB + 12345, seed=1),
         "model-00002-of-00002.safetensors": FakeFile(2 * MIB, seed=2),
         "tokenizer.model": FakeFile(300_000, seed=3),                              # small LFS file
         "config.json": FakeFile(2_000, seed=4, lfs=False),                         # stored in git itself
@@ -111,15 +120,15 @@ def assert_not_verified(bucket: str, dest: str) -> None:
     assert sidecar(dest) + "manifest.json" not in objects(bucket, sidecar(dest)), "no manifest, no claim of a copy"
 
 
-def fake_hub(gated: bool = True, xet: bool = False, **file_changes) -> FakeHub:
-    repo_files = files()
+def fake_hub(gated: bool = True, xet: bool = False, big: bool = False, **file_changes) -> FakeHub:
+    repo_files = files(big)
     repo_files.update(file_changes)
     return FakeHub({REPO: FakeRepo(repo_files, gated=gated, allowed={TOKEN})}, tokens={TOKEN, OTHER_TOKEN}, xet=xet)
 
 
 def test_full_copy_is_verified_and_a_rerun_transfers_nothing(gcs):
     bucket = new_bucket(gcs)
-    with fake_hub() as hub:
+    with fake_hub(big=True) as hub:
         commit = hub.repos[REPO].commit
         dest = f"gs://{bucket}/models/tiny/{commit}/"
         report, lines = run(hub, dest)
@@ -172,7 +181,7 @@ def test_xet_backed_files_come_through_hf_xet_and_are_verified(gcs):
     """The Hub serves LFS files through Xet: the copier reads them with hf_xet's stream (the real client against a
     loopback CAS), hashes them as it does HTTP bytes, and reads the files stored in git over HTTP."""
     bucket = new_bucket(gcs)
-    with fake_hub(xet=True) as hub:
+    with fake_hub(xet=True, big=True) as hub:
         dest = f"gs://{bucket}/x/{hub.repos[REPO].commit}/"
         report, lines = run(hub, dest)
         assert_exactly_the_commit(hub, dest)
@@ -188,8 +197,8 @@ def test_a_xet_stream_that_fails_midway_is_opened_again_where_the_bytes_end(gcs,
     monkeypatch.setenv("HF_XET_CLIENT_RETRY_MAX_ATTEMPTS", "1")
     monkeypatch.setenv("HF_XET_CLIENT_RETRY_BASE_DELAY", "10ms")
     bucket = new_bucket(gcs)
-    big = "model-00001-of-00002.safetensors"  # three xorbs
-    with fake_hub(xet=True) as hub:
+    big = BIG  # three xorbs
+    with fake_hub(xet=True, big=True) as hub:
         hub.xet_failing_xorbs = {1: 2}  # the second xorb fails twice: hf_xet gives the stream up
         dest = f"gs://{bucket}/r/"
         report, lines = run(hub, dest)
@@ -221,7 +230,7 @@ def test_corrupted_xet_bytes_fail_the_run_and_write_nothing(gcs):
     from tools.staging import IntegrityError
 
     bucket = new_bucket(gcs)
-    with fake_hub(xet=True) as hub:
+    with fake_hub(xet=True, big=True) as hub:
         hub.xet_faults = ["corrupt"]  # one flipped byte in the first xorb served
         with pytest.raises(IntegrityError, match=r": SHA-256 of the bytes received is"):
             run(hub, f"gs://{bucket}/c/", workers=1)
@@ -231,8 +240,8 @@ def test_corrupted_xet_bytes_fail_the_run_and_write_nothing(gcs):
 
 def test_429s_5xx_and_cut_connections_resume_mid_file(gcs):
     bucket = new_bucket(gcs)
-    big = "model-00001-of-00002.safetensors"
-    with fake_hub() as hub:
+    big = BIG
+    with fake_hub(big=True) as hub:
         hub.faults[big] = [429, ("cut", 5 * MIB + 17), 503, ("cut", 1 * MIB), 500]
         report, _ = run(hub, f"gs://{bucket}/r/", workers=2)
         file = hub.repos[REPO].files[big]
@@ -251,8 +260,8 @@ def test_429s_5xx_and_cut_connections_resume_mid_file(gcs):
 def test_a_resume_the_hub_answers_with_the_whole_file_keeps_the_bytes_right(gcs):
     """A server that ignores Range (200, the whole file) on a resume: the copier drops what it already has."""
     bucket = new_bucket(gcs)
-    big = "model-00001-of-00002.safetensors"
-    with fake_hub() as hub:
+    big = BIG
+    with fake_hub(big=True) as hub:
         hub.faults[big] = [("cut", 3 * MIB + 5), "ignore-range"]
         report, _ = run(hub, f"gs://{bucket}/i/")
         file = hub.repos[REPO].files[big]
@@ -649,7 +658,7 @@ def test_a_dead_copiers_lease_is_taken_over_after_it_expires(gcs):
     from tools.staging.ledger import Lease
 
     bucket = new_bucket(gcs)
-    big = "model-00001-of-00002.safetensors"
+    big = BIG
     clock = ScaledClock(100)
     with fake_hub() as hub:
         dest = f"gs://{bucket}/dead/"
@@ -706,7 +715,7 @@ def test_bucket_errors_say_what_to_do(gcs):
 
 def test_command_line_runs_the_same_copier(gcs, tmp_path):
     bucket = new_bucket(gcs)
-    with fake_hub() as hub:
+    with fake_hub(big=True) as hub:
         commit = hub.repos[REPO].commit
         env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN, "STORAGE_EMULATOR_HOST": gcs.url,
                "HF_HOME": str(tmp_path)}
