@@ -651,7 +651,7 @@ def test_a_dead_copiers_lease_is_taken_over_after_it_expires(gcs):
 
     bucket = new_bucket(gcs)
     big = BIG
-    clock = ScaledClock(100)
+    clock = ScaledClock(400)
     with fake_hub() as hub:
         dest = f"gs://{bucket}/dead/"
         claim = gcs_client().bucket(bucket).blob(sidecar(dest) + "claims/" + big)
