@@ -565,7 +565,7 @@ def test_retry_after_is_bounded_and_a_window_longer_than_the_patience_fails_in_o
     from tools.staging.hub import Backoff
 
     bucket = new_bucket(gcs)
-    clock = ScaledClock(3000)
+    clock = ScaledClock(10000)
     with fake_hub() as hub:
         hub.rate_limit(7200, "86400", clock)
         backoff = Backoff(tries=4, base_s=0.01, max_s=0.05, retry_after_max_s=600, patience_s=1800, clock=clock)
