@@ -49,15 +49,15 @@ BIG = "model-00001-of-00002.safetensors"
 
 
 def files(big: bool = False) -> dict[str, FakeFile]:
-    """The largest file is 9 MiB + 12345 with `big`: above google-cloud-storage's 8 MiB multipart limit
-    (blob.py _MAX_MULTIPART_SIZE), so a resumable upload of 10 chunks of 1 MiB, and three 4 MiB xorbs; for the
-    tests about the upload path, Xet streams and resume offsets. Otherwise 2 MiB + 12345 (one multipart upload,
-    read back in 3 chunks), still the largest, so the order the copier takes the files in is the same: the
-    Cloud Storage emulator spends ~0.17 s CPU on each resumable 9 MiB upload (it rehashes the object so far on
-    every chunk)."""
+    """With `big` (the tests about the upload path, Xet streams and resume offsets) the shards are 9 MiB + 12345,
+    above google-cloud-storage's 8 MiB multipart limit (blob.py _MAX_MULTIPART_SIZE), so a resumable upload of
+    10 chunks of 1 MiB and three 4 MiB xorbs, and 2 MiB. Otherwise 1 MiB + 12345 and 1 MiB (multipart uploads,
+    read back in 2 chunks and 1), in the same order of size, so the copier takes the files in the same order:
+    the Cloud Storage emulator spends ~0.17 s CPU on each resumable 9 MiB upload (it rehashes the object so far
+    on every chunk) and ~5 ms per MiB otherwise."""
     return {
-        BIG: FakeFile((9 if big else 2) * MIB + 12345, seed=1),
-        "model-00002-of-00002.safetensors": FakeFile(2 * MIB, seed=2),
+        BIG: FakeFile((9 if big else 1) * MIB + 12345, seed=1),
+        "model-00002-of-00002.safetensors": FakeFile((2 if big else 1) * MIB, seed=2),
         "tokenizer.model": FakeFile(300_000, seed=3),                              # small LFS file
         "config.json": FakeFile(2_000, seed=4, lfs=False),                         # stored in git itself
         "nested/chat_template.jinja": FakeFile(700, seed=5, lfs=False),
@@ -285,7 +285,8 @@ def test_a_hub_serving_more_bytes_than_it_publishes_fails_and_writes_nothing(gcs
     path = "model-00002-of-00002.safetensors"
     with fake_hub() as hub:
         hub.faults[path] = ["extra"]
-        with pytest.raises(IntegrityError, match=rf"{path}: the Hub serves {2 * MIB + 14} bytes, it publishes"):
+        served = hub.repos[REPO].files[path].size + 14  # b"trailing bytes"
+        with pytest.raises(IntegrityError, match=rf"{path}: the Hub serves {served} bytes, it publishes"):
             run(hub, f"gs://{bucket}/m/", workers=1)
     assert f"m/{path}" not in objects(bucket)
     assert_not_verified(bucket, f"gs://{bucket}/m/")
