@@ -133,3 +133,162 @@ def test_the_class_statement_scan_finds_what_the_anchored_pattern_matches():
     assert len(texts) > 30
     for text in texts:
         assert scanned(text) == anchored(text), text[:200]
+
+
+def _data_module(folder: Path, text: str) -> lazy_packages._LazyClasses:
+    path = folder / "pkg" / "_inputs.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return lazy_packages._LazyClasses("pkg._inputs", str(path))
+
+
+def _cache_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def _answers(classes) -> tuple:
+    """What the loader asks of a module's classes, for each class: the classes it names and a definition."""
+    namespace: dict = {}
+    exec(classes.header, namespace)
+    return tuple(sorted(classes.index)), {n: sorted(classes.named_by(n)) for n in classes.index}, {
+        n: sorted(vars(lazy_packages._define(_Module(namespace), classes, n))) for n in classes.index}
+
+
+class _Module:
+    def __init__(self, namespace: dict):
+        self.__dict__ = namespace
+
+
+CACHED = GENERATED + '''
+@pulumi.input_type
+class BArgs:
+    def __init__(__self__, *, c: 'CArgs'):
+        pass
+
+class CArgs:
+    x: int
+'''
+
+
+def test_the_parse_cache_is_written_once_read_after_and_answers_as_the_parse(tmp_path, monkeypatch):
+    monkeypatch.setenv(lazy_packages.CACHE_ENV, str(tmp_path / "cache"))
+    loader = _data_module(tmp_path, CACHED)
+    parsed = loader._classes("pkg._inputs")
+    assert isinstance(parsed, lazy_packages._Classes)
+    assert len(_cache_files(tmp_path / "cache")) == 1
+    cached = loader._classes("pkg._inputs")
+    assert isinstance(cached, lazy_packages._CachedClasses)
+    assert _answers(cached) == _answers(parsed)
+    assert _answers(cached)[1] == {"AArgs": [], "AArgsDict": ["BArgs"], "BArgs": ["CArgs"], "CArgs": []}
+    assert cached.header.co_code == parsed.header.co_code
+
+
+def test_the_parse_cache_of_every_data_module_answers_as_its_parse():
+    """Every data module the loader reads: its cache record gives the same classes, statements (decorators, bases,
+    the source of one compiled from its lines), named classes and class bodies as the parse it was made from."""
+    import importlib.util
+    import marshal
+
+    checked = 0
+    for package in lazy_packages.PACKAGES:
+        folder = Path(importlib.util.find_spec(package).submodule_search_locations[0])
+        for module in lazy_packages.DATA_MODULES:
+            path = folder / f"{module}.py"
+            if not path.is_file():
+                continue
+            loader = lazy_packages._LazyClasses(f"{package}.{module}", str(path))
+            parsed = lazy_packages._Classes.parse(path.read_text(encoding="utf-8"), loader.get_code(loader.name))
+            cached = lazy_packages._decode(memoryview(lazy_packages._encode(parsed)))
+            if parsed is None:
+                assert cached is lazy_packages._WHOLE
+                continue
+            assert list(cached.index) == list(parsed.index)
+            assert cached.header.co_code == parsed.header.co_code
+            for i, name in enumerate(parsed.index):
+                assert cached.statements[i] == parsed.statement(name), name
+                assert cached.named_by(name) == parsed.named_by(name), name
+                body = cached.bodies[cached.offsets[i]:cached.offsets[i + 1]]
+                assert bytes(body) == marshal.dumps(parsed.bodies[name]), name
+            checked += 1
+    assert checked > 30
+
+
+def test_a_changed_source_is_parsed_again_and_replaces_its_cache_file(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv(lazy_packages.CACHE_ENV, str(tmp_path / "cache"))
+    loader = _data_module(tmp_path, CACHED)
+    loader._classes("pkg._inputs")
+    before = _cache_files(tmp_path / "cache")
+    changed = CACHED.replace("class CArgs:", "class DArgs:\n    y: str\n\nclass CArgs:")
+    loader = _data_module(tmp_path, changed)
+    stat = os.stat(loader.path)
+    os.utime(loader.path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # whatever the clock's resolution
+    reparsed = loader._classes("pkg._inputs")
+    assert isinstance(reparsed, lazy_packages._Classes) and "DArgs" in reparsed.index
+    after = _cache_files(tmp_path / "cache")
+    assert len(after) == 1 and after != before, (before, after)
+    assert "DArgs" in loader._classes("pkg._inputs").index
+
+
+def test_a_corrupt_cache_file_is_ignored_and_written_again(tmp_path, monkeypatch):
+    monkeypatch.setenv(lazy_packages.CACHE_ENV, str(tmp_path / "cache"))
+    loader = _data_module(tmp_path, CACHED)
+    expected = _answers(loader._classes("pkg._inputs"))
+    (cache_file,) = (tmp_path / "cache").iterdir()
+    good = cache_file.read_bytes()
+    head = good[:good.index(b"\n", len(lazy_packages._CACHE_MAGIC)) + 1]
+    for corrupt in (b"", b"garbage", good[:len(good) // 2], head + b"\xff" * 40, head + good[len(head):-3],
+                    head + (12).to_bytes(8, "little") + b"\x00" * 12):
+        cache_file.write_bytes(corrupt)
+        again = loader._classes("pkg._inputs")
+        assert isinstance(again, lazy_packages._Classes), corrupt[:60]
+        assert _answers(again) == expected
+        assert cache_file.read_bytes() == good  # rewritten whole
+    assert isinstance(loader._classes("pkg._inputs"), lazy_packages._CachedClasses)
+
+
+def test_an_unwritable_or_disabled_cache_loads_as_without_one(tmp_path, monkeypatch):
+    loader = _data_module(tmp_path, CACHED)
+    (tmp_path / "file").write_text("a file, so no folder can be made under it\n")
+    for folder in (str(tmp_path / "file" / "cache"), ""):
+        monkeypatch.setenv(lazy_packages.CACHE_ENV, folder)
+        for _ in range(2):
+            classes = loader._classes("pkg._inputs")
+            assert isinstance(classes, lazy_packages._Classes) and "CArgs" in classes.index
+            assert "BArgs" in lazy_packages._words(loader.path)
+    assert _cache_files(tmp_path / "file") == []
+
+
+CONCURRENT = """
+import sys
+sys.path.insert(0, '.')
+from tools.preview import lazy_packages
+loader = lazy_packages._LazyClasses('pkg._inputs', sys.argv[1])
+kinds = set()
+for _ in range(40):
+    payload = lazy_packages._cache_read('pkg._inputs', sys.argv[2])
+    if payload is not None:
+        assert lazy_packages._decode(payload).index.keys() == {'AArgs', 'AArgsDict', 'BArgs', 'CArgs'}
+    classes = loader._classes('pkg._inputs')
+    assert sorted(classes.index) == ['AArgs', 'AArgsDict', 'BArgs', 'CArgs'], classes
+    kinds.add(type(classes).__name__)
+    lazy_packages._cache_write('pkg._inputs', sys.argv[2], lazy_packages._encode(
+        lazy_packages._Classes.parse(open(sys.argv[1]).read(), loader.get_code('pkg._inputs'))))
+print(sorted(kinds))
+"""
+
+
+def test_processes_writing_and_reading_the_cache_at_once_each_read_a_whole_file(tmp_path):
+    """Four processes write the same cache file over and over while reading it: every read is a whole file (or
+    none yet), never a partial one, and no temporary file is left."""
+    loader = _data_module(tmp_path, CACHED)
+    env = {**__import__("os").environ, lazy_packages.CACHE_ENV: str(tmp_path / "cache")}
+    key = lazy_packages._cache_key(loader.path, __import__("importlib.util").util.cache_from_source(loader.path))
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, loader.path, key], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+        assert "_CachedClasses" in out, out
+    assert len(_cache_files(tmp_path / "cache")) == 1

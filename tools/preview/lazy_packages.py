@@ -17,6 +17,16 @@ evaluated, for the ~40 the program uses. Two loaders defer that work until a nam
   module's source names; from anywhere else (a package's real `__init__`) it copies everything, as a plain import
   does. A module whose layout is not the generated one (a header, then only classes at column 0) loads whole.
 
+What a data module's parse finds (its class index, each class's decorators, bases and the classes it names, the
+header's code and each class body's code) is kept in a cache file under build/cache/lazy-packages/ (CACHE_ENV names
+another folder; empty: no cache), so a later plan neither reads the multi-megabyte sources nor unmarshals a whole
+module: it unmarshals the header and the bodies of the classes it defines. A file is keyed by the module's source
+and compiled file (path, size, mtime_ns), the interpreter's bytecode magic and this loader's own source, written
+whole (a temporary file, then os.replace) so processes running at once each read a complete file or none, and is
+ignored (the module parsed from its source again) when it is missing, unreadable, corrupt or from another key; a
+folder that cannot be written just means no cache. The same holds for the words of a sibling resource module that
+runs `from ._inputs import *`.
+
 Every object handed out is the one a plain import defines, from the same module object `pulumi up` would get it
 from (tests/test_lazy_packages.py holds that for every name the program uses). Used only by the offline plan
 (tools.preview.render); `pulumi up` imports the packages as they are.
@@ -25,11 +35,17 @@ from (tests/test_lazy_packages.py holds that for every name the program uses). U
 from __future__ import annotations
 
 import builtins
+import contextlib
+import hashlib
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
+import marshal
+import os
 import re
 import sys
+import tempfile
 import types
 from functools import cache
 from pathlib import Path
@@ -165,8 +181,9 @@ class _Classes:
             return None
         return classes
 
-    def names_in(self, text: str) -> set[str]:
-        return set(_WORD.findall(text)) & self.index.keys()
+    def names_in(self, words: frozenset[str]) -> set[str]:
+        """The module's classes among `words` (the identifiers of an importing module's source)."""
+        return words & self.index.keys()
 
     def _span(self, name: str) -> tuple[int, int]:
         i = self.index[name]
@@ -178,23 +195,38 @@ class _Classes:
         words = {w for quoted in _QUOTED.findall(self.text, start, end) for w in quoted.split(".")}
         return words & self.index.keys()
 
-    def build(self, name: str, namespace: dict[str, Any]) -> Any:
-        """What the module's `class` statement does: the body run by __build_class__, then the decorators; a
-        statement this does not read (keyword bases, a decorator with nested calls) is compiled
-        from its own lines of the source instead."""
+    def statement(self, name: str) -> _Statement:
+        """The class statement's decorators and bases; for one this loader does not read (keyword bases, a
+        decorator with nested calls, a body with free variables) its own lines of the source instead, at their
+        line numbers."""
         match = self.matches[self.index[name]]
-        decorators = [line[1:].strip() for line in match.group(1).splitlines()]
-        bases = [b.strip() for b in (match.group(3) or "").split(",") if b.strip()]
+        decorators = tuple(line[1:].strip() for line in match.group(1).splitlines())
+        bases = tuple(b.strip() for b in (match.group(3) or "").split(",") if b.strip())
         if self.bodies[name].co_freevars or not all(map(_SIMPLE.fullmatch, decorators + bases)):
             start, end = self._span(name)
-            source = "\n" * self.text.count("\n", 0, start) + self.text[start:end]
-            exec(compile(source, self.bodies[name].co_filename, "exec", dont_inherit=True), namespace)
-            return namespace[name]
-        body = types.FunctionType(self.bodies[name], namespace, name)
-        cls = builtins.__build_class__(body, name, *[_evaluate(b, namespace) for b in bases])
-        for decorator in reversed(decorators):
-            cls = _evaluate(decorator, namespace)(cls)
-        return cls
+            return decorators, bases, "\n" * self.text.count("\n", 0, start) + self.text[start:end]
+        return decorators, bases, None
+
+    def build(self, name: str, namespace: dict[str, Any]) -> Any:
+        return _build(name, namespace, self.bodies[name], self.statement(name))
+
+
+_Statement = tuple[tuple[str, ...], tuple[str, ...], "str | None"]
+"""A class statement: its decorators, its bases, and its source when it is compiled from that instead."""
+
+
+def _build(name: str, namespace: dict[str, Any], body: CodeType, statement: _Statement) -> Any:
+    """What the module's `class` statement does: the body run by __build_class__, then the decorators (or the
+    statement's own source compiled, for one this does not read)."""
+    decorators, bases, source = statement
+    if source is not None:
+        exec(compile(source, body.co_filename, "exec", dont_inherit=True), namespace)
+        return namespace[name]
+    function = types.FunctionType(body, namespace, name)
+    cls = builtins.__build_class__(function, name, *[_evaluate(b, namespace) for b in bases])
+    for decorator in reversed(decorators):
+        cls = _evaluate(decorator, namespace)(cls)
+    return cls
 
 
 def _decorator_and_base_names(classes: _Classes) -> set[str]:
@@ -210,12 +242,169 @@ def _evaluate(expression: str, namespace: dict[str, Any]) -> Any:
     return eval(_EXPRESSIONS[expression], namespace)
 
 
+class _CachedClasses:
+    """A data module's classes as its cache file holds them: what `_Classes` answers, each class body unmarshalled
+    only when its class is defined."""
+
+    def __init__(self, header: CodeType, names: tuple[str, ...], statements: tuple[_Statement, ...],
+                 named: tuple[tuple[str, ...], ...], offsets: tuple[int, ...], bodies: memoryview):
+        self.header = header
+        self.index = {name: i for i, name in enumerate(names)}
+        self.statements, self.named, self.offsets, self.bodies = statements, named, offsets, bodies
+
+    def names_in(self, words: frozenset[str]) -> set[str]:
+        return words & self.index.keys()
+
+    def named_by(self, name: str) -> set[str]:
+        return set(self.named[self.index[name]])
+
+    def build(self, name: str, namespace: dict[str, Any]) -> Any:
+        i = self.index[name]
+        body = marshal.loads(self.bodies[self.offsets[i]:self.offsets[i + 1]])
+        return _build(name, namespace, body, self.statements[i])
+
+
+CACHE_ENV = "KIMI_PLAN_CACHE_DIR"
+"""The parse cache's folder, if not build/cache/lazy-packages/ of this checkout; set but empty: no cache."""
+_CACHE_MAGIC = b"kimi lazy_packages cache\n"
+_LENGTH = 8
+"""Bytes of the header record's length, before the header record and the class bodies of a data module's file."""
+
+
+def cache_dir() -> Path | None:
+    value = os.environ.get(CACHE_ENV)
+    if value is None:
+        return Path(__file__).resolve().parents[2] / "build" / "cache" / "lazy-packages"
+    return Path(value) if value else None
+
+
+@cache
+def _loader_version() -> str:
+    """This loader's own source: a cache written by another version of it is never read."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def _cache_key(*paths: str) -> str:
+    """The files' identities (path, size, mtime_ns; None for one that is missing), the bytecode magic number and the
+    loader's version."""
+    identities = []
+    for path in paths:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            identities.append((path, None))
+        else:
+            identities.append((path, stat.st_size, stat.st_mtime_ns))
+    return hashlib.sha256(repr((_loader_version(), importlib.util.MAGIC_NUMBER, identities)).encode()).hexdigest()
+
+
+def _cache_file(folder: Path, stem: str, key: str) -> Path:
+    return folder / f"{stem}-{key[:32]}.bin"
+
+
+def _cache_read(stem: str, key: str) -> memoryview | None:
+    """The payload of a cache file written under `key`; None if there is none (or none readable, or another key's:
+    the first line after the magic names the full key)."""
+    folder = cache_dir()
+    if folder is None:
+        return None
+    try:
+        data = _cache_file(folder, stem, key).read_bytes()
+    except OSError:
+        return None
+    head = _CACHE_MAGIC + key.encode() + b"\n"
+    return memoryview(data)[len(head):] if data.startswith(head) else None
+
+
+def _cache_write(stem: str, key: str, payload: bytes) -> None:
+    """Replace the cache file in one step (a reader sees the old file or the new one, whole); the stem's files of
+    other keys are removed. Nothing happens where the folder cannot be written."""
+    folder = cache_dir()
+    if folder is None:
+        return
+    target = _cache_file(folder, stem, key)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=".tmp", dir=folder)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as file:
+            os.fchmod(file.fileno(), 0o644)
+            file.write(_CACHE_MAGIC + key.encode() + b"\n")
+            file.write(payload)
+        os.replace(tmp, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return
+    for old in folder.glob(f"{stem}-*.bin"):
+        if old != target:
+            with contextlib.suppress(OSError):
+                old.unlink()
+
+
+def _encode(classes: _Classes | None) -> bytes:
+    """A data module's cache payload: the header record's length, the header record (header code, class names,
+    statements, the classes each names, the bodies' offsets) and each class body marshalled on its own; for a
+    module loaded whole, a record saying so."""
+    if classes is None:
+        record = marshal.dumps(None)
+        return len(record).to_bytes(_LENGTH, "little") + record
+    names = tuple(classes.index)
+    bodies = [marshal.dumps(classes.bodies[name]) for name in names]
+    offsets = [0]
+    for body in bodies:
+        offsets.append(offsets[-1] + len(body))
+    record = marshal.dumps((classes.header, names, tuple(classes.statement(n) for n in names),
+                            tuple(tuple(sorted(classes.named_by(n))) for n in names), tuple(offsets)))
+    return len(record).to_bytes(_LENGTH, "little") + record + b"".join(bodies)
+
+
+_WHOLE = object()
+"""A cache's answer for a module this loader loads whole."""
+
+
+def _decode(payload: memoryview) -> _CachedClasses | object | None:
+    """The classes a payload holds, _WHOLE for a module loaded whole, None for one that is not what `_encode`
+    writes."""
+    try:
+        length = int.from_bytes(payload[:_LENGTH], "little")
+        record = marshal.loads(payload[_LENGTH:_LENGTH + length])
+        if record is None and len(payload) == _LENGTH + length:
+            return _WHOLE
+        header, names, statements, named, offsets = record
+        bodies = payload[_LENGTH + length:]
+        if not (isinstance(header, CodeType) and len(names) == len(statements) == len(named) == len(offsets) - 1
+                and offsets[0] == 0 and offsets[-1] == len(bodies)):
+            return None
+        return _CachedClasses(header, names, statements, named, offsets, bodies)
+    except (ValueError, TypeError, EOFError):
+        return None
+
+
+def _words(path: str) -> frozenset[str]:
+    """The identifiers of a module's source (through the cache, keyed like a data module's)."""
+    stem, key = "words-" + hashlib.sha256(path.encode()).hexdigest()[:16], _cache_key(path)
+    payload = _cache_read(stem, key)
+    if payload is not None:
+        try:
+            words = marshal.loads(payload)
+        except (ValueError, TypeError, EOFError):
+            words = None
+        if type(words) is frozenset:
+            return words
+    words = frozenset(_WORD.findall(Path(path).read_text(encoding="utf-8")))
+    _cache_write(stem, key, marshal.dumps(words))
+    return words
+
+
 class _StarNames(list):
     """A data module's `__all__`: the full list, except that `from <module> import *` run by a sibling resource
     module (`import *` reads `__all__[0]`, `__all__[1]`, ... until IndexError) gets only the names that module's
     source mentions, each defined on first access."""
 
-    def __init__(self, names: list[str], module: ModuleType, classes: _Classes):
+    def __init__(self, names: list[str], module: ModuleType, classes: _Classes | _CachedClasses):
         super().__init__(names)
         self.module = module
         self.classes = classes
@@ -228,12 +417,12 @@ class _StarNames(list):
         if not isinstance(index, int) or name.rpartition(".")[0] != package or not file:
             return super().__getitem__(index)
         if name not in self.subsets:
-            mentioned = self.classes.names_in(Path(file).read_text(encoding="utf-8"))
+            mentioned = self.classes.names_in(_words(file))
             self.subsets[name] = [n for n in list.__iter__(self) if n in mentioned]
         return self.subsets[name][index]
 
 
-def _define(module: ModuleType, classes: _Classes, name: str) -> Any:
+def _define(module: ModuleType, classes: _Classes | _CachedClasses, name: str) -> Any:
     """Define class `name` in its module and every class of the module its annotations name (transitively)."""
     namespace = module.__dict__
     pending = [name]
@@ -254,10 +443,9 @@ def _define(module: ModuleType, classes: _Classes, name: str) -> Any:
 
 class _LazyClasses(importlib.machinery.SourceFileLoader):
     def exec_module(self, module: ModuleType) -> None:
-        code = self.get_code(module.__name__)
-        classes = _Classes.parse(Path(self.path).read_text(encoding="utf-8"), code)
+        classes = self._classes(module.__name__)
         if classes is None:
-            exec(code, module.__dict__)
+            exec(self.get_code(module.__name__), module.__dict__)
             return
         namespace = module.__dict__
         exec(classes.header, namespace)
@@ -269,6 +457,19 @@ class _LazyClasses(importlib.machinery.SourceFileLoader):
             return _define(module, classes, name)
 
         namespace["__getattr__"] = lookup
+
+    def _classes(self, fullname: str) -> _Classes | _CachedClasses | None:
+        """The module's classes from the cache, else parsed from its source and compiled code (and cached); None
+        for a module loaded whole."""
+        key = _cache_key(self.path, importlib.util.cache_from_source(self.path))
+        payload = _cache_read(fullname, key)
+        cached = None if payload is None else _decode(payload)
+        if cached is not None:
+            return None if cached is _WHOLE else cached  # type: ignore[return-value]
+        classes = _Classes.parse(Path(self.path).read_text(encoding="utf-8"), self.get_code(fullname))
+        if cache_dir() is not None:
+            _cache_write(fullname, key, _encode(classes))
+        return classes
 
 
 class _Finder(importlib.abc.MetaPathFinder):
