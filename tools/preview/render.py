@@ -130,9 +130,10 @@ def stack_name(path: Path) -> str:
     return path.name[len("Pulumi."):-len(".yaml")]
 
 
-def check_no_secret_leak(document: dict[str, Any]) -> None:
-    """A secret the program used without keeping it secret would show up as the sentinel."""
-    if SECRET_SENTINEL in json.dumps(document):
+def check_no_secret_leak(document: dict[str, Any], text: str | None = None) -> None:
+    """A secret the program used without keeping it secret would show up as the sentinel (`text`: the document's JSON
+    already encoded, with any key order)."""
+    if SECRET_SENTINEL in (json.dumps(document) if text is None else text):
         raise PlanError("a secret config value reached the plan unmasked: read it with Config.require_secret and "
                         "keep it in secret Outputs")
 
@@ -140,6 +141,13 @@ def check_no_secret_leak(document: dict[str, Any]) -> None:
 def render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
     """The plan document. `as_up`: run the program as `pulumi up` would, its preflight gate included (against
     whatever Google endpoint KIMI_GOOGLE_API_ROOT names: the gate's tests)."""
+    document = _unchecked_render(stack_file, as_up)
+    check_no_secret_leak(document)
+    return document
+
+
+def _unchecked_render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
+    """The plan document before `check_no_secret_leak` (which `render` and `run` apply)."""
     stack = stack_name(stack_file)
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
@@ -252,7 +260,6 @@ def render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
             f"`pulumi config set --secret {key.split(':', 1)[1]} <value>`"
             for key in unset_secrets(stack_file, project)] + chart_lines(charts) + report.lines(),
     }
-    check_no_secret_leak(document)
     return document
 
 
@@ -415,13 +422,15 @@ def preload() -> None:
 def run(stack_file: Path) -> int:
     """Render one stack to stdout (JSON) or stderr (one error line); the exit code says which."""
     try:
-        document = render(stack_file.resolve())
+        document = _unchecked_render(stack_file.resolve())
+        text = json.dumps(document, sort_keys=True)  # one shot: json.dump would encode in pure Python
+        check_no_secret_leak(document, text)  # on the text written: the document is encoded once
     except PlanError as err:
         print(f"error: {err}", file=sys.stderr)
         return 3
     except SystemExit as stop:
         return int(stop.code or 0) if not isinstance(stop.code, str) else (print(stop.code, file=sys.stderr) or 2)
-    sys.stdout.write(json.dumps(document, sort_keys=True))  # one shot: json.dump would encode in pure Python
+    sys.stdout.write(text)
     return 0
 
 
