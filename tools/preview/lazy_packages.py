@@ -47,6 +47,7 @@ import re
 import sys
 import tempfile
 import types
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from types import CodeType, ModuleType
@@ -252,25 +253,60 @@ def _evaluate(expression: str, namespace: dict[str, Any]) -> Any:
 
 
 class _CachedClasses:
-    """A data module's classes as its cache file holds them: what `_Classes` answers, each class body unmarshalled
-    only when its class is defined."""
+    """A data module's classes as its cache file holds them: what `_Classes` answers, each class's entry (its
+    statement, the classes it names, its body) read and unmarshalled only when the class is defined. An entry that
+    cannot be read back (a file changed in place under a reader) is taken from the module parsed again."""
 
-    def __init__(self, header: CodeType, names: tuple[str, ...], statements: tuple[_Statement, ...],
-                 named: tuple[tuple[str, ...], ...], offsets: tuple[int, ...], bodies: memoryview):
+    def __init__(self, header: CodeType, names: tuple[str, ...], offsets: tuple[int, ...],
+                 read: Callable[[int, int], bytes], reparse: Callable[[], _Classes | None]):
         self.header = header
         self.index = {name: i for i, name in enumerate(names)}
-        self.statements, self.named, self.offsets, self.bodies = statements, named, offsets, bodies
+        self.offsets, self.read, self.reparse = offsets, read, reparse
+        self.entries: dict[str, _Entry] = {}
+        self.parsed: _Classes | None = None
 
     def names_in(self, words: frozenset[str]) -> set[str]:
         return words & self.index.keys()
 
+    def entry(self, name: str) -> _Entry:
+        if name not in self.entries:
+            self.entries[name] = self._read(name) or self._parse(name)
+        return self.entries[name]
+
+    def _read(self, name: str) -> _Entry | None:
+        i = self.index[name]
+        start, length = self.offsets[i], self.offsets[i + 1] - self.offsets[i]
+        try:
+            data = self.read(start, length)
+            entry = marshal.loads(data) if len(data) == length else None
+        except (OSError, ValueError, TypeError, EOFError):
+            return None
+        if not (type(entry) is tuple and len(entry) == 3 and isinstance(entry[2], CodeType)
+                and entry[2].co_name == name):
+            return None
+        return entry
+
+    def _parse(self, name: str) -> _Entry:
+        if self.parsed is None:
+            self.parsed = self.reparse()
+            if self.parsed is None or self.parsed.index.keys() != self.index.keys():
+                raise ImportError(f"{name}: the cache of its module and its source disagree (clear {cache_dir()})")
+        return _entry(self.parsed, name)
+
     def named_by(self, name: str) -> set[str]:
-        return set(self.named[self.index[name]])
+        return set(self.entry(name)[1])
 
     def build(self, name: str, namespace: dict[str, Any]) -> Any:
-        i = self.index[name]
-        body = marshal.loads(self.bodies[self.offsets[i]:self.offsets[i + 1]])
-        return _build(name, namespace, body, self.statements[i])
+        statement, _, body = self.entry(name)
+        return _build(name, namespace, body, statement)
+
+
+_Entry = tuple[_Statement, tuple[str, ...], CodeType]
+"""A class's entry in a cache file: its statement, the module's classes it names, its body."""
+
+
+def _entry(classes: _Classes, name: str) -> _Entry:
+    return classes.statement(name), tuple(sorted(classes.named_by(name))), classes.bodies[name]
 
 
 CACHE_ENV = "KIMI_PLAN_CACHE_DIR"
@@ -283,8 +319,11 @@ _LENGTH = 8
 def cache_dir() -> Path | None:
     value = os.environ.get(CACHE_ENV)
     if value is None:
-        return Path(__file__).resolve().parents[2] / "build" / "cache" / "lazy-packages"
+        return _DEFAULT_CACHE
     return Path(value) if value else None
+
+
+_DEFAULT_CACHE = Path(__file__).resolve().parents[2] / "build" / "cache" / "lazy-packages"
 
 
 @cache
@@ -354,42 +393,72 @@ def _cache_write(stem: str, key: str, payload: bytes) -> None:
 
 
 def _encode(classes: _Classes | None) -> bytes:
-    """A data module's cache payload: the header record's length, the header record (header code, class names,
-    statements, the classes each names, the bodies' offsets) and each class body marshalled on its own; for a
-    module loaded whole, a record saying so."""
+    """A data module's cache payload: the header record's length, the header record (the header's code, the class
+    names, the offsets of their entries) and each class's entry marshalled on its own; for a module loaded whole, a
+    record saying so."""
     if classes is None:
         record = marshal.dumps(None)
         return len(record).to_bytes(_LENGTH, "little") + record
     names = tuple(classes.index)
-    bodies = [marshal.dumps(classes.bodies[name]) for name in names]
+    entries = [marshal.dumps(_entry(classes, name)) for name in names]
     offsets = [0]
-    for body in bodies:
-        offsets.append(offsets[-1] + len(body))
-    record = marshal.dumps((classes.header, names, tuple(classes.statement(n) for n in names),
-                            tuple(tuple(sorted(classes.named_by(n))) for n in names), tuple(offsets)))
-    return len(record).to_bytes(_LENGTH, "little") + record + b"".join(bodies)
+    for entry in entries:
+        offsets.append(offsets[-1] + len(entry))
+    record = marshal.dumps((classes.header, names, tuple(offsets)))
+    return len(record).to_bytes(_LENGTH, "little") + record + b"".join(entries)
 
 
 _WHOLE = object()
 """A cache's answer for a module this loader loads whole."""
 
 
-def _decode(payload: memoryview) -> _CachedClasses | object | None:
-    """The classes a payload holds, _WHOLE for a module loaded whole, None for one that is not what `_encode`
-    writes."""
+def _decode(read: Callable[[int, int], bytes], size: int,
+            reparse: Callable[[], _Classes | None]) -> _CachedClasses | object | None:
+    """The classes of a payload of `size` bytes that `read(offset, length)` reads, _WHOLE for a module loaded whole,
+    None for one that is not what `_encode` writes. Only the header record is read here."""
     try:
-        length = int.from_bytes(payload[:_LENGTH], "little")
-        record = marshal.loads(payload[_LENGTH:_LENGTH + length])
-        if record is None and len(payload) == _LENGTH + length:
-            return _WHOLE
-        header, names, statements, named, offsets = record
-        bodies = payload[_LENGTH + length:]
-        if not (isinstance(header, CodeType) and len(names) == len(statements) == len(named) == len(offsets) - 1
-                and offsets[0] == 0 and offsets[-1] == len(bodies)):
+        length = int.from_bytes(read(0, _LENGTH), "little")
+        if size < _LENGTH + length:
             return None
-        return _CachedClasses(header, names, statements, named, offsets, bodies)
-    except (ValueError, TypeError, EOFError):
+        data = read(_LENGTH, length)
+        record = marshal.loads(data) if len(data) == length else ()
+        if record is None and size == _LENGTH + length:
+            return _WHOLE
+        header, names, offsets = record
+        if not (isinstance(header, CodeType) and type(names) is tuple and type(offsets) is tuple
+                and len(names) == len(offsets) - 1 and offsets[0] == 0 and offsets[-1] == size - _LENGTH - length):
+            return None
+    except (OSError, ValueError, TypeError, EOFError):
         return None
+    base = _LENGTH + length
+    return _CachedClasses(header, names, offsets, lambda offset, n: read(base + offset, n), reparse)
+
+
+def _decode_bytes(payload: bytes, reparse: Callable[[], _Classes | None] = lambda: None) -> Any:
+    """`_decode` of a payload in memory."""
+    return _decode(lambda offset, n: payload[offset:offset + n], len(payload), reparse)
+
+
+def _open_classes(stem: str, key: str, reparse: Callable[[], _Classes | None]) -> _CachedClasses | object | None:
+    """`_decode` of a data module's cache file, kept open for the entries read later (a file replaced meanwhile
+    stays readable through it)."""
+    folder = cache_dir()
+    if folder is None:
+        return None
+    try:
+        fd = os.open(_cache_file(folder, stem, key), os.O_RDONLY)
+    except OSError:
+        return None
+    head = _CACHE_MAGIC + key.encode() + b"\n"
+    try:
+        size = os.fstat(fd).st_size - len(head)
+        found = os.pread(fd, len(head), 0) == head and _decode(
+            lambda offset, n: os.pread(fd, n, len(head) + offset), size, reparse)
+    except OSError:
+        found = None
+    if not isinstance(found, _CachedClasses):
+        os.close(fd)
+    return found or None
 
 
 def _words(path: str) -> frozenset[str]:
@@ -471,14 +540,16 @@ class _LazyClasses(importlib.machinery.SourceFileLoader):
         """The module's classes from the cache, else parsed from its source and compiled code (and cached); None
         for a module loaded whole."""
         key = _cache_key(self.path, importlib.util.cache_from_source(self.path))
-        payload = _cache_read(fullname, key)
-        cached = None if payload is None else _decode(payload)
+        cached = _open_classes(fullname, key, lambda: self._parse(fullname))
         if cached is not None:
             return None if cached is _WHOLE else cached  # type: ignore[return-value]
-        classes = _Classes.parse(Path(self.path).read_text(encoding="utf-8"), self.get_code(fullname))
+        classes = self._parse(fullname)
         if cache_dir() is not None:
             _cache_write(fullname, key, _encode(classes))
         return classes
+
+    def _parse(self, fullname: str) -> _Classes | None:
+        return _Classes.parse(Path(self.path).read_text(encoding="utf-8"), self.get_code(fullname))
 
 
 class _Finder(importlib.abc.MetaPathFinder):
