@@ -313,11 +313,13 @@ CACHE_ENV = "KIMI_PLAN_CACHE_DIR"
 """The parse cache's folder, if not build/cache/lazy-packages/ of this checkout; set but empty: no cache."""
 _CACHE_MAGIC = b"kimi lazy_packages cache\n"
 _LENGTH = 8
-"""Bytes of the header record's length, before the header record and the class bodies of a data module's file."""
+"""Bytes of the header record's length, before the header record and the class entries of a data module's file."""
 
 
 def cache_dir() -> Path | None:
     value = os.environ.get(CACHE_ENV)
+    if not _loader_version():
+        return None
     if value is None:
         return _DEFAULT_CACHE
     return Path(value) if value else None
@@ -328,8 +330,12 @@ _DEFAULT_CACHE = Path(__file__).resolve().parents[2] / "build" / "cache" / "lazy
 
 @cache
 def _loader_version() -> str:
-    """This loader's own source: a cache written by another version of it is never read."""
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    """This loader's own source: a cache written by another version of it is never read ("" where the source
+    cannot be read: no cache)."""
+    try:
+        return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    except OSError:
+        return ""
 
 
 def _cache_key(*paths: str) -> str:
