@@ -56,7 +56,9 @@ class World:
         self.tags = dict(tags or {})
         self.claim_lock = threading.Lock()
         self.interrupted = threading.Event()  # set when the driver asks a running CLI to stop
-        self.up_seconds = 0.05  # how long the fake `up` runs after its first lines
+        self.up_seconds = 0.0
+        """How long the fake `up` runs after its first lines: no time unless a test's signal or stop lands while it
+        runs (most runs only need the step to pass, two `up`s each)."""
 
     def hit(self, name: str, *args: Any) -> None:
         self.counts[name] += 1
@@ -503,6 +505,7 @@ def test_signal_during_up_stops_the_cli_then_destroys_once(tmp_path, signum):
     """A CI timeout (SIGTERM), a closed SSH session (SIGHUP) or Ctrl-C while `pulumi up` runs: the CLI is
     asked to stop gracefully, then the own stack is destroyed exactly once and run.json says so."""
     world = World(faults={"up": signal_self(signum)})
+    world.up_seconds = 0.05
     code, lines = drive(world, tmp_path)
     assert code == bench.EXIT_INTERRUPTED, "\n".join(lines)
     assert world.names().count("interrupt") == 1
