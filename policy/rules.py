@@ -187,28 +187,44 @@ def _join(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
+_SCALARS = str | int | float | bool | type(None)
+
+
 def _mappings(value: Any, path: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """Every object inside `value` (itself included), with its path such as `spec.containers[0]`."""
-    if isinstance(value, dict) or (not isinstance(value, list | str) and isinstance(value, Mapping)):
-        yield path, value
-        for key, item in value.items():
-            if isinstance(item, dict | list) or not isinstance(item, str | int | float | bool | type(None)):
-                yield from _mappings(item, _join(path, key))
-    elif _is_list(value):
-        for index, item in enumerate(value):
-            if not isinstance(item, str | int | float | bool | type(None)):
-                yield from _mappings(item, f"{path}[{index}]")
+    """Every object inside `value` (itself included), with its path such as `spec.containers[0]`: depth first,
+    each object before what it holds, in key order (a stack of pending children rather than nested generators,
+    which passed every object up through each level above it)."""
+    pending = [(path, value)]
+    while pending:
+        path, value = pending.pop()
+        if isinstance(value, dict) or (not isinstance(value, list | str) and isinstance(value, Mapping)):
+            yield path, value
+            children = [(_join(path, key), item) for key, item in value.items()
+                        if isinstance(item, dict | list) or not isinstance(item, _SCALARS)]
+        elif _is_list(value):
+            children = [(f"{path}[{index}]", item) for index, item in enumerate(value)
+                        if not isinstance(item, _SCALARS)]
+        else:
+            continue
+        pending.extend(reversed(children))
 
 
 def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            yield from _strings(item, _join(path, key))
-    elif _is_list(value):
-        for index, item in enumerate(value):
-            yield from _strings(item, f"{path}[{index}]")
-    elif isinstance(value, str) and not is_unknown(value):
-        yield path, value
+    """Every known string inside `value`, with its path, in the same order as `_mappings`."""
+    pending = [(path, value)]
+    while pending:
+        path, value = pending.pop()
+        if isinstance(value, str):
+            if not is_unknown(value):
+                yield path, value
+            continue
+        if isinstance(value, Mapping):
+            children = [(_join(path, key), item) for key, item in value.items()]
+        elif _is_list(value):
+            children = [(f"{path}[{index}]", item) for index, item in enumerate(value)]
+        else:
+            continue
+        pending.extend(reversed(children))
 
 
 def _node_configs(resource_type: str, props: Mapping[str, Any]) -> list[tuple[str, Any]]:
