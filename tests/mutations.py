@@ -13,6 +13,7 @@ plans.
 from __future__ import annotations
 
 import copy
+import marshal
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -63,12 +64,21 @@ class Mutant:
         changed: list[Resource] = []
         plan = list(resources)
         if self.index is not None and self.change is not None:
-            resource = {**resources[self.index], "inputs": copy.deepcopy(resources[self.index]["inputs"])}
+            resource = {**resources[self.index], "inputs": _copy(resources[self.index]["inputs"])}
             self.change(resource["inputs"])
             plan[self.index] = resource
             changed.append(resource)
         plan = [r for i, r in enumerate(plan) if i not in self.removed] + list(self.added)
         return plan, changed + list(self.added)
+
+
+def _copy(inputs: Any) -> Any:
+    """A deep copy of a resource's inputs: through marshal (plain JSON values, a third of `copy.deepcopy`'s time,
+    which the thousands of mutants spent most of their copying in), else `copy.deepcopy`."""
+    try:
+        return marshal.loads(marshal.dumps(inputs))
+    except ValueError:
+        return copy.deepcopy(inputs)
 
 
 def _at(root: Any, path: tuple[Any, ...]) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import marshal
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -613,12 +614,31 @@ def test_committed_stacks_exercise_every_policy(plan_resources):
 
 
 # --------------------------------------------------------------------------- unsafe changes to the real plans
+_checked: dict[tuple[str, bytes], list[tuple[str, list[str]]]] = {}
+"""Each resource's (policy, messages) under every resource policy, keyed by its type and inputs (marshal format 2:
+the same bytes only for the same values, types and key order): the plans and variants checked here share most of
+their resources, and a check is a function of the type and inputs alone."""
+
+
+def _resource_violations(resource_type: str, inputs: Any) -> list[tuple[str, list[str]]]:
+    try:
+        key = (resource_type, marshal.dumps(inputs, 2))
+    except ValueError:  # a value marshal cannot hold: check it every time
+        key = None
+    if key in _checked:
+        return _checked[key]
+    found = [(name, check(resource_type, inputs)) for name, (check, _) in rules.CHECKS.items()]
+    if key is not None:
+        _checked[key] = found
+    return found
+
+
 def all_violations(resources: list[dict[str, Any]]) -> dict[str, list[str]]:
     """Every resource and stack policy over a plan's resources: policy name -> its messages."""
     found: dict[str, list[str]] = {}
     for resource in resources:
-        for name, (check, _) in rules.CHECKS.items():
-            found.setdefault(name, []).extend(check(resource["type"], resource["inputs"]))
+        for name, messages in _resource_violations(resource["type"], resource["inputs"]):
+            found.setdefault(name, []).extend(messages)
     pairs = [(r["type"], r["inputs"]) for r in resources]
     for name, (stack_check, _) in rules.STACK_CHECKS.items():
         found.setdefault(name, []).extend(stack_check(pairs))
