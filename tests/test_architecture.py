@@ -67,9 +67,17 @@ def layer(module: str) -> str:
     return parts[0]
 
 
+_graphs: dict[tuple[tuple[str, int, int], ...], dict[str, set[str]]] = {}
+"""Each tree's import graph as read once in this process, keyed by its modules' files, sizes and modification
+times: the checks below each read the whole project's graph, and parsing every module is most of their time."""
+
+
 def graph(root: Path = ROOT) -> dict[str, set[str]]:
     modules = project_modules(root)
-    return {name: imports(name, path, modules) for name, path in modules.items()}
+    key = tuple((str(path), (stat := path.stat()).st_size, stat.st_mtime_ns) for path in modules.values())
+    if key not in _graphs:
+        _graphs[key] = {name: imports(name, path, modules) for name, path in modules.items()}
+    return {name: set(targets) for name, targets in _graphs[key].items()}
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
