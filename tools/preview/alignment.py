@@ -213,13 +213,20 @@ SUBJECTS = (
 )
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def generated(plan_root: Path) -> dict[str, dict[str, str]]:
+    """Each subject's settings; a stack's plan files are read once for all its subjects (the extractors only
+    read them), with libyaml where PyYAML has it."""
     out = {}
+    read: dict[str, tuple[list[Any], Any]] = {}
     for subject in SUBJECTS:
-        folder = plan_root / subject.stack
-        manifests = [m for m in yaml.safe_load_all((folder / "manifests.yaml").read_text()) if m]
-        resources = json.loads((folder / "resources.json").read_text())
-        out[subject.heading] = subject.extract(manifests, resources)
+        if subject.stack not in read:
+            folder = plan_root / subject.stack
+            read[subject.stack] = ([m for m in yaml.load_all((folder / "manifests.yaml").read_text(), Loader=_LOADER)
+                                    if m], json.loads((folder / "resources.json").read_text()))
+        out[subject.heading] = subject.extract(*read[subject.stack])
     return out
 
 
