@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import marshal
 import os
 import runpy
 import sys
@@ -36,12 +37,27 @@ class PlanError(Exception):
     """The program registered something the plan cannot render faithfully."""
 
 
+_project_read: dict[tuple[int, int, int], bytes] = {}
+"""Pulumi.yaml as read once per process (marshal bytes, keyed by the file's inode, size and modification time): a
+command reads it once, but the tests' and a long-lived process's many plans and checks each read it again."""
+
+
 def project_file() -> dict[str, Any]:
-    """Pulumi.yaml, read with the CLI's YAML semantics (tools/preview/stack_file.py)."""
+    """Pulumi.yaml, read with the CLI's YAML semantics (tools/preview/stack_file.py); every call a fresh copy."""
+    path = ROOT / "Pulumi.yaml"
     try:
-        return load_yaml(ROOT / "Pulumi.yaml")
+        stat = path.stat()
+        key = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if key in _project_read:
+            return marshal.loads(_project_read[key])
+        project = load_yaml(path)
     except StackFileError as err:
         raise SystemExit(f"error: {err}") from None
+    try:
+        _project_read[key] = marshal.dumps(project)
+    except ValueError:  # a value marshal cannot hold: read the file every time
+        pass
+    return project
 
 
 def _schema(project: dict[str, Any]) -> dict[str, dict[str, Any]]:
