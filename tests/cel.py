@@ -20,8 +20,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import celpy
-import yaml
 from celpy import celtypes
+
+from tests.schemas import crd_documents
 
 
 def _split(text: Any, separator: Any, limit: Any = None) -> celtypes.ListType:
@@ -134,14 +135,11 @@ def _walk(schema: dict[str, Any], value: Any, path: str, outcome: Outcome) -> No
 
 @cache
 def _crd_schemas(crd_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     schemas = {}
-    for path in sorted(crd_dir.glob("*.yaml")):
-        for doc in yaml.load_all(path.read_text(), Loader=loader):
-            if doc and doc.get("kind") == "CustomResourceDefinition":
-                for version in doc["spec"]["versions"]:
-                    schemas[(f"{doc['spec']['group']}/{version['name']}", doc["spec"]["names"]["kind"])] = (
-                        version["schema"]["openAPIV3Schema"])
+    for doc in crd_documents(crd_dir):  # parsed once for tests/schemas.py and here
+        for version in doc["spec"]["versions"]:
+            schemas[(f"{doc['spec']['group']}/{version['name']}", doc["spec"]["names"]["kind"])] = (
+                version["schema"]["openAPIV3Schema"])
     return schemas
 
 
