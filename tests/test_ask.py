@@ -29,6 +29,9 @@ class Fake:
         self.usage = True
         self.reasoning = False
         self.chunked = True
+        self.first_token_delay = 0.0
+        """Seconds between the role chunk and the first token: FIRST_TOKEN_DELAY_S where a test measures the time
+        to first token, none elsewhere."""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -62,7 +65,7 @@ class Handler(BaseHTTPRequestHandler):
             write(f"data: {json.dumps(obj)}\n\n".encode())
 
         send({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})
-        time.sleep(FIRST_TOKEN_DELAY_S)
+        time.sleep(fake.first_token_delay)
         if fake.reasoning:
             send({"choices": [{"index": 0, "delta": {"reasoning_content": "Thinking briefly."}}]})
         for word in words:
@@ -104,7 +107,7 @@ def test_help_works_offline():
 @pytest.mark.parametrize("chunked", [True, False])
 def test_streams_the_answer_and_reports_ttft_and_rate(server, chunked):
     fake, url = server
-    fake.chunked = chunked
+    fake.chunked, fake.first_token_delay = chunked, FIRST_TOKEN_DELAY_S
     code, out, err = run("--endpoint", url, "--max-tokens", "64", "Why is the sky blue?")
     assert code == 0, err
     assert out.strip() == "The sky scatters blue light."
