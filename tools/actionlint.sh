@@ -86,7 +86,10 @@ fi
 
 # Drive the package's linter API directly rather than its CLI: the CLI takes one glob, and prints
 # "No workflow files found" and exits 0 when the glob matches nothing, which would pass silently.
-node - "$PKG" "${files[@]}" <<'JS'
+# --liftoff-only: V8 runs the 9.5 MB main.wasm with its baseline compiler alone. By default it also
+# compiles it with its optimizing tier, which made a run of this script 2.2 s of CPU (Node 20) for a
+# lint that takes milliseconds; with the baseline alone a run is 0.35 s, with the same findings.
+node --liftoff-only - "$PKG" "${files[@]}" <<'JS'
 const [pkg, ...files] = process.argv.slice(2);
 const fs = require("fs");
 const path = require("path");
