@@ -258,17 +258,27 @@ class Variants:
         return Plan(self.out / name)
 
 
+SCAN_BENCHMARKS = tuple(f"{stack}-benchmark" for stack in STACKS)
+"""Rendered with the variants too: each fixture stack as `python -m tools scan --with-benchmark` renders it, from
+the stack file tools/preview/scan.py writes (tests/test_scan.py scans them; a plan process of their own cost 2 s)."""
+
+
 def _write_variant_stacks(folder: Path) -> None:
+    from tools.preview import scan
+
     for name, (base, changes) in VARIANTS.items():
         config = dict(stack_document(base)["config"])
         config.update({f"kimi-k3-1:{key}": value for key, value in changes.items()})
         write_stack(folder, name, config)
+    written = [scan.benchmark_stack(fixture_stack(stack), folder) for stack in STACKS]
+    assert [path.name for path in written] == [f"Pulumi.{name}.yaml" for name in SCAN_BENCHMARKS], written
 
 
 def start_variants() -> None:
     """Every variant in one `python -m tools plan` (one preload, a forked child per stack), once per session."""
     job = background.Job(VARIANTS_JOB)
-    files = [arg for name in VARIANTS for arg in ("--stack-file", str(job.folder / f"Pulumi.{name}.yaml"))]
+    files = [arg for name in (*VARIANTS, *SCAN_BENCHMARKS)
+             for arg in ("--stack-file", str(job.folder / f"Pulumi.{name}.yaml"))]
     job.start_once([sys.executable, "-m", "tools", "plan", "--quiet", "--out", str(job.folder / "out"), *files],
                    prepare=_write_variant_stacks, cwd=ROOT)
 

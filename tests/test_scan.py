@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, fixture_stack, rendered, required_tool
+from tests.conftest import ROOT, SCAN_BENCHMARKS, rendered, required_tool
 
 CHECKOV = Path(os.environ.get("CHECKOV", ROOT / ".venv-checkov" / "bin" / "checkov"))
 
@@ -23,13 +23,13 @@ def checkov() -> str:
 
 
 @pytest.fixture(scope="module")
-def results(plans, checkov, tmp_path_factory):
+def results(plans, variants, checkov, tmp_path_factory):
     from tools.preview import scan
 
     stacks = {name: rendered(plans[name]).folder for name in ("gpu", "tpu")}
-    out = tmp_path_factory.mktemp("scan")
-    stacks |= scan.benchmark_plans([fixture_stack(name) for name in ("gpu", "tpu")], out / "benchmark")
-    return scan.scan(stacks, checkov, out / "inputs")  # (results, the version in checkov's own report)
+    # The stacks as `scan --with-benchmark` renders them (scan.benchmark_stack), rendered with the variants.
+    stacks |= {name: rendered(variants[name]).folder for name in SCAN_BENCHMARKS}
+    return scan.scan(stacks, checkov, tmp_path_factory.mktemp("scan"))  # (results, the version in checkov's report)
 
 
 def test_every_failed_check_is_listed_and_every_listed_one_is_needed(results):
