@@ -5,8 +5,10 @@ tools/preview/lazy_packages.py). `make plan` with several stacks already imports
 stack (tools.preview.plan.render_all); this server does the same for the whole session: it preloads once, and
 for each request forks a child that runs `tools.preview.plan.main(args)` with the caller's environment, its
 stdout and stderr captured. The child then forks per stack exactly as `make plan` does, so every request goes
-through the same code as the CLI's several-stack path. The session's main plan (conftest `plan_root`) still
-runs as a fresh `python -m tools plan` process, the way users start it.
+through the same code as the CLI's several-stack path. A request may run `tools.preview.plan_diff.main(args)`
+instead, which renders each git ref in a child forked after its `preload_providers` (here: finding them loaded).
+The session's main plan (conftest `plan_root`) and tests/test_plan_diff.py's end-to-end `python -m tools diff` still
+run as fresh processes, the way users start them.
 """
 
 from __future__ import annotations
@@ -19,21 +21,24 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PLAN, DIFF = "tools.preview.plan", "tools.preview.plan_diff"
+"""The modules a request may run: the plan, and the plan diff, whose renders of git refs fork from a process with
+the providers loaded (tools.preview.plan_diff.render_trees) as this one has them."""
 REQUEST_TIMEOUT_S = 900
 """Longest one request may take (a plan of many stacks on a loaded machine)."""
 
 SERVER = r"""
-import json, os, sys, tempfile, time
+import importlib, json, os, sys, tempfile, time
 sys.path.insert(0, os.getcwd())
 from tools.preview import plan, render
 render.preload()
 print(json.dumps({"ready": True}), flush=True)
 
-def run(args, env):
+def run(module, args, env):
     os.environ.clear()
     os.environ.update(env)
     try:
-        return plan.main(args)
+        return importlib.import_module(module).main(args)
     except SystemExit as stop:
         if isinstance(stop.code, str):
             print(stop.code, file=sys.stderr)
@@ -43,7 +48,7 @@ def run(args, env):
 for line in sys.stdin:
     request = json.loads(line)
     out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-    pid = plan.fork_call(lambda: run(request["args"], request["env"]), out.fileno(), err.fileno())
+    pid = plan.fork_call(lambda: run(request["module"], request["args"], request["env"]), out.fileno(), err.fileno())
     deadline = time.monotonic() + request["timeout"]
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -81,13 +86,13 @@ class PlanServer:
             raise RuntimeError(f"plan server exited ({self.proc.wait(timeout=10)})")
         return json.loads(line)
 
-    def run(self, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    def run(self, args: list[str], env: dict[str, str], module: str = PLAN) -> subprocess.CompletedProcess:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"args": args, "env": env, "timeout": REQUEST_TIMEOUT_S}) + "\n")
+        self.proc.stdin.write(json.dumps({"module": module, "args": args, "env": env, "timeout": REQUEST_TIMEOUT_S})
+                              + "\n")
         self.proc.stdin.flush()
         reply = self._reply(REQUEST_TIMEOUT_S + 60)
-        return subprocess.CompletedProcess(["python", "-m", "tools", "plan", *args], reply["code"], reply["out"],
-                                           reply["err"])
+        return subprocess.CompletedProcess(["python", "-m", module, *args], reply["code"], reply["out"], reply["err"])
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -98,8 +103,9 @@ class PlanServer:
 _server: PlanServer | None = None
 
 
-def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+def run(args: list[str], env: dict[str, str], module: str = PLAN) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGS` (by default the plan) with `env`, as a child forked from the preloaded process."""
     global _server
     if _server is None or _server.proc.poll() is not None:
         _server = PlanServer()
-    return _server.run(args, env)
+    return _server.run(args, env, module)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -410,14 +411,15 @@ def test_long_entries_keep_every_row_with_a_note(tmp_path):
 def test_a_ref_and_this_checkouts_plan_render_the_same_charts(two_commits, tmp_path):
     """`plan_diff main build/plan` on an unchanged checkout: the ref's extracted tree has no shared folder beside
     it, yet it must find the chart copies this checkout renders with, or every chart object looks new."""
+    from tests import plan_server
     from tests.conftest import SHARED, run_plan
 
     out = tmp_path / "plan"
     stack = tmp_path / "Pulumi.e2e.yaml"
     stack.write_text(yaml.safe_dump({"config": {**E2E_STACK, "kimi-k3-1:gpu.prefillGroups": 2}}))
     assert run_plan(out, "--stack-file", str(stack)).returncode == 0
-    proc = subprocess.run([sys.executable, "-m", "tools.preview.plan_diff", "main", str(out / "e2e"), "--repo",
-                           str(two_commits)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    # The diff forked from the session's preloaded plan process (the command itself: test_end_to_end_on_two_commits).
+    proc = plan_server.run(["main", str(out / "e2e"), "--repo", str(two_commits)], dict(os.environ), plan_server.DIFF)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[2:] == ["no changes (stacks: e2e)"], proc.stdout
     if (SHARED / "charts").is_dir():  # with chart copies, both sides rendered every chart
