@@ -77,13 +77,15 @@ def test_every_name_the_program_uses_is_the_plain_imports_and_every_class_loaded
 
 
 def test_a_name_it_cannot_place_runs_the_real_init_and_fails_as_a_plain_import_would():
+    # A small package of the lazily loaded ones: pulumi_gcp.compute's real __init__ took 1.3 s of CPU, this one's
+    # 0.05 s, and the fallback is the same code for every package.
     code = ("import sys; sys.path.insert(0, '.')\n"
             "from tools.preview import lazy_packages; lazy_packages.install()\n"
             "import pulumi_gcp as gcp\n"
-            "gcp.compute.Autoscaler\n"
-            "assert '__getattr__' in vars(gcp.compute)\n"
-            "try:\n    gcp.compute.NoSuchThing\nexcept AttributeError:\n"
-            "    assert '__getattr__' not in vars(gcp.compute) and hasattr(gcp.compute, 'InstanceTemplate')\n"
+            "gcp.serviceaccount.Account\n"
+            "assert '__getattr__' in vars(gcp.serviceaccount)\n"
+            "try:\n    gcp.serviceaccount.NoSuchThing\nexcept AttributeError:\n"
+            "    assert '__getattr__' not in vars(gcp.serviceaccount) and hasattr(gcp.serviceaccount, 'IAMMember')\n"
             "    print('fell back')\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.stdout.strip() == "fell back", proc.stderr[-2000:]
