@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import plan_server
 from tests.conftest import ROOT, Plan, fixture_stack
 from tests.oci_registry import ChartRepository, OciRegistry
 from tools.preview import helm_render
@@ -97,9 +98,9 @@ def test_fetched_charts_are_used_by_the_plan(registries, shared, tmp_path):
     for name, ref in helm_render.pinned_charts().items():
         assert helm_render.content_digest(helm_render.directory_files(into / name)) == ref.content_sha256
     env = {"KIMI_SHARED_DIR": str(tmp_path / "no-shared"), "KIMI_CHARTS_DIR": str(into)}
-    plan = subprocess.run([sys.executable, "-m", "tools.preview.plan", "--quiet", "--out", str(tmp_path / "plan"),
-                           "--stack-file", str(fixture_stack("gpu"))], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **env})
+    # Forked from the session's preloaded plan process (tests/plan_server.py), which finds charts at render time.
+    plan = plan_server.run(["--quiet", "--out", str(tmp_path / "plan"), "--stack-file", str(fixture_stack("gpu"))],
+                           {**os.environ, **env})
     assert plan.returncode == 0, plan.stderr
     charts = json.loads((tmp_path / "plan" / "gpu" / "charts.json").read_text())
     assert [c["skipped"] for c in charts] == [None] * 3
