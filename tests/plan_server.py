@@ -22,8 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN, DIFF = "tools.preview.plan", "tools.preview.plan_diff"
-"""The modules a request may run: the plan, and the plan diff, whose renders of git refs fork from a process with
-the providers loaded (tools.preview.plan_diff.render_trees) as this one has them."""
+"""The modules requests run: the plan, and the plan diff, whose renders of git refs fork from a process with the
+providers loaded (tools.preview.plan_diff.render_trees) as this one has them; or any module with a `main(args)`
+(tests/swapped_image_render.py)."""
 REQUEST_TIMEOUT_S = 900
 """Longest one request may take (a plan of many stacks on a loaded machine)."""
 

@@ -180,17 +180,18 @@ def test_claims_on_an_unrendered_chart_are_noted_not_failed(gpu):
 
 def test_plan_without_charts_says_so(tmp_path, monkeypatch):
     """No chart copy anywhere: the plan still renders, and its summary and charts.json say what is missing."""
-    import subprocess
-    import sys
+    import os
 
-    from tests.conftest import ROOT, fixture_stack
+    from tests import plan_server
+    from tests.conftest import fixture_stack
 
     monkeypatch.setenv("KIMI_SHARED_DIR", str(tmp_path / "nothing"))
     monkeypatch.delenv("KIMI_CHARTS_DIR", raising=False)
     if helm_render.FETCH_DIR.is_dir():
         pytest.skip(f"{helm_render.FETCH_DIR} holds fetched charts")
-    proc = subprocess.run([sys.executable, "-m", "tools.preview.plan", "--out", str(tmp_path / "out"), "--stack-file",
-                           str(fixture_stack("gpu"))], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    # Forked from the session's preloaded plan process, with this environment (charts are looked for at render time).
+    proc = plan_server.run(["--out", str(tmp_path / "out"), "--stack-file", str(fixture_stack("gpu"))],
+                           dict(os.environ))
     assert proc.returncode == 0, proc.stderr
     # What `make plan` prints last: the charts missing and the one command that gets them.
     assert proc.stdout.splitlines()[-1] == (
@@ -257,17 +258,12 @@ def test_an_amd64_only_image_on_the_gpu_pods_fails_the_plan_with_one_line(tmp_pa
     """End to end through the real program: pin the GPU model server to an image recorded amd64-only
     (inference-perf's release builds linux/amd64 only) and the stack's plan stops with one line naming the pod,
     the image and the pool."""
-    import subprocess
-    import sys
+    import os
 
-    from tests.conftest import ROOT, fixture_stack
+    from tests import plan_server
+    from tests.conftest import fixture_stack
 
-    swap = ("import dataclasses, sys\n"
-            "from components import images\n"
-            "images.IMAGES['vllm'] = dataclasses.replace(images.IMAGES['inference-perf'], config_key='vllmDigest')\n"
-            "from tools.preview import render\n"
-            f"sys.exit(render.run(__import__('pathlib').Path({str(fixture_stack('gpu'))!r})))\n")
-    proc = subprocess.run([sys.executable, "-c", swap], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = plan_server.run([str(fixture_stack("gpu"))], dict(os.environ), "tests.swapped_image_render")
     assert proc.returncode == 3 and not proc.stdout
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: scheduling: pod ")
