@@ -26,14 +26,20 @@ MIB = 1 << 20
 
 @pytest.fixture(scope="module")
 def gcs():
-    previous = os.environ.get("STORAGE_EMULATOR_HOST")
+    """The emulator, and the clients' environment as the command line sets it for the copier (no background
+    bucket-metadata fetch per client: tools/live/stage_weights.py NO_BUCKET_METADATA)."""
+    from tools.live.stage_weights import NO_BUCKET_METADATA
+
+    names = ("STORAGE_EMULATOR_HOST", NO_BUCKET_METADATA)
+    previous = {name: os.environ.get(name) for name in names}
     with GcsEmulator() as emulator:
-        os.environ["STORAGE_EMULATOR_HOST"] = emulator.url
+        os.environ.update({"STORAGE_EMULATOR_HOST": emulator.url, NO_BUCKET_METADATA: "true"})
         yield emulator
-    if previous is None:
-        os.environ.pop("STORAGE_EMULATOR_HOST", None)
-    else:
-        os.environ["STORAGE_EMULATOR_HOST"] = previous
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)

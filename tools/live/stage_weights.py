@@ -29,6 +29,13 @@ import warnings
 
 from tools import prog
 
+OTEL_TRACES = "ENABLE_GCS_PYTHON_CLIENT_OTEL_TRACES"
+NO_BUCKET_METADATA = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
+"""google-cloud-storage (3.17) has every new client fetch the bucket's metadata in a background thread, to label
+OpenTelemetry spans; with its traces off (the default) no span is made, so the copier, which makes a client per
+worker thread, turns the fetch off unless traces are on (one GET of the bucket per thread, which the staging
+identity may not even be allowed)."""
+
 
 def commit(value: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{40}", value):
@@ -62,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # The client libraries load only now, so `--help` and argument errors need neither them nor a network.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.")
+    if not os.environ.get(OTEL_TRACES):
+        os.environ.setdefault(NO_BUCKET_METADATA, "true")
     from tools.staging import StagingError
     from tools.staging.copy import stage
 
