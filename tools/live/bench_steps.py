@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from components import contract
-from components.cost import cost_per_million_tokens
 from tools import prog
 from tools.live.cloud import SERVING_SELECTOR
 from tools.live.core import StepError, Watch, run_bounded
@@ -180,6 +179,8 @@ class Steps:
             self.out("cost per million output tokens: unknown (no hourly estimate or no output throughput found)")
             return
         partial = "" if self.outputs.get("hourlyCostComplete") else " (prices incomplete: set kimi-k3-1:cost.*)"
+        from components.cost import cost_per_million_tokens  # noqa: PLC0415 - components.cost imports pulumi (0.3 s)
+
         self.out(f"cost per million output tokens: ${cost_per_million_tokens(float(hourly), tps):,.2f} "
                  f"at {tps:,.0f} output tokens/s and ${float(hourly):,.2f}/h{partial}")
 

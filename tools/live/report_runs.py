@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.cost import cost_per_million_tokens
-
 SUMMARY = "summary_lifecycle_metrics.json"
 PER_REQUEST = "per_request_lifecycle_metrics.json"
 PROMETHEUS = "summary_prometheus_metrics.json"
@@ -108,6 +106,8 @@ class Run:
         tps = self.throughput("output_tokens_per_sec")
         if not self.hourly_usd or not tps:
             return None
+        from components.cost import cost_per_million_tokens  # noqa: PLC0415 - components.cost imports pulumi (0.3 s)
+
         return cost_per_million_tokens(self.hourly_usd, tps)
 
 
