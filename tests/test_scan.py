@@ -56,3 +56,15 @@ def test_requirements_pin_the_checkov_the_doc_names():
     pins = [line for line in (ROOT / "requirements-checkov.txt").read_text().splitlines()
             if line and not line.startswith("#")]
     assert pins == ["checkov==3.3.30"]
+
+
+def test_with_benchmark_renders_the_plans_the_suite_scans(variants, tmp_path):
+    """`scan --with-benchmark`'s own render (scan.benchmark_plans: its stack file, then a plan process) gives the plan
+    the session's variants hold for it, so scanning those is scanning what the command scans."""
+    from tests.conftest import fixture_stack
+    from tools.preview import scan
+
+    plans = scan.benchmark_plans([fixture_stack("tpu")], tmp_path)
+    assert list(plans) == ["tpu-benchmark"]
+    for name in ("resources.json", "manifests.yaml", "outputs.json"):
+        assert (plans["tpu-benchmark"] / name).read_text() == (variants["tpu-benchmark"].folder / name).read_text()
