@@ -6,9 +6,12 @@ place or read."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import ROOT
 from tools.preview import lazy_packages
@@ -309,3 +312,17 @@ def test_processes_writing_and_reading_the_cache_at_once_each_read_a_whole_file(
         assert proc.returncode == 0, err[-2000:]
         assert "_CachedClasses" in out, out
     assert len(_cache_files(tmp_path / "cache")) == 1
+
+
+@pytest.mark.parametrize("stack", ["gpu", "tpu"])
+def test_a_render_forked_after_the_preload_resolves_no_type_of_its_own(stack):
+    """The preload resolves the property types of every resource, arguments, component and result class a render
+    serializes (tools.preview.render.warm_loaded_resources), so a forked render finds them all in pulumi's cache; a
+    provider module the preload misses (the TPU image's artifactregistry and pulumi_command did) shows up here.
+    The one left is the SDK's own root `Stack`, which the warm-up leaves to the SDK (its hints name SDK internals)."""
+    from tests import plan_server
+    from tests.conftest import fixture_stack
+
+    proc = plan_server.run([str(fixture_stack(stack))], dict(os.environ), module="tests.render_cache_misses")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stderr.splitlines()[-1]) == ["pulumi.runtime.stack.Stack"]

@@ -393,12 +393,6 @@ def warm_loaded_resources() -> None:
                 warm_type_hints(getattr(module, result))
 
 
-def _is_resource(cls: type) -> bool:
-    import pulumi
-
-    return issubclass(cls, pulumi.Resource)
-
-
 def warm_type_hints(cls: Any, seen: set[Any] | None = None) -> None:
     """Resolve the type hints pulumi reads when it serializes a resource or one of its input or output types, for
     `cls` and every such type its hints name, so the forked renderers find them in pulumi's own per-class cache
@@ -406,6 +400,7 @@ def warm_type_hints(cls: Any, seen: set[Any] | None = None) -> None:
     makes, done once in the parent instead of in every child. Anything else is left alone."""
     import typing
 
+    import pulumi
     import pulumi._types as types
 
     seen = set() if seen is None else seen
@@ -416,7 +411,7 @@ def warm_type_hints(cls: Any, seen: set[Any] | None = None) -> None:
         hints = types.input_type_types(cls)
     elif types.is_output_type(cls):
         hints = types.output_type_types(cls)
-    elif hasattr(cls, "_internal_init") or _is_resource(cls):  # a resource class
+    elif issubclass(cls, pulumi.Resource):
         hints = types.resource_types(cls)
     else:
         return
