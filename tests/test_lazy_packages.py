@@ -5,6 +5,7 @@ place or read."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -147,6 +148,15 @@ def _data_module(folder: Path, text: str) -> lazy_packages._LazyClasses:
     return lazy_packages._LazyClasses("pkg._inputs", str(path))
 
 
+@pytest.fixture(params=["compiled file written", "no compiled file"])
+def bytecode(request, monkeypatch) -> bool:
+    """Both ways a checkout imports: writing compiled files (a developer's machine) or not (PYTHONDONTWRITEBYTECODE,
+    as CI sets it); the cache's key names the compiled file, which the first parse may write."""
+    writes = request.param == "compiled file written"
+    monkeypatch.setattr(sys, "dont_write_bytecode", not writes)
+    return writes
+
+
 def _cache_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
@@ -175,7 +185,7 @@ class CArgs:
 '''
 
 
-def test_the_parse_cache_is_written_once_read_after_and_answers_as_the_parse(tmp_path, monkeypatch):
+def test_the_parse_cache_is_written_once_read_after_and_answers_as_the_parse(tmp_path, monkeypatch, bytecode):
     monkeypatch.setenv(lazy_packages.CACHE_ENV, str(tmp_path / "cache"))
     loader = _data_module(tmp_path, CACHED)
     parsed = loader._classes("pkg._inputs")
@@ -185,7 +195,7 @@ def test_the_parse_cache_is_written_once_read_after_and_answers_as_the_parse(tmp
     assert isinstance(cached, lazy_packages._CachedClasses)
     assert _answers(cached) == _answers(parsed)
     assert _answers(cached)[1] == {"AArgs": [], "AArgsDict": ["BArgs"], "BArgs": ["CArgs"], "CArgs": []}
-    assert cached.header.co_code == parsed.header.co_code
+    assert cached.header == parsed.header
 
 
 def test_the_parse_cache_of_every_data_module_answers_as_its_parse():
@@ -207,7 +217,7 @@ def test_the_parse_cache_of_every_data_module_answers_as_its_parse():
                 assert cached is lazy_packages._WHOLE
                 continue
             assert list(cached.index) == list(parsed.index)
-            assert cached.header.co_code == parsed.header.co_code
+            assert cached.header == parsed.header
             for name in parsed.index:
                 statement, named, body = cached._read(name)  # None (a fallback to the parse) fails here
                 assert statement == parsed.statement(name), name
@@ -217,7 +227,7 @@ def test_the_parse_cache_of_every_data_module_answers_as_its_parse():
     assert checked > 30
 
 
-def test_a_changed_source_is_parsed_again_and_replaces_its_cache_file(tmp_path, monkeypatch):
+def test_a_changed_source_is_parsed_again_and_replaces_its_cache_file(tmp_path, monkeypatch, bytecode):
     import os
 
     monkeypatch.setenv(lazy_packages.CACHE_ENV, str(tmp_path / "cache"))
@@ -235,7 +245,7 @@ def test_a_changed_source_is_parsed_again_and_replaces_its_cache_file(tmp_path, 
     assert "DArgs" in loader._classes("pkg._inputs").index
 
 
-def test_a_corrupt_cache_file_is_ignored_and_written_again(tmp_path, monkeypatch):
+def test_a_corrupt_cache_file_is_ignored_and_written_again(tmp_path, monkeypatch, bytecode):
     monkeypatch.setenv(lazy_packages.CACHE_ENV, str(tmp_path / "cache"))
     loader = _data_module(tmp_path, CACHED)
     expected = _answers(loader._classes("pkg._inputs"))
@@ -252,7 +262,7 @@ def test_a_corrupt_cache_file_is_ignored_and_written_again(tmp_path, monkeypatch
     assert isinstance(loader._classes("pkg._inputs"), lazy_packages._CachedClasses)
 
 
-def test_a_cache_file_cut_short_under_a_reader_gives_the_parse(tmp_path, monkeypatch):
+def test_a_cache_file_cut_short_under_a_reader_gives_the_parse(tmp_path, monkeypatch, bytecode):
     """A reader keeps its data module's file open for the entries it reads later; a file truncated in place meanwhile
     (not what the writers do: they replace it) gives the module's classes from its source instead."""
     monkeypatch.setenv(lazy_packages.CACHE_ENV, str(tmp_path / "cache"))
@@ -267,7 +277,7 @@ def test_a_cache_file_cut_short_under_a_reader_gives_the_parse(tmp_path, monkeyp
     assert cached.parsed is not None
 
 
-def test_an_unwritable_or_disabled_cache_loads_as_without_one(tmp_path, monkeypatch):
+def test_an_unwritable_or_disabled_cache_loads_as_without_one(tmp_path, monkeypatch, bytecode):
     loader = _data_module(tmp_path, CACHED)
     (tmp_path / "file").write_text("a file, so no folder can be made under it\n")
     for folder in (str(tmp_path / "file" / "cache"), ""):
@@ -299,12 +309,16 @@ print(sorted(kinds))
 """
 
 
-def test_processes_writing_and_reading_the_cache_at_once_each_read_a_whole_file(tmp_path):
+def test_processes_writing_and_reading_the_cache_at_once_each_read_a_whole_file(tmp_path, bytecode):
     """Four processes write the same cache file over and over while reading it: every read is a whole file (or
     none yet), never a partial one, and no temporary file is left."""
     loader = _data_module(tmp_path, CACHED)
-    env = {**__import__("os").environ, lazy_packages.CACHE_ENV: str(tmp_path / "cache")}
-    key = lazy_packages._cache_key(loader.path, __import__("importlib.util").util.cache_from_source(loader.path))
+    env = {**os.environ, lazy_packages.CACHE_ENV: str(tmp_path / "cache")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if not bytecode:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    loader.get_code("pkg._inputs")  # the compiled file (if written) the children's key names
+    key = lazy_packages._cache_key(loader.path, importlib.util.cache_from_source(loader.path))
     procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, loader.path, key], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     for proc in procs:

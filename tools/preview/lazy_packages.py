@@ -21,7 +21,10 @@ What a data module's parse finds (its class index, each class's decorators, base
 header's code and each class body's code) is kept in a cache file under build/cache/lazy-packages/ (CACHE_ENV names
 another folder; empty: no cache), so a later plan neither reads the multi-megabyte sources nor unmarshals a whole
 module: it unmarshals the header and the bodies of the classes it defines. A file is keyed by the module's source
-and compiled file (path, size, mtime_ns), the interpreter's bytecode magic and this loader's own source, written
+and compiled file (path, size, mtime_ns; like Python's own timestamp check of a compiled file, a source replaced
+with the same size and mtime is not noticed: a changed install is a new key in practice, since pip writes new
+files), the interpreter's bytecode magic and this loader's own source, keyed again after a parse that wrote the
+compiled file, written
 whole (a temporary file, then os.replace) so processes running at once each read a complete file or none, and is
 ignored (the module parsed from its source again) when it is missing, unreadable, corrupt or from another key; a
 folder that cannot be written just means no cache. The same holds for the words of a sibling resource module that
@@ -551,7 +554,8 @@ class _LazyClasses(importlib.machinery.SourceFileLoader):
             return None if cached is _WHOLE else cached  # type: ignore[return-value]
         classes = self._parse(fullname)
         if cache_dir() is not None:
-            _cache_write(fullname, key, _encode(classes))
+            # Keyed again: the parse (get_code) may just have written the compiled file the key names.
+            _cache_write(fullname, _cache_key(self.path, importlib.util.cache_from_source(self.path)), _encode(classes))
         return classes
 
     def _parse(self, fullname: str) -> _Classes | None:
