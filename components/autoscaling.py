@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import capacity, cost, loading
+from . import capacity, catalog, cost, loading, metrics
 from .config import StackConfig
 
 # --------------------------------------------------------------------------- the cluster's clock
@@ -253,12 +253,20 @@ def drain_grace_s(session_s: float = SESSION_S) -> int:
     return int(math.ceil(2 * session_s / 60) * 60)
 
 
-def flow_control_ttl_s(cfg: StackConfig) -> int:
-    """The router's flow control `defaultRequestTTL`: how long a request may wait in its queue before it is shed with
-    a retryable error (default 60s, llm-d-router v0.10.0 apix/config/v1alpha1/endpointpickerconfig_types.go
-    FlowControlConfig). At least the time to add a step, so a burst waits for the replicas it set in motion instead of
-    being shed while they load, and the queue the autoscaler reads holds the whole burst."""
-    return int(math.ceil(time_to_add_s(cfg)[0] / 60) * 60)
+PROXY_EXT_PROC_TIMEOUT_S = 1000
+"""The standalone router's Envoy gives the EPP's ext_proc stream `message_timeout: 1000s` (llm-d-router v0.10.0
+config/charts/llm-d-router-standalone/values.yaml, envoy.yaml): a request the router still holds after that is
+failed by the proxy, not by the router."""
+
+
+def flow_control_ttl_s() -> int:
+    """The router's flow control `defaultRequestTTL`: how long a request may wait in its queue before the router
+    sheds it with a retryable backpressure error (default 60s, llm-d-router v0.10.0 apix/config/v1alpha1/
+    endpointpickerconfig_types.go FlowControlConfig). A minute under the proxy's ext_proc timeout, so the router sheds
+    it with its own retryable error rather than the proxy with a timeout; a burst's replicas take longer than that
+    (time_to_add_s), so a client of a long burst retries, and the replay's closed loop is that retrying client: its
+    session stays in the demand the autoscaler reads (running + queued)."""
+    return PROXY_EXT_PROC_TIMEOUT_S - 60
 
 
 # --------------------------------------------------------------------------- load traces
@@ -540,3 +548,136 @@ def table(result: TrackResult, every_s: int = 1800) -> list[str]:
         cells += [str(vms), "unpriced" if usd is None else f"{usd:,.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+# --------------------------------------------------------------------------- what the cluster gets
+KEDA_API = "keda.sh/v1alpha1"
+"""ScaledObject and TriggerAuthentication (the KEDA chart 2.20.2's templates/crds/crd-scaledobjects.yaml,
+crd-triggerauthentications.yaml)."""
+ROLE_SCALER = ("disaggregatedset.x-k8s.io/v1", "DisaggregatedSetRoleScaler")
+"""The /scale of one DisaggregatedSet role: created by the controller for a role with `scaling.mode: External`, named
+`<set>-<role>` (lws CRD disaggregatedset.x-k8s.io_disaggregatedsetrolescalers.yaml, subresources.scale)."""
+LEADER_WORKER_SET = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+"""The TPU engines' /scale (lws CRD leaderworkerset.x-k8s.io_leaderworkersets.yaml, subresources.scale)."""
+TRIGGER_AUTH_NAME = "managed-prometheus"
+GMP_QUERY_URL = "https://monitoring.googleapis.com/v1/projects/{project}/location/global/prometheus"
+"""Managed Prometheus' Prometheus-compatible query API (Cloud Monitoring API
+projects.location.prometheus.api.v1.query, https://cloud.google.com/monitoring/api/ref_v3/rest/v1/
+projects.location.prometheus.api.v1/query_range: location "has to be global"); KEDA's prometheus scaler appends
+/api/v1/query."""
+ROUTER_JOB = f"{catalog.GUIDE_NAME}-router"
+"""Managed Prometheus' `job` of the router's series: the router PodMonitoring's name (components/monitoring.py)."""
+EPP_METRICS = "https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/epp/metrics/llm_d_router_metrics.go"
+
+
+def router_matchers(cfg: StackConfig) -> str:
+    """The labels Managed Prometheus puts on this stack's router series (components/observability.py Scope)."""
+    return f'cluster="{cfg.cluster_name}",namespace="{cfg.kubernetes.namespace}",job="{ROUTER_JOB}"'
+
+
+TRIGGER_METRICS = ("llm_d_epp_request_running", "llm_d_epp_flow_control_queue_size", "llm_d_epp_request_input_tokens",
+                   "llm_d_epp_request_cached_tokens")
+"""The router metrics the ScaledObjects read (components/metrics.py consumers)."""
+
+
+def trigger(cfg: StackConfig, role: Role) -> dict:
+    """One prometheus trigger per role, metricType AverageValue, so the HPA asks for ceil(value / threshold):
+
+    - decode (GPU) and engines (TPU): sessions at the router, `llm_d_epp_request_running` (requests the router has
+      dispatched, counted once its body went to the proxy, llm-d-router v0.10.0 pkg/epp/handlers/server.go
+      IncRunningRequests) + `llm_d_epp_flow_control_queue_size` (requests flow control holds), each `or vector(0)`
+      (an absent series is 0, not an empty sum); threshold = KV_TARGET x the replica's full-length sessions. One
+      sum of both, where llm-d's keda-epp-queue guide has two triggers: the HPA takes the larger of two triggers,
+      and neither alone sees the running + queued a burst needs.
+    - prefill (GPU): uncached prompt tokens/s over 5 min (`llm_d_epp_request_input_tokens` - `..._cached_tokens`,
+      histogram sums) in prefill groups' worth of peak throughput, threshold PREFILL_TARGET: llm-d's token-aware
+      prefill trigger divides by peakPrefillThroughput too (guides/workload-autoscaling/keda-epp-token-aware/
+      pd-disaggregation/base/prefill-scaledobject.yaml), on in-flight tokens; a rate is used here because a burst's
+      backlog is worked off in minutes, well before a group added for it (time_to_add_s) could load.
+
+    Every name is in components/metrics.py, checked against the router's released code (EPP_METRICS)."""
+    m = router_matchers(cfg)
+
+    def epp(name: str) -> str:
+        assert name in TRIGGER_METRICS, name
+        return metrics.require(name, "epp")
+
+    if role.name == "prefill":
+        per_group = role.prefill_tokens_per_s
+        query = (f"((sum(rate({epp('llm_d_epp_request_input_tokens')}_sum{{{m}}}[5m])) - "
+                 f"sum(rate({epp('llm_d_epp_request_cached_tokens')}_sum{{{m}}}[5m]))) / {per_group:g}) or vector(0)")
+        threshold = PREFILL_TARGET
+        name = "uncached-prefill-groups"
+    else:
+        query = (f"(sum({epp('llm_d_epp_request_running')}{{{m}}}) or vector(0)) + "
+                 f"(sum({epp('llm_d_epp_flow_control_queue_size')}{{{m}}}) or vector(0))")
+        threshold = role.target
+        name = "sessions-per-replica"
+    return {"type": "prometheus", "name": name, "metricType": "AverageValue",
+            "metadata": {"serverAddress": GMP_QUERY_URL.format(project=cfg.gcp.project), "query": query,
+                         "threshold": f"{threshold:g}", "activationThreshold": "0", "ignoreNullValues": "false"},
+            "authenticationRef": {"name": TRIGGER_AUTH_NAME}}
+
+
+def scale_target(cfg: StackConfig, role: Role, set_name: str) -> dict:
+    api, kind = ROLE_SCALER if cfg.track == "gpu" else LEADER_WORKER_SET
+    name = f"{set_name}-{role.name}" if cfg.track == "gpu" else set_name
+    return {"apiVersion": api, "kind": kind, "name": name}
+
+
+def scaled_object(cfg: StackConfig, role: Role, set_name: str) -> dict:
+    """The role's ScaledObject: its target's /scale between min and max, one trigger, the HPA behavior above."""
+    rules = behavior(role)
+    name = f"{catalog.GUIDE_NAME}-{role.name}"
+    return {
+        "apiVersion": KEDA_API, "kind": "ScaledObject",
+        "metadata": {"name": name, "namespace": cfg.kubernetes.namespace,
+                     "labels": {"app.kubernetes.io/part-of": catalog.GUIDE_NAME, "llm-d.ai/role": role.name}},
+        "spec": {
+            "scaleTargetRef": scale_target(cfg, role, set_name),
+            "minReplicaCount": role.min, "maxReplicaCount": role.max,
+            "pollingInterval": KEDA_POLLING_S,
+            # Only scale-to-zero reads it (min >= 1 here); set to the scale-down window all the same.
+            "cooldownPeriod": rules.down_window_s,
+            "advanced": {"horizontalPodAutoscalerConfig": {"name": f"keda-hpa-{name}", "behavior": {
+                "scaleUp": {"stabilizationWindowSeconds": rules.up_window_s, "selectPolicy": "Max",
+                            "policies": [{"type": "Pods", "value": rules.up_pods, "periodSeconds": rules.up_period_s}]},
+                "scaleDown": {"stabilizationWindowSeconds": rules.down_window_s, "selectPolicy": "Max",
+                              "policies": [{"type": "Pods", "value": rules.down_pods,
+                                            "periodSeconds": rules.down_period_s}]}}}},
+            "triggers": [trigger(cfg, role)],
+        },
+    }
+
+
+def trigger_authentication(cfg: StackConfig) -> dict:
+    """KEDA's operator reads Managed Prometheus as its own Kubernetes service account under Workload Identity: with
+    `podIdentity.provider: gcp` the prometheus scaler takes Google's default token source with the monitoring.read
+    scope (kedacore/keda v2.20.2 pkg/scalers/gcp/gcp_common.go GetGCPAuthorization, pkg/scalers/prometheus_scaler.go
+    GetGCPOAuth2HTTPTransport). No key, no secret."""
+    return {"apiVersion": KEDA_API, "kind": "TriggerAuthentication",
+            "metadata": {"name": TRIGGER_AUTH_NAME, "namespace": cfg.kubernetes.namespace},
+            "spec": {"podIdentity": {"provider": "gcp"}}}
+
+
+SATURATION_DETECTOR = "utilization-detector"
+
+
+def flow_control(cfg: StackConfig) -> dict:
+    """The EndpointPickerConfig additions that turn the router's flow control on (llm-d-router v0.10.0): the
+    `flowControl` feature gate, off by default (cmd/epp/runner/runner.go RegisterFeatureGate(flowcontrol.FeatureGate,
+    false); pkg/epp/flowcontrol/config.go FeatureGate = "flowControl"), the utilization saturation detector at the
+    autoscaler's own set point, and the queue's TTL (flow_control_ttl_s).
+
+    Detector (pkg/epp/framework/plugins/flowcontrol/saturationdetector/utilization/config.go): an endpoint's
+    saturation is max(waiting queue / queueDepthThreshold, KV usage / kvCacheUtilThreshold), the pool's the mean;
+    at 1.0 flow control holds new requests. kvCacheUtilThreshold = KV_TARGET (0.8, also the code's default), so the
+    router starts holding requests at the load where the autoscaler asks for another replica; queueDepthThreshold
+    stays at the code's default 5 and metricsStalenessThreshold at its 200ms, written out so the plan shows them."""
+    return {
+        "featureGates": ["flowControl"],
+        "plugins": [{"type": SATURATION_DETECTOR, "name": SATURATION_DETECTOR, "parameters": {
+            "kvCacheUtilThreshold": KV_TARGET, "queueDepthThreshold": 5, "metricsStalenessThreshold": "200ms"}}],
+        "flowControl": {"defaultRequestTTL": f"{flow_control_ttl_s()}s",
+                        "saturationDetector": {"pluginRef": SATURATION_DETECTOR}},
+    }
