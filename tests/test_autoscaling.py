@@ -210,3 +210,37 @@ def test_flow_control_is_on_at_the_autoscalers_set_point():
     assert fc["plugins"][0]["parameters"]["kvCacheUtilThreshold"] == a.KV_TARGET
     assert fc["flowControl"]["saturationDetector"]["pluginRef"] == fc["plugins"][0]["name"]
     assert fc["flowControl"]["defaultRequestTTL"] == "940s"
+
+
+def test_keda_renders_pinned_images_and_scales_only_the_two_target_kinds(shared):
+    from tools.preview.helm_render import content_digest, directory_files, render_templates
+
+    folder = shared / "charts" / "keda"
+    assert content_digest(directory_files(folder)) == a.KEDA_CHART_SHA256
+    digest = "sha256:" + "a" * 64
+    objects = render_templates(folder, a.keda_values("kimi", {"keda": digest}), "keda", a.KEDA_NAMESPACE)
+    images = sorted(c["image"] for o in objects if o["kind"] == "Deployment"
+                    for c in o["spec"]["template"]["spec"]["containers"])
+    assert images == [f"ghcr.io/kedacore/keda-admission-webhooks:{a.KEDA_VERSION}",
+                      f"ghcr.io/kedacore/keda-metrics-apiserver:{a.KEDA_VERSION}",
+                      f"ghcr.io/kedacore/keda:{a.KEDA_VERSION}@{digest}"]
+    scale_rules = [r for o in objects if o["kind"] == "ClusterRole" for r in o.get("rules", [])
+                   if any(res.endswith("/scale") for res in r.get("resources", []))]
+    groups = {g for r in scale_rules for g in r["apiGroups"]}
+    assert "*" not in groups and {"disaggregatedset.x-k8s.io", "leaderworkerset.x-k8s.io"} <= groups
+    assert not [o for o in objects if o["kind"] == "NetworkPolicy"]
+    operator = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "keda-operator")
+    env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+    assert env.get("WATCH_NAMESPACE") == "kimi"
+
+
+def test_a_maximum_above_what_the_stack_holds_is_refused_naming_the_key():
+    from components.config import ConfigError
+
+    cfg = parse("tpu")
+    with pytest.raises(ConfigError) as info:
+        a.roles_from(cfg, {"engines": a.Limits(max=3)})
+    assert str(info.value).startswith("kimi-k3-1:autoscaling.enginesMax = 3: ") and "tpu.slices" in str(info.value)
+    with pytest.raises(ConfigError, match="autoscaling.decodeMin"):
+        a.roles_from(parse("gpu", **GPU_2P2D), {"decode": a.Limits(min=3)})
+    assert [r.max for r in a.roles_from(parse("gpu"), {"prefill": a.Limits(max=2)})] == [2, 1]
