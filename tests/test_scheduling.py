@@ -316,3 +316,24 @@ def test_an_image_not_pinned_here_is_noted_not_failed(tpu, variants):
     assert not report.failures
     assert any("image registry.example/sglang-tpu:k31 has no architectures in components/images.py; "
                "not checked against pool tpu7x-2x2x4-0 (amd64)" in n for n in report.notes)
+
+
+def test_autoscaled_sets_are_proved_at_their_maximum():
+    """A ScaledObject may take its target up to maxReplicaCount: the proof places that many, on GPU through the
+    role's DisaggregatedSetRoleScaler `<set>-<role>`, on TPU the LeaderWorkerSet itself."""
+    from tools.preview.scheduling import at_maximum
+
+    ds = {"kind": "DisaggregatedSet", "metadata": {"name": "s", "namespace": "n"},
+          "spec": {"roles": [{"name": "prefill", "scaling": {"mode": "External"}, "spec": {}},
+                             {"name": "decode", "scaling": {"mode": "External"}, "spec": {}}]}}
+    lws = {"kind": "LeaderWorkerSet", "metadata": {"name": "t", "namespace": "n"}, "spec": {"replicas": 1}}
+
+    def scaled(kind: str, name: str, top: int) -> dict:
+        return {"kind": "ScaledObject", "metadata": {"name": name, "namespace": "n"},
+                "spec": {"scaleTargetRef": {"kind": kind, "name": name}, "maxReplicaCount": top}}
+
+    out = at_maximum([ds, lws, scaled("DisaggregatedSetRoleScaler", "s-prefill", 3),
+                      scaled("DisaggregatedSetRoleScaler", "s-decode", 2), scaled("LeaderWorkerSet", "t", 4)])
+    assert [r["spec"]["replicas"] for r in out[0]["spec"]["roles"]] == [3, 2]
+    assert out[1]["spec"]["replicas"] == 4
+    assert at_maximum([lws]) == [lws] and "replicas" not in ds["spec"]["roles"][0]["spec"]

@@ -448,8 +448,40 @@ class Report:
                 + [f"  FAIL {f}" for f in self.failures])
 
 
+def at_maximum(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The manifests with every autoscaled replica count at its ScaledObject's `maxReplicaCount`, the most the
+    autoscaler may ask for: a LeaderWorkerSet's `spec.replicas`, or a DisaggregatedSet role's, whose /scale is the
+    `<set>-<role>` DisaggregatedSetRoleScaler the controller creates for a role with `scaling.mode: External`
+    (lws CRD disaggregatedsetrolescalers)."""
+    maxima: dict[tuple[str, str, str], int] = {}
+    for m in manifests:
+        if m.get("kind") == "ScaledObject":
+            ref, namespace = m["spec"]["scaleTargetRef"], (m.get("metadata") or {}).get("namespace", "")
+            maxima[(ref.get("kind", "Deployment"), namespace, ref["name"])] = int(m["spec"].get("maxReplicaCount", 100))
+    if not maxima:
+        return manifests
+    out = []
+    for m in manifests:
+        meta, kind = m.get("metadata") or {}, m.get("kind")
+        namespace, name = meta.get("namespace", ""), meta.get("name")
+        if kind == "LeaderWorkerSet" and (kind, namespace, name) in maxima:
+            m = {**m, "spec": {**m["spec"], "replicas": maxima[(kind, namespace, name)]}}
+        elif kind == "DisaggregatedSet":
+            roles = []
+            for role in m["spec"].get("roles") or []:
+                top = maxima.get(("DisaggregatedSetRoleScaler", namespace, f"{name}-{role['name']}"))
+                if top is not None:
+                    role = {**role, "spec": {**(role.get("spec") or {}), "replicas": top}}
+                roles.append(role)
+            m = {**m, "spec": {**m["spec"], "roles": roles}}
+        out.append(m)
+    return out
+
+
 def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]], unrendered: tuple[str, ...] = ()) -> Report:
-    """`unrendered`: chart resources whose objects are missing from `manifests` (no verified copy found)."""
+    """`unrendered`: chart resources whose objects are missing from `manifests` (no verified copy found). Autoscaled
+    sets are placed at their maximum (at_maximum)."""
+    manifests = at_maximum(manifests)
     pools = pools_of(resources)
     unverified: set[str] | None = set() if unrendered else None
     loads = {p.name: PoolLoad(p, nodes=[[] for _ in range(p.nodes)],
