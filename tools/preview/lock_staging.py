@@ -1,4 +1,4 @@
-"""Regenerate tools/staging/requirements.lock: the staging Job's libraries with their SHA-256, for
+"""Regenerate components/weights/copier/requirements.lock: the staging Job's libraries with their SHA-256, for
 `pip install --require-hashes`.
 
     python -m tools lock-staging
