@@ -265,7 +265,7 @@ SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
 policy is placed in one NVLink domain (https://cloud.google.com/compute/docs/instance-groups/about-workload-policies):
 the model gives each such pool one value, the sub-block its reservation names or, unnamed, one of its own
 (the program's config admits unnamed sub-blocks only where two pools cannot share one,
-components/config/__init__.py GpuConfig._check_racks)."""
+components/config/gpu.py GpuConfig._check_racks)."""
 
 
 def _sub_block(pool: str, config: dict[str, Any]) -> str:
