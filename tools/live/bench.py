@@ -349,6 +349,12 @@ class Driver(Steps, Teardown):
         mine = Claim(self.run_id, self.opts.stack, claim_deadline(self.deps.now(), self.opts.claim_lease),
                      socket.gethostname())
         held = store.create(mine)
+        if held is not None and held.unreadable:
+            return self._refuse(
+                f"stack {self.opts.stack} has a claim that cannot be read ({held.unreadable}; "
+                f"{store.where(self.opts.stack)})",
+                "it may be a live run's, so nothing reaps it; if no run holds the stack, remove it with "
+                f"`{store.release_command(self.opts.stack)}`")
         if held is not None:
             return self._refuse(
                 f"stack {self.opts.stack} is claimed by benchmark run {held.run} until {held.deadline} "

@@ -76,6 +76,14 @@ def stack_config(path: Path, project: dict[str, Any]) -> tuple[dict[str, str], l
         loaded = load_stack(path, name, _schema(project))
     except StackFileError as err:
         raise SystemExit(f"error: {err}") from None
+    declared_secret = {f"{name}:{k}" for k, v in _schema(project).items() if v.get("secret")}
+    for key in loaded.secure:
+        if key not in declared_secret:
+            short = key.removeprefix(f"{name}:")
+            raise SystemExit(f"error: {path.name}: {key} is encrypted (`secure:`), and only "
+                             f"{', '.join(sorted(declared_secret)) or 'credentials'} may be: the offline plan and "
+                             "preflight never decrypt a value, so they cannot check this setting; it is not a "
+                             f"credential: store it in plain text with `pulumi config set {short} <value>`")
     config = dict(loaded.values)
     secret_keys = set(loaded.secure)
     for key in secret_keys:
