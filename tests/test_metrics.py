@@ -8,6 +8,7 @@ import re
 import pytest
 
 from components.facts import metrics, versions
+from components.plan import autoscaling
 from tests.test_observability import observability_metric_names
 from tools.live import smoke
 
@@ -41,6 +42,7 @@ def test_every_smoke_selector_is_in_the_checked_list():
                 assert any({key for key, _ in selector.labels} <= set(m.labels) for m in listed), selector
                 used.add(selector.name)
     used |= observability_metric_names()
+    used |= set(autoscaling.TRIGGER_METRICS)
     assert used == {m.name for m in metrics.METRICS}, "an entry no consumer reads: drop it or name its consumer"
 
 

@@ -168,6 +168,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("llm_d_epp_scheduler_e2e_duration_seconds", "epp", "histogram", _EPP, (), "scheduling latency"),
     Metric("llm_d_epp_scheduler_attempts_total", "epp", "counter", _EPP, ("status", "endpoint_name"),
            "scheduling attempts per picked endpoint"),
+    Metric("llm_d_epp_request_running", "epp", "gauge", _EPP, ("model_name",),
+           "requests the router has dispatched and not yet finished (pkg/epp/handlers/server.go IncRunningRequests, "
+           "once the request body went to the proxy: flow control's queue is not in it)"),
     Metric("llm_d_epp_flow_control_queue_size", "epp", "gauge", _EPP, (), "requests held by flow control"),
     Metric("llm_d_epp_flow_control_pool_saturation", "epp", "gauge", _EPP, (),
            "saturation gating flow-control dispatch; 1.0 is the set point"),

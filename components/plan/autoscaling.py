@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..config import StackConfig
+from ..facts import catalog, metrics
 from . import capacity, cost, loading
 
 # --------------------------------------------------------------------------- the cluster's clock
@@ -253,12 +254,20 @@ def drain_grace_s(session_s: float = SESSION_S) -> int:
     return int(math.ceil(2 * session_s / 60) * 60)
 
 
-def flow_control_ttl_s(cfg: StackConfig) -> int:
-    """The router's flow control `defaultRequestTTL`: how long a request may wait in its queue before it is shed with
-    a retryable error (default 60s, llm-d-router v0.10.0 apix/config/v1alpha1/endpointpickerconfig_types.go
-    FlowControlConfig). At least the time to add a step, so a burst waits for the replicas it set in motion instead of
-    being shed while they load, and the queue the autoscaler reads holds the whole burst."""
-    return int(math.ceil(time_to_add_s(cfg)[0] / 60) * 60)
+PROXY_EXT_PROC_TIMEOUT_S = 1000
+"""The standalone router's Envoy gives the EPP's ext_proc stream `message_timeout: 1000s` (llm-d-router v0.10.0
+config/charts/llm-d-router-standalone/values.yaml, envoy.yaml): a request the router still holds after that is
+failed by the proxy, not by the router."""
+
+
+def flow_control_ttl_s() -> int:
+    """The router's flow control `defaultRequestTTL`: how long a request may wait in its queue before the router
+    sheds it with a retryable backpressure error (default 60s, llm-d-router v0.10.0 apix/config/v1alpha1/
+    endpointpickerconfig_types.go FlowControlConfig). A minute under the proxy's ext_proc timeout, so the router sheds
+    it with its own retryable error rather than the proxy with a timeout; a burst's replicas take longer than that
+    (time_to_add_s), so a client of a long burst retries, and the replay's closed loop is that retrying client: its
+    session stays in the demand the autoscaler reads (running + queued)."""
+    return PROXY_EXT_PROC_TIMEOUT_S - 60
 
 
 # --------------------------------------------------------------------------- load traces
@@ -541,3 +550,216 @@ def table(result: TrackResult, every_s: int = 1800) -> list[str]:
         cells += [str(vms), "unpriced" if usd is None else f"{usd:,.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+# --------------------------------------------------------------------------- what the cluster gets
+KEDA_API = "keda.sh/v1alpha1"
+"""ScaledObject and TriggerAuthentication (the KEDA chart 2.20.2's templates/crds/crd-scaledobjects.yaml,
+crd-triggerauthentications.yaml)."""
+ROLE_SCALER = ("disaggregatedset.x-k8s.io/v1", "DisaggregatedSetRoleScaler")
+"""The /scale of one DisaggregatedSet role: created by the controller for a role with `scaling.mode: External`, named
+`<set>-<role>` (lws CRD disaggregatedset.x-k8s.io_disaggregatedsetrolescalers.yaml, subresources.scale)."""
+LEADER_WORKER_SET = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+"""The TPU engines' /scale (lws CRD leaderworkerset.x-k8s.io_leaderworkersets.yaml, subresources.scale)."""
+TRIGGER_AUTH_NAME = "managed-prometheus"
+GMP_QUERY_URL = "https://monitoring.googleapis.com/v1/projects/{project}/location/global/prometheus"
+"""Managed Prometheus' Prometheus-compatible query API (Cloud Monitoring API
+projects.location.prometheus.api.v1.query, https://cloud.google.com/monitoring/api/ref_v3/rest/v1/
+projects.location.prometheus.api.v1/query_range: location "has to be global"); KEDA's prometheus scaler appends
+/api/v1/query."""
+ROUTER_JOB = f"{catalog.GUIDE_NAME}-router"
+"""Managed Prometheus' `job` of the router's series: the router PodMonitoring's name
+(components/observe/monitoring.py)."""
+EPP_METRICS = "https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/epp/metrics/llm_d_router_metrics.go"
+
+
+def router_matchers(cfg: StackConfig) -> str:
+    """The labels Managed Prometheus puts on this stack's router series (components/observe/observability.py Scope)."""
+    return f'cluster="{cfg.cluster_name}",namespace="{cfg.kubernetes.namespace}",job="{ROUTER_JOB}"'
+
+
+TRIGGER_METRICS = ("llm_d_epp_request_running", "llm_d_epp_flow_control_queue_size", "llm_d_epp_request_input_tokens",
+                   "llm_d_epp_request_cached_tokens")
+"""The router metrics the ScaledObjects read (components/facts/metrics.py consumers)."""
+
+
+def trigger(cfg: StackConfig, role: Role) -> dict:
+    """One prometheus trigger per role, metricType AverageValue, so the HPA asks for ceil(value / threshold):
+
+    - decode (GPU) and engines (TPU): sessions at the router, `llm_d_epp_request_running` (requests the router has
+      dispatched, counted once its body went to the proxy, llm-d-router v0.10.0 pkg/epp/handlers/server.go
+      IncRunningRequests) + `llm_d_epp_flow_control_queue_size` (requests flow control holds), each `or vector(0)`
+      (an absent series is 0, not an empty sum); threshold = KV_TARGET x the replica's full-length sessions. One
+      sum of both, where llm-d's keda-epp-queue guide has two triggers: the HPA takes the larger of two triggers,
+      and neither alone sees the running + queued a burst needs.
+    - prefill (GPU): uncached prompt tokens/s over 5 min (`llm_d_epp_request_input_tokens` - `..._cached_tokens`,
+      histogram sums) in prefill groups' worth of peak throughput, threshold PREFILL_TARGET: llm-d's token-aware
+      prefill trigger divides by peakPrefillThroughput too (guides/workload-autoscaling/keda-epp-token-aware/
+      pd-disaggregation/base/prefill-scaledobject.yaml), on in-flight tokens; a rate is used here because a burst's
+      backlog is worked off in minutes, well before a group added for it (time_to_add_s) could load.
+
+    Every name is in components/facts/metrics.py, checked against the router's released code (EPP_METRICS)."""
+    m = router_matchers(cfg)
+
+    def epp(name: str) -> str:
+        assert name in TRIGGER_METRICS, name
+        return metrics.require(name, "epp")
+
+    if role.name == "prefill":
+        per_group = role.prefill_tokens_per_s
+        query = (f"((sum(rate({epp('llm_d_epp_request_input_tokens')}_sum{{{m}}}[5m])) - "
+                 f"sum(rate({epp('llm_d_epp_request_cached_tokens')}_sum{{{m}}}[5m]))) / {per_group:g}) or vector(0)")
+        threshold = PREFILL_TARGET
+        name = "uncached-prefill-groups"
+    else:
+        query = (f"(sum({epp('llm_d_epp_request_running')}{{{m}}}) or vector(0)) + "
+                 f"(sum({epp('llm_d_epp_flow_control_queue_size')}{{{m}}}) or vector(0))")
+        threshold = role.target
+        name = "sessions-per-replica"
+    return {"type": "prometheus", "name": name, "metricType": "AverageValue",
+            "metadata": {"serverAddress": GMP_QUERY_URL.format(project=cfg.gcp.project), "query": query,
+                         "threshold": f"{threshold:g}", "activationThreshold": "0", "ignoreNullValues": "false"},
+            "authenticationRef": {"name": TRIGGER_AUTH_NAME}}
+
+
+def scale_target(cfg: StackConfig, role: Role, set_name: str) -> dict:
+    api, kind = ROLE_SCALER if cfg.track == "gpu" else LEADER_WORKER_SET
+    name = f"{set_name}-{role.name}" if cfg.track == "gpu" else set_name
+    return {"apiVersion": api, "kind": kind, "name": name}
+
+
+def scaled_object(cfg: StackConfig, role: Role, set_name: str) -> dict:
+    """The role's ScaledObject: its target's /scale between min and max, one trigger, the HPA behavior above."""
+    rules = behavior(role)
+    name = f"{catalog.GUIDE_NAME}-{role.name}"
+    return {
+        "apiVersion": KEDA_API, "kind": "ScaledObject",
+        "metadata": {"name": name, "namespace": cfg.kubernetes.namespace,
+                     "labels": {"app.kubernetes.io/part-of": catalog.GUIDE_NAME, "llm-d.ai/role": role.name}},
+        "spec": {
+            "scaleTargetRef": scale_target(cfg, role, set_name),
+            "minReplicaCount": role.min, "maxReplicaCount": role.max,
+            "pollingInterval": KEDA_POLLING_S,
+            # Only scale-to-zero reads it (min >= 1 here); set to the scale-down window all the same.
+            "cooldownPeriod": rules.down_window_s,
+            "advanced": {"horizontalPodAutoscalerConfig": {"name": f"keda-hpa-{name}", "behavior": {
+                "scaleUp": {"stabilizationWindowSeconds": rules.up_window_s, "selectPolicy": "Max",
+                            "policies": [{"type": "Pods", "value": rules.up_pods, "periodSeconds": rules.up_period_s}]},
+                "scaleDown": {"stabilizationWindowSeconds": rules.down_window_s, "selectPolicy": "Max",
+                              "policies": [{"type": "Pods", "value": rules.down_pods,
+                                            "periodSeconds": rules.down_period_s}]}}}},
+            "triggers": [trigger(cfg, role)],
+        },
+    }
+
+
+def trigger_authentication(cfg: StackConfig) -> dict:
+    """KEDA's operator reads Managed Prometheus as its own Kubernetes service account under Workload Identity: with
+    `podIdentity.provider: gcp` the prometheus scaler takes Google's default token source with the monitoring.read
+    scope (kedacore/keda v2.20.2 pkg/scalers/gcp/gcp_common.go GetGCPAuthorization, pkg/scalers/prometheus_scaler.go
+    GetGCPOAuth2HTTPTransport). No key, no secret."""
+    return {"apiVersion": KEDA_API, "kind": "TriggerAuthentication",
+            "metadata": {"name": TRIGGER_AUTH_NAME, "namespace": cfg.kubernetes.namespace},
+            "spec": {"podIdentity": {"provider": "gcp"}}}
+
+
+SATURATION_DETECTOR = "utilization-detector"
+
+
+def flow_control(cfg: StackConfig) -> dict:
+    """The EndpointPickerConfig additions that turn the router's flow control on (llm-d-router v0.10.0): the
+    `flowControl` feature gate, off by default (cmd/epp/runner/runner.go RegisterFeatureGate(flowcontrol.FeatureGate,
+    false); pkg/epp/flowcontrol/config.go FeatureGate = "flowControl"), the utilization saturation detector at the
+    autoscaler's own set point, and the queue's TTL (flow_control_ttl_s).
+
+    Detector (pkg/epp/framework/plugins/flowcontrol/saturationdetector/utilization/config.go): an endpoint's
+    saturation is max(waiting queue / queueDepthThreshold, KV usage / kvCacheUtilThreshold), the pool's the mean;
+    at 1.0 flow control holds new requests. kvCacheUtilThreshold = KV_TARGET (0.8, also the code's default), so the
+    router starts holding requests at the load where the autoscaler asks for another replica; queueDepthThreshold
+    stays at the code's default 5 and metricsStalenessThreshold at its 200ms, written out so the plan shows them."""
+    return {
+        "featureGates": ["flowControl"],
+        "plugins": [{"type": SATURATION_DETECTOR, "name": SATURATION_DETECTOR, "parameters": {
+            "kvCacheUtilThreshold": KV_TARGET, "queueDepthThreshold": 5, "metricsStalenessThreshold": "200ms"}}],
+        "flowControl": {"defaultRequestTTL": f"{flow_control_ttl_s()}s",
+                        "saturationDetector": {"pluginRef": SATURATION_DETECTOR}},
+    }
+
+
+# --------------------------------------------------------------------------- KEDA itself
+KEDA_NAMESPACE = "keda"
+KEDA_VERSION = "2.20.2"
+KEDA_CHART_SHA256 = "63309094364c89ac3c81c06316a576f120e20b1df0a83e9e358a27d1bb4bc7c7"
+"""tools.preview.helm_render.content_digest of the chart as released (kedacore/charts tag v2.20.2, cbb9bb8)."""
+KEDA_IMAGES = {"keda": "ghcr.io/kedacore/keda", "metricsApiServer": "ghcr.io/kedacore/keda-metrics-apiserver",
+               "webhooks": "ghcr.io/kedacore/keda-admission-webhooks"}
+"""The chart's `image.{keda,metricsApiServer,webhooks}` registry/repository (values.yaml); the tag defaults to the
+chart's appVersion, 2.20.2, and is written out here so the plan shows it."""
+KEDA_OPERATOR_SA = "keda-operator"
+"""The operator's service account (values.yaml serviceAccount.operator.name): the Workload Identity principal
+granted read on Managed Prometheus."""
+KEDA_GRPC_PORT = 9666
+"""The operator's metrics gRPC service, which the metrics API server calls (templates/manager/service.yaml)."""
+KEDA_METRICS_API_PORT = 6443
+"""values.yaml service.portHttpsTarget: the external metrics API the kube-apiserver (HPA) calls."""
+KEDA_WEBHOOK_PORT = 9443
+"""templates/webhooks/deployment.yaml: `webhooks.port | default 9443`, what the kube-apiserver's admission calls."""
+
+
+def keda_values(model_namespace: str, digests: Optional[dict[str, str]] = None) -> dict:
+    """Values for the KEDA chart: images at the chart's version (with `@sha256:` where a digest is configured),
+    IfNotPresent; the operator watches the model namespace only; its scale RBAC names the two kinds the
+    ScaledObjects target instead of the chart's `*/*` default (values.yaml rbac.scaledRefKinds); the chart's own
+    NetworkPolicies stay off (they let every namespace in and cannot name the control plane or Google's APIs): the
+    program writes the namespace's (components/platform/netpol.py)."""
+    digests = digests or {}
+    image = {name: {"registry": ref.split("/", 1)[0], "repository": ref.split("/", 1)[1],
+                    "tag": KEDA_VERSION + (f"@{digests[name]}" if digests.get(name) else "")}
+             for name, ref in KEDA_IMAGES.items()}
+    return {
+        "image": {**image, "pullPolicy": "IfNotPresent"},
+        "watchNamespace": model_namespace,
+        "rbac": {"scaledRefKinds": [{"apiGroup": ROLE_SCALER[0].split("/")[0], "kind": ROLE_SCALER[1]},
+                                    {"apiGroup": LEADER_WORKER_SET[0].split("/")[0], "kind": LEADER_WORKER_SET[1]}]},
+        "networkPolicy": {"enabled": False},
+        "asciiArt": False,
+    }
+
+
+# --------------------------------------------------------------------------- the config's envelope, validated
+@dataclass(frozen=True)
+class Limits:
+    """One role's `autoscaling.<role>Min/Max/Step` as configured (None: the default)."""
+
+    min: Optional[int] = None
+    max: Optional[int] = None
+    step: Optional[int] = None
+
+
+def roles_from(cfg: StackConfig, limits: dict[str, Limits]) -> tuple[Role, ...]:
+    """The scaled roles with the configured limits, each checked against what the stack holds: the node pools keep
+    the configured shape (gpu.prefillGroups/decodeGroups, tpu.slices), which the reservation checks, the preflight's
+    quota reads and the plan's scheduling proof already cover, so a maximum above it is refused here naming the key.
+    Raises ConfigError with one line."""
+    from ..config import ConfigError
+
+    roles = []
+    for base in default_roles(cfg):
+        given = limits.get(base.name, Limits())
+        lo = base.min if given.min is None else given.min
+        hi = base.max if given.max is None else given.max
+        step = base.step if given.step is None else given.step
+        key = f"autoscaling.{base.name}"
+        holds = {"prefill": "gpu.prefillGroups", "decode": "gpu.decodeGroups", "engines": "tpu.slices"}[base.name]
+        if hi > base.max:
+            raise ConfigError(f"{key}Max", hi, f"the stack holds {base.max} {base.name} replica(s) ({holds} = "
+                                               f"{base.max}, the node pools, reservation and scheduling proof are "
+                                               f"sized for it): use at most {base.max}, or raise {holds}")
+        if lo > hi:
+            raise ConfigError(f"{key}Min", lo, f"above {key}Max = {hi}: use 1..{hi}")
+        if step > max(1, hi - lo):
+            raise ConfigError(f"{key}Step", step, f"a step of more than max - min ({hi - lo}) can never be taken: "
+                                                  f"use 1..{max(1, hi - lo)}")
+        roles.append(Role(base.name, lo, hi, step, base.nodes_per_replica, base.sessions_per_replica,
+                          base.prefill_tokens_per_s, base.add_s))
+    return tuple(roles)
