@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from components import autoscaling as a
-from components import capacity, cost, loading, monitoring
+from components.observe import monitoring
+from components.plan import autoscaling as a
+from components.plan import capacity, cost, loading
 from tests.test_config import parse
 from tools.preview import scaling as tool
 
@@ -191,7 +192,7 @@ def test_scaled_objects_and_their_auth_are_valid_against_the_charts_crds(shared,
 
 
 def test_triggers_read_only_checked_router_metrics_of_this_stack():
-    from components import metrics
+    from components.facts import metrics
 
     cfg = parse("gpu", **GPU_2P2D)
     prefill, decode = (a.trigger(cfg, r) for r in a.default_roles(cfg))
