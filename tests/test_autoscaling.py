@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from components.facts import versions
 from components.observe import monitoring
 from components.plan import autoscaling as a
 from components.plan import capacity, cost, loading
@@ -217,14 +218,15 @@ def test_keda_renders_pinned_images_and_scales_only_the_two_target_kinds(shared)
     from tools.preview.helm_render import content_digest, directory_files, render_templates
 
     folder = shared / "charts" / "keda"
-    assert content_digest(directory_files(folder)) == a.KEDA_CHART_SHA256
+    assert content_digest(directory_files(folder)) == versions.KEDA_CHART.content_sha256
     digest = "sha256:" + "a" * 64
-    objects = render_templates(folder, a.keda_values("kimi", {"keda": digest}), "keda", a.KEDA_NAMESPACE)
+    cfg = parse("tpu", images__kedaDigest=digest, kubernetes__namespace="kimi")
+    objects = render_templates(folder, a.keda_values(cfg), "keda", a.KEDA_NAMESPACE)
     images = sorted(c["image"] for o in objects if o["kind"] == "Deployment"
                     for c in o["spec"]["template"]["spec"]["containers"])
-    assert images == [f"ghcr.io/kedacore/keda-admission-webhooks:{a.KEDA_VERSION}",
-                      f"ghcr.io/kedacore/keda-metrics-apiserver:{a.KEDA_VERSION}",
-                      f"ghcr.io/kedacore/keda:{a.KEDA_VERSION}@{digest}"]
+    assert images == [f"ghcr.io/kedacore/keda-admission-webhooks:{versions.KEDA_CHART.version}",
+                      f"ghcr.io/kedacore/keda-metrics-apiserver:{versions.KEDA_CHART.version}",
+                      f"ghcr.io/kedacore/keda:{versions.KEDA_CHART.version}@{digest}"]
     scale_rules = [r for o in objects if o["kind"] == "ClusterRole" for r in o.get("rules", [])
                    if any(res.endswith("/scale") for res in r.get("resources", []))]
     groups = {g for r in scale_rules for g in r["apiGroups"]}
@@ -236,12 +238,16 @@ def test_keda_renders_pinned_images_and_scales_only_the_two_target_kinds(shared)
 
 
 def test_a_maximum_above_what_the_stack_holds_is_refused_naming_the_key():
-    from components.config import ConfigError
+    from tests.test_config import error
 
-    cfg = parse("tpu")
-    with pytest.raises(ConfigError) as info:
-        a.roles_from(cfg, {"engines": a.Limits(max=3)})
-    assert str(info.value).startswith("kimi-k3-1:autoscaling.enginesMax = 3: ") and "tpu.slices" in str(info.value)
-    with pytest.raises(ConfigError, match="autoscaling.decodeMin"):
-        a.roles_from(parse("gpu", **GPU_2P2D), {"decode": a.Limits(min=3)})
-    assert [r.max for r in a.roles_from(parse("gpu"), {"prefill": a.Limits(max=2)})] == [2, 1]
+    assert error("tpu", autoscaling__enginesMax=3).startswith(
+        "kimi-k3-1:autoscaling.enginesMax = 3: the stack holds 2")
+    assert "tpu.slices" in error("tpu", autoscaling__enginesMax=3)
+    assert error("gpu", autoscaling__decodeMin=2).startswith(
+        "kimi-k3-1:autoscaling.decodeMin = 2: above the maximum")
+    assert error("gpu", gpu__slices=3, gpu__reservationBlock="b",
+                 gpu__reservationSubBlocks=["r1", "r2", "r3"]).startswith("kimi-k3-1:gpu.slices = 3: autoscaling")
+    assert error("tpu", monitoring__enabled=False).startswith("kimi-k3-1:autoscaling.enabled = true: ")
+    assert error("gpu", autoscaling__enginesMax=1).startswith("kimi-k3-1:autoscaling.enginesMax")  # other track's key
+    assert [r.max for r in a.roles(parse("gpu", autoscaling__prefillMax=2))] == [2, 1]
+    assert a.roles(parse("gpu", autoscaling__enabled=False)) == ()

@@ -15,6 +15,7 @@ what is derived from the settings (the GPU parallel layout, sizes, command lines
 
 from __future__ import annotations
 
+from .autoscaling import AutoscalingConfig
 from .base import (
     BUCKET_NAMING,
     DEFAULT_PROVIDER_CONFIG,
@@ -43,7 +44,8 @@ from .storage import StorageConfig
 from .tpu import TpuConfig
 
 __all__ = [
-    'BUCKET_NAMING', 'BenchmarkConfig', 'ClusterConfig', 'ConfigError', 'CostConfig', 'DEFAULT_PROVIDER_CONFIG',
+    'AutoscalingConfig', 'BUCKET_NAMING', 'BenchmarkConfig', 'ClusterConfig', 'ConfigError', 'CostConfig',
+    'DEFAULT_PROVIDER_CONFIG',
     'EXPLICIT_PROVIDERS', 'GCE_NAMING', 'GEOMETRY_FIELDS', 'GKE_CLUSTER_NAMING', 'GcpConfig', 'GpuConfig',
     'INERT_WHEN', 'ImagesConfig', 'KubernetesConfig', 'LifecycleConfig', 'ModelConfig', 'MonitoringConfig',
     'NetworkConfig', 'NodePoolConfig', 'PLACEHOLDERS', 'PROJECT', 'PROJECT_ID_RULES', 'PROVIDER_NAMESPACES',

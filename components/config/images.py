@@ -32,6 +32,9 @@ class ImagesConfig(Section):
     stagingDigest: Optional[str] = _digest_field("checkpoint staging Job's Python")
     inferencePerfDigest: Optional[str] = _digest_field("inference-perf benchmark")
     lwsDigest: Optional[str] = _digest_field("LeaderWorkerSet controller")
+    kedaDigest: Optional[str] = _digest_field("KEDA operator")
+    kedaMetricsApiServerDigest: Optional[str] = _digest_field("KEDA metrics API server")
+    kedaWebhooksDigest: Optional[str] = _digest_field("KEDA admission webhooks")
     draDriverDigest: Optional[str] = _digest_field("NVIDIA DRA driver", "gpu")
 
     @model_validator(mode="after")

@@ -9,6 +9,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..facts import catalog, contract
+from .autoscaling import AutoscalingConfig
 from .base import (
     GKE_CLUSTER_NAMING,
     PROJECT,
@@ -32,7 +33,7 @@ SECTIONS: dict[str, type[Section]] = {
     cls.prefix: cls for cls in (GcpConfig, NetworkConfig, ClusterConfig, SystemPoolConfig, TransferPoolConfig,
                                 GpuConfig, TpuConfig, KubernetesConfig, MonitoringConfig, StorageConfig,
                                 ModelConfig, RouterConfig, BenchmarkConfig, LifecycleConfig, CostConfig,
-                                ImagesConfig)
+                                ImagesConfig, AutoscalingConfig)
 }
 
 
@@ -58,6 +59,7 @@ class StackConfig(BaseModel):
     lifecycle: LifecycleConfig = LifecycleConfig()
     cost: CostConfig = CostConfig()
     images: ImagesConfig = ImagesConfig()
+    autoscaling: AutoscalingConfig = AutoscalingConfig()
 
     @model_validator(mode="after")
     def _check(self) -> StackConfig:
@@ -90,6 +92,8 @@ class StackConfig(BaseModel):
                                             "address, e.g. http://10.0.0.10")
         if self.track == "gpu" and self.model.speculative == "nextn":
             _fail("model.speculative", "nextn", "vLLM has no NEXTN drafter; use mtp or dflash on the gpu track")
+        if self.autoscaling.enabled:
+            self._check_autoscaling()
         self._check_derived_names()
         self._check_address_space()
         if self.benchmark.enabled:
@@ -135,6 +139,40 @@ class StackConfig(BaseModel):
                 lines.append(f"warning: {PROJECT}:{key} is still the committed placeholder {placeholder!r}: set "
                              f"yours before `pulumi up`")
         return lines
+
+    def scaled_roles(self) -> dict[str, int]:
+        """Each autoscaled role and the replicas the stack's node pools hold for it (its largest maximum)."""
+        if self.track == "gpu":
+            return {"prefill": self.gpu.prefillGroups, "decode": self.gpu.decodeGroups}
+        return {"engines": self.tpu.slices}
+
+    def _check_autoscaling(self) -> None:
+        """The envelope fits what the stack holds: its node pools keep the configured shape, which the reservation
+        check, the preflight's quota reads and the plan's scheduling proof cover, so a maximum above it is refused
+        naming the key (components/plan/autoscaling.py)."""
+        a = self.autoscaling
+        if not self.monitoring.enabled:
+            _fail("autoscaling.enabled", True, "the autoscaler reads the router's metrics from Managed Prometheus, "
+                                               "which monitoring.enabled=false turns off: set "
+                                               "autoscaling.enabled=false or monitoring.enabled=true")
+        if self.track == "gpu" and self.gpu.slices > 1:
+            _fail("gpu.slices", self.gpu.slices, "autoscaling scales the DisaggregatedSet's roles through their "
+                                                 "RoleScalers, which the lws webhook allows only with spec.slices = 1 "
+                                                 "(alpha); use gpu.slices=1 or set autoscaling.enabled=false")
+        holds = {"prefill": "gpu.prefillGroups", "decode": "gpu.decodeGroups", "engines": "tpu.slices"}
+        for role, most in self.scaled_roles().items():
+            lo, hi, step = a.limits(role)
+            lo, hi, step = lo or 1, hi or most, step or 1
+            if hi > most:
+                _fail(f"autoscaling.{role}Max", hi,
+                      f"the stack holds {most} {role} replica(s) ({holds[role]} = {most}: the node pools, the "
+                      f"reservation and the scheduling proof are sized for it): use at most {most}, or raise "
+                      f"{holds[role]}")
+            if lo > hi:
+                _fail(f"autoscaling.{role}Min", lo, f"above the maximum {hi}: use 1..{hi}")
+            if step > max(1, hi - lo):
+                _fail(f"autoscaling.{role}Step", step, f"more than max - min ({hi - lo}) can never be taken: use "
+                                                       f"1..{max(1, hi - lo)}")
 
     def _check_derived_names(self) -> None:
         """Names derived from a key are checked as themselves but blamed on that key, shown by their own name."""

@@ -36,6 +36,20 @@ NVIDIA_DRA_DRIVER_CHART = ChartRef(
     content_sha256="56476d347bd1eb0ee26970f14efcd30b2f490d66e07786742d646fb62aa1fbed",
 )
 
+KEDA_CHART = ChartRef(
+    chart="keda",
+    version="2.20.2",
+    repo="https://kedacore.github.io/charts",
+    why="llm-d's autoscaling guides scale model servers with KEDA ScaledObjects on the router's metrics "
+        "(https://github.com/llm-d/llm-d/tree/main/guides/workload-autoscaling); 2.20.2 is the chart as released "
+        "(kedacore/charts tag v2.20.2, cbb9bb8ce0809dc9048f72302f7c09765d66ed56), its CRDs under templates/crds/",
+    content_sha256="63309094364c89ac3c81c06316a576f120e20b1df0a83e9e358a27d1bb4bc7c7",
+)
+KEDA_IMAGES = {name: f"ghcr.io/kedacore/{repo}:{KEDA_CHART.version}" for name, repo in (
+    ("keda", "keda"), ("keda-metrics-apiserver", "keda-metrics-apiserver"),
+    ("keda-webhooks", "keda-admission-webhooks"))}
+"""The chart's three images (values.yaml `image.{keda,metricsApiServer,webhooks}`), tag = the chart's appVersion."""
+
 LWS_IMAGE = f"registry.k8s.io/lws/lws:v{LWS_CHART.version}"
 """The LWS chart's manager image at its own version (lws chart values `image.manager`); named here so a digest can
 be added (components/plan/images.py)."""

@@ -21,7 +21,7 @@ from typing import Optional
 
 from ..config import StackConfig
 from ..facts import catalog, metrics
-from . import capacity, cost, loading
+from . import capacity, cost, images, loading
 
 # --------------------------------------------------------------------------- the cluster's clock
 HPA_SYNC_S = 15
@@ -688,13 +688,8 @@ def flow_control(cfg: StackConfig) -> dict:
 
 # --------------------------------------------------------------------------- KEDA itself
 KEDA_NAMESPACE = "keda"
-KEDA_VERSION = "2.20.2"
-KEDA_CHART_SHA256 = "63309094364c89ac3c81c06316a576f120e20b1df0a83e9e358a27d1bb4bc7c7"
-"""tools.preview.helm_render.content_digest of the chart as released (kedacore/charts tag v2.20.2, cbb9bb8)."""
-KEDA_IMAGES = {"keda": "ghcr.io/kedacore/keda", "metricsApiServer": "ghcr.io/kedacore/keda-metrics-apiserver",
-               "webhooks": "ghcr.io/kedacore/keda-admission-webhooks"}
-"""The chart's `image.{keda,metricsApiServer,webhooks}` registry/repository (values.yaml); the tag defaults to the
-chart's appVersion, 2.20.2, and is written out here so the plan shows it."""
+KEDA_VALUES_IMAGES = {"keda": "keda", "metricsApiServer": "keda-metrics-apiserver", "webhooks": "keda-webhooks"}
+"""The chart's `image.<key>` -> components/plan/images.py name (versions.KEDA_IMAGES)."""
 KEDA_OPERATOR_SA = "keda-operator"
 """The operator's service account (values.yaml serviceAccount.operator.name): the Workload Identity principal
 granted read on Managed Prometheus."""
@@ -706,19 +701,19 @@ KEDA_WEBHOOK_PORT = 9443
 """templates/webhooks/deployment.yaml: `webhooks.port | default 9443`, what the kube-apiserver's admission calls."""
 
 
-def keda_values(model_namespace: str, digests: Optional[dict[str, str]] = None) -> dict:
-    """Values for the KEDA chart: images at the chart's version (with `@sha256:` where a digest is configured),
-    IfNotPresent; the operator watches the model namespace only; its scale RBAC names the two kinds the
-    ScaledObjects target instead of the chart's `*/*` default (values.yaml rbac.scaledRefKinds); the chart's own
-    NetworkPolicies stay off (they let every namespace in and cannot name the control plane or Google's APIs): the
-    program writes the namespace's (components/platform/netpol.py)."""
-    digests = digests or {}
-    image = {name: {"registry": ref.split("/", 1)[0], "repository": ref.split("/", 1)[1],
-                    "tag": KEDA_VERSION + (f"@{digests[name]}" if digests.get(name) else "")}
-             for name, ref in KEDA_IMAGES.items()}
+def keda_values(cfg: StackConfig) -> dict:
+    """Values for the KEDA chart (versions.KEDA_CHART): its images at the chart's version, `tag@digest` where
+    `images.keda*Digest` is set, IfNotPresent; the operator watches the model namespace only; its scale RBAC names the
+    two kinds the ScaledObjects target instead of the chart's `*/*` default (values.yaml rbac.scaledRefKinds); the
+    chart's own NetworkPolicies stay off (they let every namespace in and cannot name the control plane or Google's
+    APIs): the program writes the namespace's (components/platform/netpol.py)."""
+    image = {}
+    for key, name in KEDA_VALUES_IMAGES.items():
+        registry, repository = images.IMAGES[name].reference.rsplit(":", 1)[0].split("/", 1)
+        image[key] = {"registry": registry, "repository": repository, "tag": images.tag(cfg.images, name)}
     return {
         "image": {**image, "pullPolicy": "IfNotPresent"},
-        "watchNamespace": model_namespace,
+        "watchNamespace": cfg.kubernetes.namespace,
         "rbac": {"scaledRefKinds": [{"apiGroup": ROLE_SCALER[0].split("/")[0], "kind": ROLE_SCALER[1]},
                                     {"apiGroup": LEADER_WORKER_SET[0].split("/")[0], "kind": LEADER_WORKER_SET[1]}]},
         "networkPolicy": {"enabled": False},
@@ -726,40 +721,15 @@ def keda_values(model_namespace: str, digests: Optional[dict[str, str]] = None) 
     }
 
 
-# --------------------------------------------------------------------------- the config's envelope, validated
-@dataclass(frozen=True)
-class Limits:
-    """One role's `autoscaling.<role>Min/Max/Step` as configured (None: the default)."""
-
-    min: Optional[int] = None
-    max: Optional[int] = None
-    step: Optional[int] = None
-
-
-def roles_from(cfg: StackConfig, limits: dict[str, Limits]) -> tuple[Role, ...]:
-    """The scaled roles with the configured limits, each checked against what the stack holds: the node pools keep
-    the configured shape (gpu.prefillGroups/decodeGroups, tpu.slices), which the reservation checks, the preflight's
-    quota reads and the plan's scheduling proof already cover, so a maximum above it is refused here naming the key.
-    Raises ConfigError with one line."""
-    from ..config import ConfigError
-
-    roles = []
+# --------------------------------------------------------------------------- the config's envelope
+def roles(cfg: StackConfig) -> tuple[Role, ...]:
+    """The scaled roles with `autoscaling.<role>Min/Max/Step` (checked against what the stack holds by
+    components/config/stack.py); empty when autoscaling is off."""
+    if not cfg.autoscaling.enabled:
+        return ()
+    found = []
     for base in default_roles(cfg):
-        given = limits.get(base.name, Limits())
-        lo = base.min if given.min is None else given.min
-        hi = base.max if given.max is None else given.max
-        step = base.step if given.step is None else given.step
-        key = f"autoscaling.{base.name}"
-        holds = {"prefill": "gpu.prefillGroups", "decode": "gpu.decodeGroups", "engines": "tpu.slices"}[base.name]
-        if hi > base.max:
-            raise ConfigError(f"{key}Max", hi, f"the stack holds {base.max} {base.name} replica(s) ({holds} = "
-                                               f"{base.max}, the node pools, reservation and scheduling proof are "
-                                               f"sized for it): use at most {base.max}, or raise {holds}")
-        if lo > hi:
-            raise ConfigError(f"{key}Min", lo, f"above {key}Max = {hi}: use 1..{hi}")
-        if step > max(1, hi - lo):
-            raise ConfigError(f"{key}Step", step, f"a step of more than max - min ({hi - lo}) can never be taken: "
-                                                  f"use 1..{max(1, hi - lo)}")
-        roles.append(Role(base.name, lo, hi, step, base.nodes_per_replica, base.sessions_per_replica,
-                          base.prefill_tokens_per_s, base.add_s))
-    return tuple(roles)
+        lo, hi, step = cfg.autoscaling.limits(base.name)
+        found.append(Role(base.name, lo or base.min, hi or base.max, step or base.step, base.nodes_per_replica,
+                          base.sessions_per_replica, base.prefill_tokens_per_s, base.add_s))
+    return tuple(found)

@@ -117,6 +117,12 @@ IMAGES: dict[str, Image] = {
                  "LWS's Makefile builds multi-platform images (PLATFORMS, https://github.com/kubernetes-sigs/lws/blob/"
                  "02039b4e213fa8f7f6f71c9d9b93eba5b260afc3/Makefile); this tag's listing is not quoted, so only amd64 "
                  "is recorded (the controller runs on the system pool)"),
+    **{name: Image(versions.KEDA_IMAGES[name], key, (AMD64, ARM64),
+                   "KEDA's release workflow publishes every image for linux/amd64, linux/arm64 and linux/s390x "
+                   "(`make publish-multiarch`, BUILD_PLATFORMS, https://github.com/kedacore/keda/blob/v2.20.2/"
+                   "Makefile and .github/workflows/release-build.yml)")
+       for name, key in (("keda", "kedaDigest"), ("keda-metrics-apiserver", "kedaMetricsApiServerDigest"),
+                         ("keda-webhooks", "kedaWebhooksDigest"))},
     "dra-driver": Image(versions.NVIDIA_DRA_DRIVER_IMAGE, "draDriverDigest", (AMD64, ARM64),
                         "NVIDIA's image workflow builds it with BUILD_MULTI_ARCH_IMAGES=true (https://github.com/NVIDIA/"
                         "k8s-dra-driver-gpu/blob/0ea368dd97fe1336d4c90027120cf024140c60de/.github/workflows/"
