@@ -25,15 +25,17 @@ from components.config import StackConfig
 from components.facts import catalog, contract, machines, prices
 from components.observe.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
 from components.observe.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
-from components.plan import capacity, cost, images, kvblocks, limits, loading
+from components.plan import autoscaling, capacity, cost, images, kvblocks, limits, loading
 from components.plan.loading import MIB
 from components.plan.naming import label_value, resource_labels
 from components.plan.staging import MACHINE_TYPE as STAGING_MACHINE_TYPE
 from components.plan.staging import proof_readback_seconds, staging_addresses, staging_model, staging_pods
+from components.platform.autoscaler import Autoscaler, AutoscalerArgs
 from components.platform.namespace import Platform, PlatformArgs
 from components.platform.netpol import NetworkPolicies, NetworkPoliciesArgs
 from components.router.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
 from components.serving import benchmark, modelservers
+from components.serving.scaling import Scaling, ScalingArgs
 from components.weights.bucket import CheckpointBucket, CheckpointBucketArgs
 from components.weights.geometry import CheckpointGeometry, CheckpointGeometryArgs
 from components.weights.revision import HubRevision, HubRevisionArgs
@@ -61,6 +63,8 @@ class Foundation:
     """The provider, and a dependency on the system pool, for controllers that must become Ready."""
     geometry: CheckpointGeometry
     """The staged revision's config.json matched the plan's model geometry; accelerator pools wait for it."""
+    autoscaler: Autoscaler | None = None
+    """KEDA (autoscaling.enabled): the serving sets' ScaledObjects wait for it (add_scaling)."""
 
     @property
     def accelerator_opts(self) -> pulumi.ResourceOptions:
@@ -174,6 +178,12 @@ def build_foundation(cfg: StackConfig) -> Foundation:
             labels=labels), after_apis)
         pulumi.export("monitoringDashboardUrl", observability.url)
 
+    autoscaler = None
+    if cfg.autoscaling.enabled:
+        autoscaler = Autoscaler("autoscaler", AutoscalerArgs(
+            config=cfg, project_number=project_number, workload_pool=pool, api_server=api_server_cidrs(cluster)),
+            pulumi.ResourceOptions(providers=[provider, cluster.provider], depends_on=[cpu_pools.pools["system"]]))
+
     serving = capacity.serving_capacity(cfg)
     router = Router("router", RouterArgs(
         namespace=platform.namespace.metadata.name, config=cfg, capacity=serving,
@@ -201,7 +211,17 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("hourlyCost", cost.headline(costs))
     pulumi.export("benchmarkResultsUri", pulumi.Output.concat(bucket.uri, "/", results_path(cfg)))
     return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket, platform, staged, weights, router,
-                      serving, in_cluster, on_system_nodes, geometry)
+                      serving, in_cluster, on_system_nodes, geometry, autoscaler)
+
+
+def add_scaling(foundation: Foundation, servers: pulumi.Resource, set_name: str) -> None:
+    """One ScaledObject per scaled role, once the set and KEDA exist (autoscaling.enabled)."""
+    if foundation.autoscaler is None:
+        return
+    Scaling("scaling", ScalingArgs(namespace=foundation.platform.namespace.metadata.name, set_name=set_name,
+                                   config=foundation.cfg),
+            pulumi.ResourceOptions(provider=foundation.cluster.provider,
+                                   depends_on=[servers, foundation.autoscaler.release]))
 
 
 def api_server_cidrs(cluster: GkeCluster) -> tuple[pulumi.Output, ...]:
@@ -275,12 +295,20 @@ def summary(cfg: StackConfig) -> list[str]:
         *capacity_lines(capacity.serving_capacity(cfg)),
         *engine_limit_lines(cfg),
         *slice_lines(cfg),
+        *autoscaling_lines(cfg),
         *tpu_memory_lines(cfg),
         *engine_image_lines(cfg),
         *monitoring_lines(cfg),
         *cost.summary_lines(cfg),
         *limits.summary_lines(cfg),
     ]
+
+
+def autoscaling_lines(cfg: StackConfig) -> list[str]:
+    """The envelope KEDA scales within (components/plan/autoscaling.py), or why there is none."""
+    if not cfg.autoscaling.enabled:
+        return ["autoscaling: off (autoscaling.enabled=false): the serving sets keep the configured shape"]
+    return autoscaling.envelope_lines(cfg, autoscaling.roles(cfg))
 
 
 def tpu_memory_lines(cfg: StackConfig) -> list[str]:

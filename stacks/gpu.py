@@ -12,7 +12,7 @@ from components.platform.dra import GpuDevices, GpuDevicesArgs
 from components.serving.modelservers import VllmDisaggregatedSet, VllmDisaggregatedSetArgs, gpu_placement
 from components.serving.prepull import ImagePrepull, ImagePrepullArgs
 
-from .base import add_benchmark, add_calibration, build_foundation, export_node_pools
+from .base import add_benchmark, add_calibration, add_scaling, build_foundation, export_node_pools
 
 
 def build(cfg: StackConfig) -> None:
@@ -44,6 +44,7 @@ def build(cfg: StackConfig) -> None:
             # reference by name: without them the set cannot become Available within its timeout.
             foundation.platform.lws, foundation.weights.claim, *gpu.pools, devices.compute_domain,
             devices.rdma_claims, foundation.platform.hf_token]))
+    add_scaling(foundation, servers, contract.disaggregated_set_name(cfg.kubernetes.namespace))
     add_calibration(foundation, servers)
     add_benchmark(foundation, servers)
     export_node_pools(foundation, gpu.pools)

@@ -18,7 +18,7 @@ from components.serving.modelservers import (
 )
 from components.serving.prepull import ImagePrepull, ImagePrepullArgs
 
-from .base import add_benchmark, add_calibration, build_foundation, export_node_pools
+from .base import add_benchmark, add_calibration, add_scaling, build_foundation, export_node_pools
 
 
 def build(cfg: StackConfig) -> None:
@@ -56,6 +56,7 @@ def build(cfg: StackConfig) -> None:
         models_claim=foundation.weights.claim.metadata.name, image=image),
         pulumi.ResourceOptions(provider=foundation.cluster.provider, depends_on=[
             foundation.platform.lws, foundation.weights.claim, *tpu.pools, foundation.platform.hf_token, *waits]))
+    add_scaling(foundation, servers, tpu_set_name(cfg))
     add_calibration(foundation, servers)
     add_benchmark(foundation, servers)
     export_node_pools(foundation, tpu.pools)

@@ -327,6 +327,9 @@ LWS_NAMESPACE = "lws-system"
 DRA_NAMESPACE = "nvidia-dra-driver-gpu"
 """Namespace of the NVIDIA DRA driver chart (Cluster Toolkit installs it there: GoogleCloudPlatform/cluster-toolkit
 `modules/management/kubectl-apply/main.tf`, `install_nvidia_dra_driver`)."""
+KEDA_NAMESPACE = "keda"
+"""Namespace of the KEDA chart (its docs install it there: https://keda.sh/docs/latest/deploy/)."""
 CHART_NAMESPACES: dict[str, str] = {LWS_NAMESPACE: "the LeaderWorkerSet chart",
-                                    DRA_NAMESPACE: "the NVIDIA DRA driver chart"}
+                                    DRA_NAMESPACE: "the NVIDIA DRA driver chart",
+                                    KEDA_NAMESPACE: "the KEDA chart"}
 """Namespaces the stack's charts own; the workload namespace must be another one."""

@@ -247,6 +247,20 @@ class Hpa:
         return result
 
 
+def drain_flags(cfg: StackConfig) -> list[str]:
+    """vLLM's `--shutdown-timeout` on an autoscaled engine: on SIGTERM (a scale-down deleting its pod) the engine core
+    drains, finishing its in-flight requests for up to this long, where the default 0 aborts them (vLLM 0.33.0
+    vllm/v1/engine/core.py `_handle_shutdown`: mode = "abort" if shutdown_timeout == 0 else "drain"; the flag is in
+    both pinned parsers, vLLM 0.33.0 and vLLM-TorchTPU 0.29.0). The longest session the replay models."""
+    return ["--shutdown-timeout", str(SESSION_S)] if cfg.autoscaling.enabled else []
+
+
+def termination_grace_s(cfg: StackConfig, default: int) -> int:
+    """An autoscaled engine pod's terminationGracePeriodSeconds: the drain and the teardown after it
+    (drain_grace_s), else the pod's own default."""
+    return drain_grace_s() if cfg.autoscaling.enabled else default
+
+
 def drain_grace_s(session_s: float = SESSION_S) -> int:
     """terminationGracePeriodSeconds of a scaled engine pod: its longest session with a margin, so the kubelet never
     kills a pod that still serves one (the engine stops taking new requests on SIGTERM and finishes the running ones,
@@ -687,7 +701,7 @@ def flow_control(cfg: StackConfig) -> dict:
 
 
 # --------------------------------------------------------------------------- KEDA itself
-KEDA_NAMESPACE = "keda"
+KEDA_NAMESPACE = catalog.KEDA_NAMESPACE
 KEDA_VALUES_IMAGES = {"keda": "keda", "metricsApiServer": "keda-metrics-apiserver", "webhooks": "keda-webhooks"}
 """The chart's `image.<key>` -> components/plan/images.py name (versions.KEDA_IMAGES)."""
 KEDA_OPERATOR_SA = "keda-operator"

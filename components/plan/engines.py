@@ -21,7 +21,7 @@ from typing import Literal
 from ..config import ConfigError, StackConfig
 from ..facts import catalog, contract
 from ..facts.versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHTPU
-from . import kvblocks, loading
+from . import autoscaling, kvblocks, loading
 from .capacity import cpu_offload_bytes_per_engine, decode_capacity, serving_capacity, tpu_offload_bytes_per_engine
 
 Role = Literal["prefill", "decode"]
@@ -173,6 +173,7 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "--mamba-cache-mode", "align",
         "--max-model-len", str(cfg.context_length),
         *(["--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS)] if role == "prefill" else []),
+        *autoscaling.drain_flags(cfg),
         *vllm_batch_flags(cfg, role),
         "--gpu-memory-utilization", f"{gpu.gpuMemoryPercent / 100:.2f}",
         # The hybrid KV-cache manager keeps KDA state and MLA pages together, also for offloading
@@ -319,6 +320,7 @@ def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
         "--max-model-len", str(cfg.context_length),
         "--max-num-seqs", str(kvblocks.TPU_MAX_NUM_SEQS),
         "--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS),
+        *autoscaling.drain_flags(cfg),
         "--gpu-memory-utilization", f"{tpu.memFractionPercent / 100:.2f}",
         # Prefix caching on the hybrid needs mamba_cache_mode=align and the unified block pool
         # (vllm_torchtpu/platforms/tpu_platform.py check_and_update_config).

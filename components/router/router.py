@@ -26,7 +26,7 @@ from ..facts.versions import (
     ROUTER_STANDALONE_CHART,
     ChartRef,
 )
-from ..plan import engines, images
+from ..plan import autoscaling, engines, images
 from ..plan.capacity import ServingCapacity
 from ..platform import hardening
 
@@ -186,8 +186,15 @@ def endpoint_picker_config(cfg: StackConfig, capacity: ServingCapacity) -> dict[
                                             *affinity_then_load]},
             {"name": "decode", "plugins": [{"pluginRef": "decode-filter"}, {"pluginRef": "active-request-scorer"}]},
         ]
-    return {"apiVersion": EPP_CONFIG_API_VERSION, "kind": "EndpointPickerConfig",
-            "plugins": plugins, "schedulingProfiles": profiles}
+    config = {"apiVersion": EPP_CONFIG_API_VERSION, "kind": "EndpointPickerConfig",
+              "plugins": plugins, "schedulingProfiles": profiles}
+    if cfg.autoscaling.enabled:
+        # Flow control on: the router holds what the pool cannot take yet, at the autoscaler's set point, and the
+        # autoscaler reads that queue (components/plan/autoscaling.py flow_control).
+        fc = autoscaling.flow_control(cfg)
+        config = {**config, "featureGates": fc["featureGates"], "plugins": [*plugins, *fc["plugins"]],
+                  "flowControl": fc["flowControl"]}
+    return config
 
 
 # --------------------------------------------------------------------------- values layers

@@ -14,7 +14,7 @@ import pulumi_kubernetes as k8s
 from ..cloud.base import Args, Component, StrInput
 from ..config import StackConfig
 from ..facts import catalog, contract
-from ..plan import engines, images, loading
+from ..plan import autoscaling, engines, images, loading
 from ..platform import hardening
 from ..platform.dra import NVIDIA_DRIVER_ROOT
 
@@ -287,18 +287,24 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         tolerations=tolerations,
         volumes=[models, shm, jit, nvidia],
         automount_service_account_token=False,
-        termination_grace_period_seconds=120,
+        termination_grace_period_seconds=autoscaling.termination_grace_s(cfg, 120),
     )
 
 
 def vllm_role(cfg: StackConfig, role: engines.Role, claim: StrInput) -> dict[str, Any]:
+    """One role of the set. Autoscaled: `scaling.mode: External`, so the controller creates the role's
+    DisaggregatedSetRoleScaler `<set>-<role>` (its /scale, seeded at 1 replica) and reads the replicas from it, which
+    its ScaledObject writes (components/serving/scaling.py); the role's own `replicas` is left out, or the program
+    and the autoscaler would fight over it (lws CRD disaggregatedsetrolescalers, DisaggregatedSet roles[].scaling)."""
     replicas = cfg.gpu.prefillGroups if role == "prefill" else cfg.gpu.decodeGroups
     labels = serving_labels("gpu", "vllm", role)
+    scaled = cfg.autoscaling.enabled
     return {
         "name": role,
         "metadata": {"labels": labels},
+        **({"scaling": {"mode": "External"}} if scaled else {}),
         "spec": {
-            "replicas": replicas,
+            **({} if scaled else {"replicas": replicas}),
             "leaderWorkerTemplate": {
                 "size": engines.vllm_group_nodes(cfg, role),
                 "restartPolicy": "RecreateGroupOnPodRestart",
@@ -345,8 +351,12 @@ class VllmDisaggregatedSet(Component):
         # the pinned controller may not set it.
         # roleStatuses sum every slice (kubernetes-sigs/lws 060ab4d pkg/controllers/disaggregatedset/
         # disaggregatedset_controller.go updateStatus).
+        counts = {"prefill": cfg.gpu.prefillGroups, "decode": cfg.gpu.decodeGroups}
+        if cfg.autoscaling.enabled:
+            # `pulumi up` waits for what the RoleScalers start with (1 each), not for what the load may ask later.
+            counts = {role: 1 for role in counts}
         ready = [ready_replicas(f'.status.roleStatuses[?(@.name=="{role}")]', count * cfg.gpu.slices)
-                 for role, count in (("prefill", cfg.gpu.prefillGroups), ("decode", cfg.gpu.decodeGroups))]
+                 for role, count in counts.items()]
         self.set = k8s.apiextensions.CustomResource(
             f"{name}-ds",
             api_version="disaggregatedset.x-k8s.io/v1",
@@ -537,7 +547,7 @@ def tpu_pod(cfg: StackConfig, rank: engines.TpuRank, memory_gib: int, claim: Str
         volumes=volumes,
         security_context=hardening.pod_context(user=None),
         automount_service_account_token=False,
-        termination_grace_period_seconds=120,
+        termination_grace_period_seconds=autoscaling.termination_grace_s(cfg, 120),
     )
 
 
@@ -560,6 +570,13 @@ class TpuLeaderWorkerSetArgs(Args):
     """The engine image (`tpu_engine_image`): the stack's build by digest, or the user's SGLang build."""
 
 
+def tpu_replicas(cfg: StackConfig) -> int:
+    """Engines the set is created with: every slice, or the autoscaler's minimum (it raises them with the load)."""
+    if cfg.autoscaling.enabled:
+        return next(r.min for r in autoscaling.roles(cfg))
+    return cfg.tpu.slices
+
+
 class TpuLeaderWorkerSet(Component):
     """One LeaderWorkerSet, a replica per slice: each group of `hosts_per_slice` pods owns one slice node pool and
     runs one engine across it."""
@@ -580,13 +597,13 @@ class TpuLeaderWorkerSet(Component):
                 annotations={
                     # Available alone has been seen True with workers still Pending
                     # (https://github.com/dsx-ai-factory/workload-map/issues/228).
-                    **await_annotations(cfg, "condition=Available", ready_replicas(".status", cfg.tpu.slices)),
+                    **await_annotations(cfg, "condition=Available", ready_replicas(".status", tpu_replicas(cfg))),
                     # One group per slice node pool: a group never straddles two slices
                     # (https://github.com/llm-d/llm-d/blob/54523a5/guides/tiered-prefix-cache/modelserver/tpu/base/vllm/multi-host/patch-vllm.yaml).
                     "leaderworkerset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool",
                 }),
             spec={
-                "replicas": cfg.tpu.slices,
+                "replicas": tpu_replicas(cfg),
                 "leaderWorkerTemplate": {
                     "size": cfg.tpu.hosts_per_slice,
                     "restartPolicy": "RecreateGroupOnPodRestart",
@@ -596,6 +613,9 @@ class TpuLeaderWorkerSet(Component):
                 },
                 "rolloutStrategy": rollout(),
             },
-            opts=self.child(custom_timeouts=set_timeouts(cfg)),
+            # The autoscaler owns spec.replicas once the set exists (its ScaledObject writes /scale): a later
+            # `pulumi up` must not set it back.
+            opts=self.child(custom_timeouts=set_timeouts(cfg),
+                            ignore_changes=["spec.replicas"] if cfg.autoscaling.enabled else None),
         )
         self.finish(name=args.name)
