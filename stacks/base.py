@@ -179,7 +179,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
         pulumi.export("monitoringDashboardUrl", observability.url)
 
     autoscaler = None
-    if cfg.autoscaling.enabled:
+    if cfg.autoscaling_on:
         autoscaler = Autoscaler("autoscaler", AutoscalerArgs(
             config=cfg, project_number=project_number, workload_pool=pool, api_server=api_server_cidrs(cluster)),
             pulumi.ResourceOptions(providers=[provider, cluster.provider], depends_on=[cpu_pools.pools["system"]]))
@@ -306,8 +306,10 @@ def summary(cfg: StackConfig) -> list[str]:
 
 def autoscaling_lines(cfg: StackConfig) -> list[str]:
     """The envelope KEDA scales within (components/plan/autoscaling.py), or why there is none."""
-    if not cfg.autoscaling.enabled:
-        return ["autoscaling: off (autoscaling.enabled=false): the serving sets keep the configured shape"]
+    if not cfg.autoscaling_on:
+        why = ("autoscaling.enabled=false" if not cfg.autoscaling.enabled else "monitoring.enabled=false"
+               if not cfg.monitoring.enabled else f"gpu.slices = {cfg.gpu.slices}: per-role scaling needs one slice")
+        return [f"autoscaling: off ({why}): the serving sets keep the configured shape"]
     return autoscaling.envelope_lines(cfg, autoscaling.roles(cfg))
 
 

@@ -19,8 +19,10 @@ class AutoscalingConfig(Section):
     prefix: ClassVar[str] = "autoscaling"
     enabled: bool = Field(
         True, description="Install KEDA and scale each serving role on the router's metrics within the node pools the "
-                          "stack holds (GPU: prefill and decode groups, needs gpu.slices = 1; TPU: engines). Needs "
-                          "monitoring.enabled (the triggers read Managed Prometheus).")
+                          "stack holds (GPU: prefill and decode groups; TPU: engines), wherever it applies: with "
+                          "monitoring.enabled (the triggers read Managed Prometheus) and, on GPU, gpu.slices = 1 (the "
+                          "lws webhook allows per-role scaling of one slice only); elsewhere the plan summary says "
+                          "why it is off.")
     prefillMin: Optional[int] = _limit("prefill groups", "Fewest replicas", "gpu", "1")
     prefillMax: Optional[int] = _limit("prefill groups", "Most replicas", "gpu", "gpu.prefillGroups")
     prefillStep: Optional[int] = _limit("prefill groups", "Replicas removed per scale-down period", "gpu", "1")

@@ -92,7 +92,7 @@ class StackConfig(BaseModel):
                                             "address, e.g. http://10.0.0.10")
         if self.track == "gpu" and self.model.speculative == "nextn":
             _fail("model.speculative", "nextn", "vLLM has no NEXTN drafter; use mtp or dflash on the gpu track")
-        if self.autoscaling.enabled:
+        if self.autoscaling_on:
             self._check_autoscaling()
         self._check_derived_names()
         self._check_address_space()
@@ -140,6 +140,14 @@ class StackConfig(BaseModel):
                              f"yours before `pulumi up`")
         return lines
 
+    @property
+    def autoscaling_on(self) -> bool:
+        """autoscaling.enabled where it applies: Managed Prometheus on (its triggers' source) and, on GPU, one slice
+        (the lws webhook refuses External role scaling with spec.slices > 1, alpha:
+        pkg/webhooks/disaggregatedset/disaggregatedset_webhook.go)."""
+        return (self.autoscaling.enabled and self.monitoring.enabled
+                and (self.track != "gpu" or self.gpu.slices == 1))
+
     def scaled_roles(self) -> dict[str, int]:
         """Each autoscaled role and the replicas the stack's node pools hold for it (its largest maximum)."""
         if self.track == "gpu":
@@ -151,14 +159,6 @@ class StackConfig(BaseModel):
         check, the preflight's quota reads and the plan's scheduling proof cover, so a maximum above it is refused
         naming the key (components/plan/autoscaling.py)."""
         a = self.autoscaling
-        if not self.monitoring.enabled:
-            _fail("autoscaling.enabled", True, "the autoscaler reads the router's metrics from Managed Prometheus, "
-                                               "which monitoring.enabled=false turns off: set "
-                                               "autoscaling.enabled=false or monitoring.enabled=true")
-        if self.track == "gpu" and self.gpu.slices > 1:
-            _fail("gpu.slices", self.gpu.slices, "autoscaling scales the DisaggregatedSet's roles through their "
-                                                 "RoleScalers, which the lws webhook allows only with spec.slices = 1 "
-                                                 "(alpha); use gpu.slices=1 or set autoscaling.enabled=false")
         holds = {"prefill": "gpu.prefillGroups", "decode": "gpu.decodeGroups", "engines": "tpu.slices"}
         for role, most in self.scaled_roles().items():
             lo, hi, step = a.limits(role)

@@ -252,13 +252,13 @@ def drain_flags(cfg: StackConfig) -> list[str]:
     drains, finishing its in-flight requests for up to this long, where the default 0 aborts them (vLLM 0.33.0
     vllm/v1/engine/core.py `_handle_shutdown`: mode = "abort" if shutdown_timeout == 0 else "drain"; the flag is in
     both pinned parsers, vLLM 0.33.0 and vLLM-TorchTPU 0.29.0). The longest session the replay models."""
-    return ["--shutdown-timeout", str(SESSION_S)] if cfg.autoscaling.enabled else []
+    return ["--shutdown-timeout", str(SESSION_S)] if cfg.autoscaling_on else []
 
 
 def termination_grace_s(cfg: StackConfig, default: int) -> int:
     """An autoscaled engine pod's terminationGracePeriodSeconds: the drain and the teardown after it
     (drain_grace_s), else the pod's own default."""
-    return drain_grace_s() if cfg.autoscaling.enabled else default
+    return drain_grace_s() if cfg.autoscaling_on else default
 
 
 def drain_grace_s(session_s: float = SESSION_S) -> int:
@@ -739,7 +739,7 @@ def keda_values(cfg: StackConfig) -> dict:
 def roles(cfg: StackConfig) -> tuple[Role, ...]:
     """The scaled roles with `autoscaling.<role>Min/Max/Step` (checked against what the stack holds by
     components/config/stack.py); empty when autoscaling is off."""
-    if not cfg.autoscaling.enabled:
+    if not cfg.autoscaling_on:
         return ()
     found = []
     for base in default_roles(cfg):

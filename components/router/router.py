@@ -188,7 +188,7 @@ def endpoint_picker_config(cfg: StackConfig, capacity: ServingCapacity) -> dict[
         ]
     config = {"apiVersion": EPP_CONFIG_API_VERSION, "kind": "EndpointPickerConfig",
               "plugins": plugins, "schedulingProfiles": profiles}
-    if cfg.autoscaling.enabled:
+    if cfg.autoscaling_on:
         # Flow control on: the router holds what the pool cannot take yet, at the autoscaler's set point, and the
         # autoscaler reads that queue (components/plan/autoscaling.py flow_control).
         fc = autoscaling.flow_control(cfg)

@@ -298,7 +298,7 @@ def vllm_role(cfg: StackConfig, role: engines.Role, claim: StrInput) -> dict[str
     and the autoscaler would fight over it (lws CRD disaggregatedsetrolescalers, DisaggregatedSet roles[].scaling)."""
     replicas = cfg.gpu.prefillGroups if role == "prefill" else cfg.gpu.decodeGroups
     labels = serving_labels("gpu", "vllm", role)
-    scaled = cfg.autoscaling.enabled
+    scaled = cfg.autoscaling_on
     return {
         "name": role,
         "metadata": {"labels": labels},
@@ -352,7 +352,7 @@ class VllmDisaggregatedSet(Component):
         # roleStatuses sum every slice (kubernetes-sigs/lws 060ab4d pkg/controllers/disaggregatedset/
         # disaggregatedset_controller.go updateStatus).
         counts = {"prefill": cfg.gpu.prefillGroups, "decode": cfg.gpu.decodeGroups}
-        if cfg.autoscaling.enabled:
+        if cfg.autoscaling_on:
             # `pulumi up` waits for what the RoleScalers start with (1 each), not for what the load may ask later.
             counts = {role: 1 for role in counts}
         ready = [ready_replicas(f'.status.roleStatuses[?(@.name=="{role}")]', count * cfg.gpu.slices)
@@ -572,7 +572,7 @@ class TpuLeaderWorkerSetArgs(Args):
 
 def tpu_replicas(cfg: StackConfig) -> int:
     """Engines the set is created with: every slice, or the autoscaler's minimum (it raises them with the load)."""
-    if cfg.autoscaling.enabled:
+    if cfg.autoscaling_on:
         return next(r.min for r in autoscaling.roles(cfg))
     return cfg.tpu.slices
 
@@ -616,6 +616,6 @@ class TpuLeaderWorkerSet(Component):
             # The autoscaler owns spec.replicas once the set exists (its ScaledObject writes /scale): a later
             # `pulumi up` must not set it back.
             opts=self.child(custom_timeouts=set_timeouts(cfg),
-                            ignore_changes=["spec.replicas"] if cfg.autoscaling.enabled else None),
+                            ignore_changes=["spec.replicas"] if cfg.autoscaling_on else None),
         )
         self.finish(name=args.name)
