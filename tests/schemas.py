@@ -23,7 +23,8 @@ KUBERNETES_VERSION = catalog.GKE_VERSION_PREFIX + "0"
 """Kubernetes version the cluster runs (GKE's minor line), the version core objects validate against."""
 
 CORE_GROUPS = {"", "apps", "batch", "rbac.authorization.k8s.io", "storage.k8s.io", "policy", "networking.k8s.io",
-               "resource.k8s.io", "scheduling.k8s.io", "autoscaling", "admissionregistration.k8s.io"}
+               "resource.k8s.io", "scheduling.k8s.io", "autoscaling", "admissionregistration.k8s.io",
+               "apiextensions.k8s.io", "apiregistration.k8s.io", "coordination.k8s.io"}
 
 NO_SCHEMA_ALLOWED: dict[tuple[str, str], str] = {
     # (apiVersion, kind): reason. A kind rendered without a schema fails unless it is listed here.
@@ -88,8 +89,25 @@ def is_core(api_version: str) -> bool:
     return group in CORE_GROUPS
 
 
-def validate(manifest: dict[str, Any], crd_dir: Path) -> None:
-    """Raise on any schema violation; MissingSchemaError if the kind has no schema and is not allow-listed."""
+def rendered_validators(manifests: list[dict[str, Any]]) -> dict[tuple[str, str], jsonschema.Draft7Validator]:
+    """Strict validators of the CRDs a plan renders from its charts' templates (KEDA's are templates/crds/, not
+    shared/crds): the custom resources of those kinds are checked against the chart's own schema."""
+    found = {}
+    for doc in manifests:
+        if doc.get("kind") != "CustomResourceDefinition":
+            continue
+        for version in doc["spec"]["versions"]:
+            schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
+            schema.setdefault("properties", {})["metadata"] = {"type": "object"}
+            found[(f"{doc['spec']['group']}/{version['name']}", doc["spec"]["names"]["kind"])] = \
+                jsonschema.Draft7Validator(_strict(schema))
+    return found
+
+
+def validate(manifest: dict[str, Any], crd_dir: Path,
+             rendered: dict[tuple[str, str], jsonschema.Draft7Validator] | None = None) -> None:
+    """Raise on any schema violation; MissingSchemaError if the kind has no schema and is not allow-listed.
+    `rendered`: validators of the plan's chart-rendered CRDs (rendered_validators), used where shared/crds has none."""
     api_version, kind = manifest["apiVersion"], manifest["kind"]
     if is_core(api_version):
         kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
@@ -97,7 +115,7 @@ def validate(manifest: dict[str, Any], crd_dir: Path) -> None:
     unknown_meta = set(manifest.get("metadata", {})) - OBJECT_META_FIELDS
     if unknown_meta:
         raise jsonschema.ValidationError(f"unknown metadata fields {sorted(unknown_meta)}")
-    validator = crd_validator(crd_dir, api_version, kind)
+    validator = crd_validator(crd_dir, api_version, kind) or (rendered or {}).get((api_version, kind))
     if validator is None:
         if (api_version, kind) in NO_SCHEMA_ALLOWED:
             return

@@ -14,9 +14,10 @@ from tests.conftest import STACKS
 
 def _failures(manifests, shared) -> list[str]:
     failures = []
+    rendered = schemas.rendered_validators(manifests)
     for manifest in manifests:
         try:
-            schemas.validate(manifest, shared / "crds")
+            schemas.validate(manifest, shared / "crds", rendered)
         except (jsonschema.ValidationError, kubernetes_validate.ValidationError, schemas.MissingSchemaError) as err:
             failures.append(f"{manifest['kind']}/{manifest['metadata'].get('name')}: {getattr(err, 'message', err)}")
     return failures
@@ -84,3 +85,21 @@ def test_validator_rejects_kind_without_schema(shared):
 def test_cluster_version_is_supported_by_validator():
     utils = kubernetes_validate.utils
     assert utils.major_minor(schemas.KUBERNETES_VERSION) <= utils.latest_version()
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_scaled_objects_are_checked_against_the_keda_charts_own_crds(plans, stack):
+    """One ScaledObject per scaled role, valid against the CRD the pinned KEDA chart renders, min/max within what
+    the stack's node pools hold."""
+    manifests = plans[stack].manifests
+    rendered = schemas.rendered_validators(manifests)
+    scaled = [m for m in manifests if m["kind"] == "ScaledObject"]
+    assert [m["metadata"]["name"] for m in scaled] == (
+        ["kimi-k3-1-prefill", "kimi-k3-1-decode"] if stack == "gpu" else ["kimi-k3-1-engines"])
+    for m in scaled:
+        rendered[("keda.sh/v1alpha1", "ScaledObject")].validate(m)
+        assert 1 <= m["spec"]["minReplicaCount"] <= m["spec"]["maxReplicaCount"]
+    broken = copy.deepcopy(scaled[0])
+    broken["spec"]["triggers"][0]["threshold"] = "25"  # a field KEDA does not have there
+    with pytest.raises(jsonschema.ValidationError):
+        rendered[("keda.sh/v1alpha1", "ScaledObject")].validate(broken)

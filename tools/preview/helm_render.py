@@ -174,8 +174,9 @@ def render_templates(folder: Path, values: dict[str, Any], release: str, namespa
 
 
 CRD_NAME = re.compile(r"^  name: (\S+)$", re.MULTILINE)
-CRD_FILE = re.compile(r"(^|/)crds/[^/]+\.(yaml|yml|json)$")
-"""Files Helm installs from `crds/` (the chart's and its subcharts')."""
+CRD_FILE = re.compile(r"^(charts/[^/]+/)*crds/[^/]+\.(yaml|yml|json)$")
+"""Files Helm installs from `crds/` (the chart's and its subcharts'): the top-level folder only, so a chart that
+templates its CRDs (KEDA: templates/crds/, rendered with the chart unless crds.install is false) has none here."""
 
 
 @dataclass
