@@ -235,6 +235,17 @@ WORKLOADS: tuple[Workload, ...] = (
         namespace="lws-system", service_account="platform-lws-controller-manager", api_token=True,
         volumes={"manager-config": "configMap", "cert": "secret"},
         source="LWS chart (components/platform/namespace.py): the controller creates the serving pods"),
+    *(Workload("Deployment", deployment, (
+        Container(deployment, _repos(versions.KEDA_IMAGES[image]), programs=frozenset({program}),
+                  restricted=False),),
+        namespace=catalog.KEDA_NAMESPACE, service_account=account, api_token=True,
+        volumes={"certificates": "secret"},
+        source="KEDA chart 2.20.2 (components/platform/autoscaler.py): the operator reconciles ScaledObjects and "
+               "serves their metrics, the metrics API server answers the HPA, the webhooks validate ScaledObjects")
+      for deployment, image, program, account in (
+          ("keda-operator", "keda", "/keda", "keda-operator"),
+          ("keda-operator-metrics-apiserver", "keda-metrics-apiserver", "/keda-adapter", "keda-metrics-server"),
+          ("keda-admission-webhooks", "keda-webhooks", "/keda-admission-webhooks", "keda-webhook"))),
     Workload("Deployment", "nvidia-dra-driver-gpu-controller", (
         Container("compute-domain", _repos(versions.NVIDIA_DRA_DRIVER_IMAGE),
                   programs=frozenset({"compute-domain-controller"}), restricted=False, writable_root=True),),
@@ -286,7 +297,7 @@ def workloads(kind: str, name: str, namespace: str) -> list[Workload]:
             and (w.namespace is None or w.namespace == namespace)]
 
 
-SYSTEM_NAMESPACES = frozenset({"lws-system", "nvidia-dra-driver-gpu", "kube-system"})
+SYSTEM_NAMESPACES = frozenset({"lws-system", "nvidia-dra-driver-gpu", "kube-system", catalog.KEDA_NAMESPACE})
 """Namespaces of the platform's controllers; every other Namespace the program creates is the model namespace,
 which carries the guide label and a default-deny ingress policy."""
 MODEL_NAMESPACE_LABEL = "llm-d.ai/guide"
@@ -373,6 +384,10 @@ GRANTS: tuple[Grant, ...] = (
           folder="engine-image/"),
     Grant(REPO_GRANT, "roles/artifactregistry.reader", NODE_SA,
           "the TPU nodes pull the engine image from the stack's repository"),
+    Grant("gcp:projects/iAMMember:IAMMember", "roles/monitoring.viewer",
+          WI_PRINCIPAL.replace("ns/[a-z0-9-]+/", f"ns/{catalog.KEDA_NAMESPACE}/") + "keda-operator",
+          "KEDA's operator reads the router's metrics from Managed Prometheus for the ScaledObjects "
+          "(components/platform/autoscaler.py)"),
 )
 
 # --------------------------------------------------------------------------- RBAC
@@ -397,6 +412,12 @@ ROLES: tuple[RoleDecl, ...] = (
              "the LWS controller rotates its own webhook serving certificate (lws chart config/rbac/role.yaml)"),
     RoleDecl("platform-lws-disaggregatedset-admin-role", frozenset({("disaggregatedsets", "*")}),
              "the chart's aggregated admin role for DisaggregatedSets (bound by nobody here)"),
+    RoleDecl("keda-operator", frozenset({("secrets", v) for v in ("list", "watch")}),
+             "KEDA's operator resolves TriggerAuthentications that name Secrets (KEDA chart 2.20.2 "
+             "templates/manager/clusterrole.yaml); the stack's only TriggerAuthentication uses Workload Identity"),
+    RoleDecl("keda-operator-certs", frozenset({("secrets", v) for v in ("get", "create", "update")}),
+             "KEDA's operator rotates its own serving certificates in its namespace (--enable-cert-rotation, "
+             "templates/manager/minimal-rbac.yaml)"),
 )
 
 ALLOWED_SUBJECT_KINDS = frozenset({"ServiceAccount"})
@@ -433,6 +454,11 @@ SERVING_PORTS = frozenset({contract.MODEL_SERVER_PORT})
 EPP_PORTS = frozenset({contract.EPP_EXT_PROC_PORT, contract.EPP_GRPC_HEALTH_PORT})
 
 EGRESS: dict[str, tuple[AddressPeer, ...]] = {
+    # KEDA (components/platform/autoscaler.py): the API server; the operator also Workload Identity tokens and
+    # Managed Prometheus' query API (monitoring.googleapis.com).
+    "keda-operator": (ONE_HOST_HTTPS, METADATA, GKE_METADATA, INTERNET_HTTPS),
+    "keda-metrics-apiserver": (ONE_HOST_HTTPS,),
+    "keda-webhooks": (ONE_HOST_HTTPS,),
     "{guide}-benchmark": (METADATA, GKE_METADATA, INTERNET_HTTPS),
     "{guide}-vllm-pods": (),
     "{guide}-router": (ONE_HOST_HTTPS,),
@@ -442,6 +468,10 @@ EGRESS: dict[str, tuple[AddressPeer, ...]] = {
 }
 """NetworkPolicy name -> the address peers its egress rules may name (components/platform/netpol.py)."""
 NETWORK_POLICIES: dict[str, tuple[str, ...]] = {
+    "keda-default-deny": ("Ingress",),
+    "keda-operator": ("Ingress", "Egress"),
+    "keda-metrics-apiserver": ("Ingress", "Egress"),
+    "keda-webhooks": ("Ingress", "Egress"),
     "{guide}-default-deny-ingress": ("Ingress",),
     "{guide}-serving": ("Ingress",),
     "{guide}-router": ("Ingress", "Egress"),
@@ -453,6 +483,9 @@ NETWORK_POLICIES: dict[str, tuple[str, ...]] = {
 """Every NetworkPolicy (components/platform/netpol.py) and the directions it restricts: dropping `Egress` from one frees
 its pods' egress, so the types are declared, not just the rules."""
 INGRESS_ADDRESSES: dict[str, tuple[AddressPeer, ...]] = {
+    # The kube-apiserver calls KEDA's external metrics API (for the HPA) and its admission webhook.
+    "keda-metrics-apiserver": (AddressPeer(None, frozenset({6443})),),
+    "keda-webhooks": (AddressPeer(None, frozenset({9443})),),
     "{guide}-serving": (AddressPeer(PRIVATE, SERVING_PORTS),
                         *(AddressPeer(c, SERVING_PORTS) for c in HEALTH_CHECK_RANGES)),
     "{guide}-router": (AddressPeer(PRIVATE, EPP_PORTS), *(AddressPeer(c, EPP_PORTS) for c in HEALTH_CHECK_RANGES)),
@@ -494,6 +527,10 @@ TYPES = frozenset({
     "gcp:monitoring/dashboard:Dashboard", "gcp:projects/iAMMember:IAMMember", "gcp:projects/service:Service",
     "gcp:serviceaccount/account:Account", "gcp:storage/bucket:Bucket", "gcp:storage/bucketIAMMember:BucketIAMMember",
     "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfiguration",
+    # KEDA's chart renders its CRDs as templates and registers its external metrics API (the HPA reads it).
+    "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",
+    "kubernetes:apiregistration.k8s.io/v1:APIService",
+    "kubernetes:keda.sh/v1alpha1:ScaledObject", "kubernetes:keda.sh/v1alpha1:TriggerAuthentication",
     "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy",
     "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding",
     "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
