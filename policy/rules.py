@@ -1687,7 +1687,13 @@ def check_stack_default_deny(resources: Sequence[tuple[str, Mapping[str, Any]]])
     for props in _inputs_of(resources, K8S_NAMESPACE):
         name = _get(props, "metadata", "name")
         labels = _get(props, "metadata", "labels")
-        if is_unknown(name) or name in declared.SYSTEM_NAMESPACES:
+        if is_unknown(name):
+            continue
+        if name in declared.GUARDED_SYSTEM_NAMESPACES and name not in guarded:
+            violations.append(f"namespace {_show(name)} has no default-deny ingress NetworkPolicy (podSelector {{}}, "
+                              "policyTypes [Ingress], no ingress rules): its allow policies "
+                              "(declared.NETWORK_POLICIES) are all that may reach its pods")
+        if name in declared.SYSTEM_NAMESPACES:
             continue
         if not isinstance(labels, Mapping) or MODEL_NAMESPACE_LABEL not in labels:
             violations.append(f"namespace {_show(name)} lacks the label {MODEL_NAMESPACE_LABEL}: every namespace but "

@@ -121,8 +121,11 @@ def sidecar_flags(llm_d_md: Path) -> tuple[frozenset[str], frozenset[str]]:
 
 
 def containers(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(path, container) for every container and init container anywhere in a manifest."""
+    """(path, container) for every container and init container anywhere in a manifest (a CRD's schema names
+    `containers` too, as properties: it has none)."""
     found = []
+    if manifest.get("kind") == "CustomResourceDefinition":
+        return found
 
     def walk(node: Any, path: str) -> None:
         if isinstance(node, dict):

@@ -135,8 +135,13 @@ def test_routing_sidecar_flags(gpu, shared):
 # ----------------------------------------------------------------------------------------- topology
 def test_pd_topology_fills_the_gpu_pool(gpu):
     ds = manifest(gpu, "DisaggregatedSet")
-    roles = {r["name"]: r["spec"] for r in ds["spec"]["roles"]}
-    assert (roles["prefill"]["replicas"], roles["decode"]["replicas"]) == (3, 1)
+    roles = {r["name"]: dict(r["spec"]) for r in ds["spec"]["roles"]}
+    # Each role's replicas are its RoleScaler's, which its ScaledObject keeps within min..max (the pool holds max).
+    most = {m["spec"]["scaleTargetRef"]["name"].rsplit("-", 1)[1]: m["spec"]["maxReplicaCount"]
+            for m in gpu.manifests if m["kind"] == "ScaledObject"}
+    assert "replicas" not in roles["prefill"] and (most["prefill"], most["decode"]) == (3, 1)
+    for name, spec in roles.items():
+        spec["replicas"] = most[name]
     pool = gpu.one(NODE_POOL, "gpu-0")["inputs"]
     pods = gpus = 0
     for spec in roles.values():
@@ -174,9 +179,14 @@ def test_tpu_topology_fills_two_slices(tpu):
     template = lws["spec"]["leaderWorkerTemplate"]
     pools = [p["inputs"] for p in tpu.of_type(NODE_POOL) if p["parent"] == "tpu"]
     chips_in_pools = sum(p["nodeCount"] * catalog.IRONWOOD.chips_per_host for p in pools)
-    pods = lws["spec"]["replicas"] * template["size"]
+    # Created at the autoscaler's minimum; its ScaledObject may take it to one engine per slice.
+    [scaled] = [m for m in tpu.manifests if m["kind"] == "ScaledObject"]
+    assert scaled["spec"]["scaleTargetRef"] == {"apiVersion": "leaderworkerset.x-k8s.io/v1",
+                                                "kind": "LeaderWorkerSet", "name": lws["metadata"]["name"]}
+    most = scaled["spec"]["maxReplicaCount"]
+    pods = most * template["size"]
     per_pod = int(template["leaderTemplate"]["spec"]["containers"][0]["resources"]["limits"]["google.com/tpu"])
-    assert (lws["spec"]["replicas"], template["size"], per_pod) == (2, 4, 4)
+    assert (lws["spec"]["replicas"], most, template["size"], per_pod) == (1, 2, 4, 4)
     assert pods * per_pod == chips_in_pools == 32
     assert lws["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] == \
         "cloud.google.com/gke-nodepool", "one replica per slice node pool"
@@ -213,8 +223,10 @@ def test_pods_mount_the_weights_read_only_and_wait_long_enough(plans, stack):
     annotations = served["metadata"]["annotations"]
     wait_for = json.loads(annotations["pulumi.com/waitFor"])
     if stack == "gpu":  # every role's ready replicas, read from status.roleStatuses (llm-d.md §3.1)
+        # autoscaled roles (scaling.mode External) start at the RoleScaler's seed, 1
         assert wait_for == [f'jsonpath={{.status.roleStatuses[?(@.name=="{r["name"]}")].readyReplicas}}='
-                            f'{r["spec"]["replicas"]}' for r in served["spec"]["roles"]]
+                            f'{r["spec"].get("replicas", 1)}' for r in served["spec"]["roles"]]
+        assert all(r["scaling"] == {"mode": "External"} for r in served["spec"]["roles"])
     else:
         assert wait_for == ["condition=Available", f'jsonpath={{.status.readyReplicas}}={served["spec"]["replicas"]}']
     wait_s = int(annotations["pulumi.com/timeoutSeconds"])

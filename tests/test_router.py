@@ -139,6 +139,9 @@ REGISTERED_SINCE_FACT_SHEET = {
                           "pkg/epp/framework/plugins/datalayer/extractor/topology/extractor.go)",
     "topology-affinity-filter": "llm-d-router v0.10.0 cmd/epp/runner/runner.go: "
                                 "Register(topologyaffinityfilter.FilterType, StabilityAlpha, ...)",
+    "utilization-detector": "llm-d-router v0.10.0 cmd/epp/runner/runner.go L716: "
+                            "Register(utilization.UtilizationDetectorType, StabilityBeta, ...) (flow control's "
+                            "saturation detector, pkg/epp/framework/plugins/flowcontrol/saturationdetector/utilization)",
 }
 
 

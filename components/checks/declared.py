@@ -300,6 +300,9 @@ def workloads(kind: str, name: str, namespace: str) -> list[Workload]:
 SYSTEM_NAMESPACES = frozenset({"lws-system", "nvidia-dra-driver-gpu", "kube-system", catalog.KEDA_NAMESPACE})
 """Namespaces of the platform's controllers; every other Namespace the program creates is the model namespace,
 which carries the guide label and a default-deny ingress policy."""
+GUARDED_SYSTEM_NAMESPACES = frozenset({catalog.KEDA_NAMESPACE})
+"""Platform namespaces with a default-deny ingress policy of the program's (components/platform/autoscaler.py): the
+policy pack holds them to it."""
 MODEL_NAMESPACE_LABEL = "llm-d.ai/guide"
 
 
