@@ -238,7 +238,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # Every image digest key set (tests/test_supply_chain.py), with the Jobs on so their images render too.
     "gpu-pinned": ("gpu", {**{f"images.{key}": f"sha256:{index:064x}" for index, key in enumerate(
         ("vllmDigest", "routingSidecarDigest", "eppDigest", "envoyDigest", "asapdLiteDigest", "calibrationDigest",
-         "inferencePerfDigest", "lwsDigest", "draDriverDigest", "stagingDigest"), 1)},
+         "inferencePerfDigest", "lwsDigest", "draDriverDigest", "stagingDigest", "kedaDigest",
+         "kedaMetricsApiServerDigest", "kedaWebhooksDigest"), 1)},
         "benchmark.enabled": True, "router.calibrate": True}),
     # Scale-out (tests/test_scale.py): 3 GPU slices on 3 named racks, 4 TPU slices.
     "gpu3": ("gpu3", {}),
@@ -248,7 +249,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # Every image the TPU stack pulls, the router chart's Envoy sidecar included (visible once charts are rendered).
     "tpu-pinned": ("tpu", {"images.tpuEngineDigest": "sha256:" + "a" * 64, "images.lwsDigest": "sha256:" + "b" * 64,
                            "images.eppDigest": "sha256:" + "c" * 64, "images.envoyDigest": "sha256:" + "d" * 64,
-                           "images.stagingDigest": "sha256:" + "e" * 64}),
+                           "images.stagingDigest": "sha256:" + "e" * 64, "images.kedaDigest": "sha256:" + "f" * 64,
+                           "images.kedaMetricsApiServerDigest": "sha256:" + "1" * 64,
+                           "images.kedaWebhooksDigest": "sha256:" + "2" * 64}),
 }
 
 

@@ -267,7 +267,7 @@ def test_tpu_track_has_no_gpu_plumbing(tpu):
     # The one DaemonSet is the engine image pre-pull (components/serving/prepull.py), not the GPU NIC or DRA plumbing.
     assert [m["metadata"]["name"] for m in tpu.manifests if m["kind"] == "DaemonSet"] == [
         "kimi-k3-1-engine-image-prepull"]
-    assert {r["name"] for r in tpu.of_type(CHART)} == {"platform-lws", "router-chart"}
+    assert {r["name"] for r in tpu.of_type(CHART)} == {"platform-lws", "router-chart", "autoscaler-keda"}
 
 
 # ----------------------------------------------------------------------------------------- monitoring

@@ -74,8 +74,9 @@ def test_upstream_proxy_resources_would_not_fit(gpu):
 
 def test_replicas_needing_whole_nodes_cannot_outnumber_the_nodes(gpu):
     manifests = copy.deepcopy(with_charts(gpu).manifests)
-    dset = next(m for m in manifests if m["kind"] == "DisaggregatedSet")
-    dset["spec"]["roles"][0]["spec"]["replicas"] += 1
+    # The autoscaler may take a role to its ScaledObject's maximum: one more than the rack holds does not fit.
+    scaled = next(m for m in manifests if m["kind"] == "ScaledObject" and m["metadata"]["name"].endswith("prefill"))
+    scaled["spec"]["maxReplicaCount"] += 1
     [failure] = run(gpu, manifests).failures
     assert "replicas" in failure and "find no node with room left in a4x-max-nvl72-0 (16 nodes)" in failure
 
@@ -195,14 +196,15 @@ def test_plan_without_charts_says_so(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stderr
     # What `make plan` prints last: the charts missing and the one command that gets them.
     assert proc.stdout.splitlines()[-1] == (
-        "chart objects missing from the plan: no verified copy of llm-d-router-standalone v0.10.0, lws 0.11.1, "
+        "chart objects missing from the plan: no verified copy of keda 2.20.2, llm-d-router-standalone v0.10.0, "
+        "lws 0.11.1, "
         "nvidia-dra-driver-gpu 25.8.0, so their objects are not in it and not checked; run `make charts` "
         "(.venv/bin/python -m tools charts --fetch) to pull the pinned charts, or set KIMI_CHARTS_DIR to a "
         "folder holding them")
     plan = Plan(tmp_path / "out" / "gpu")
     assert all(c["skipped"].startswith("no copy of") for c in plan.charts)
     assert "chart router-chart: llm-d-router-standalone v0.10.0: not rendered: no copy of" in plan.summary
-    assert "charts not rendered (platform-lws, router-chart, gpu-devices-dra-driver)" in plan.summary
+    assert "charts not rendered (platform-lws, autoscaler-keda, router-chart, gpu-devices-dra-driver)" in plan.summary
     assert not plan.chart_manifests() and (plan.folder / "crds.yaml").read_text() == ""
 
 
