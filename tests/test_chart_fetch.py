@@ -23,6 +23,8 @@ from tools.preview import helm_render
 
 OCI_CHARTS = ("lws", "llm-d-router-standalone", "llm-d-router-gateway")
 REPO_CHART = "nvidia-dra-driver-gpu"
+REPO_CHARTS = (REPO_CHART, "keda")
+"""The pinned charts of classic repositories: one mirror (KIMI_CHART_REPO_MIRROR) stands in for all of them."""
 
 
 def package(folder: Path, into: Path) -> Path:
@@ -90,11 +92,12 @@ def test_fetched_charts_are_used_by_the_plan(registries, shared, tmp_path):
     folder renders the charts' objects from the fetched copies."""
     for name in OCI_CHARTS:
         registries.push(shared / "charts" / name, tmp_path)
-    registries.publish(shared / "charts" / REPO_CHART)
+    for name in REPO_CHARTS:
+        registries.publish(shared / "charts" / name)
     into = tmp_path / "charts"
     proc = fetch_cli(into, registries.env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == f"fetched 4 of 4 pinned charts into {into}" and not proc.stderr
+    assert proc.stdout.strip() == f"fetched 5 of 5 pinned charts into {into}" and not proc.stderr
     for name, ref in helm_render.pinned_charts().items():
         assert helm_render.content_digest(helm_render.directory_files(into / name)) == ref.content_sha256
     env = {"KIMI_SHARED_DIR": str(tmp_path / "no-shared"), "KIMI_CHARTS_DIR": str(into)}
@@ -103,7 +106,7 @@ def test_fetched_charts_are_used_by_the_plan(registries, shared, tmp_path):
                            {**os.environ, **env})
     assert plan.returncode == 0, plan.stderr
     charts = json.loads((tmp_path / "plan" / "gpu" / "charts.json").read_text())
-    assert [c["skipped"] for c in charts] == [None] * 3
+    assert [c["skipped"] for c in charts] == [None] * 4
     assert {c["contentSha256"] for c in charts} <= {r.content_sha256 for r in helm_render.pinned_charts().values()}
     assert Plan(tmp_path / "plan" / "gpu").chart_manifests("gpu-devices-dra-driver")
 
