@@ -99,7 +99,7 @@ def test_fetched_charts_are_used_by_the_plan(registries, shared, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"fetched 5 of 5 pinned charts into {into}" and not proc.stderr
     for name, ref in helm_render.pinned_charts().items():
-        assert helm_render.content_digest(helm_render.directory_files(into / name)) == ref.content_sha256
+        assert helm_render.content_digest(helm_render.directory_files(into / name)) in ref.digests
     env = {"KIMI_SHARED_DIR": str(tmp_path / "no-shared"), "KIMI_CHARTS_DIR": str(into)}
     # Forked from the session's preloaded plan process (tests/plan_server.py), which finds charts at render time.
     plan = plan_server.run(["--quiet", "--out", str(tmp_path / "plan"), "--stack-file", str(fixture_stack("gpu"))],

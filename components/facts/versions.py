@@ -15,6 +15,13 @@ class ChartRef:
     content_sha256: str = ""
     """sha256 over the chart's files as reviewed (tools.preview.helm_render.content_digest): the offline plan renders a
     local copy, or one pulled from the registry, only if its files hash to this."""
+    packaged_sha256: str = ""
+    """The same over the chart as `helm package` writes the release archive from that tree (it applies the chart's
+    .helmignore and re-serializes Chart.yaml), where the reviewed copy is the source tree rather than the archive."""
+
+    @property
+    def digests(self) -> tuple[str, ...]:
+        return tuple(d for d in (self.content_sha256, self.packaged_sha256) if d)
 
 
 LWS_CHART = ChartRef(
@@ -44,6 +51,7 @@ KEDA_CHART = ChartRef(
         "(https://github.com/llm-d/llm-d/tree/main/guides/workload-autoscaling); 2.20.2 is the chart as released "
         "(kedacore/charts tag v2.20.2, cbb9bb8ce0809dc9048f72302f7c09765d66ed56), its CRDs under templates/crds/",
     content_sha256="63309094364c89ac3c81c06316a576f120e20b1df0a83e9e358a27d1bb4bc7c7",
+    packaged_sha256="166280195c47cef06d7c0c848314f987a7a93f7df1e9098d8814ed57c30a2617",
 )
 KEDA_IMAGES = {name: f"ghcr.io/kedacore/{repo}:{KEDA_CHART.version}" for name, repo in (
     ("keda", "keda"), ("keda-metrics-apiserver", "keda-metrics-apiserver"),
