@@ -107,7 +107,7 @@ def test_fetched_charts_are_used_by_the_plan(registries, shared, tmp_path):
     assert plan.returncode == 0, plan.stderr
     charts = json.loads((tmp_path / "plan" / "gpu" / "charts.json").read_text())
     assert [c["skipped"] for c in charts] == [None] * 4
-    assert {c["contentSha256"] for c in charts} <= {r.content_sha256 for r in helm_render.pinned_charts().values()}
+    assert {c["contentSha256"] for c in charts} <= {d for r in helm_render.pinned_charts().values() for d in r.digests}
     assert Plan(tmp_path / "plan" / "gpu").chart_manifests("gpu-devices-dra-driver")
 
 
