@@ -52,9 +52,18 @@ class ConfigError(Exception):
 
     def __init__(self, key: str, value: Any, problem: str):
         self.key, self.value, self.problem = key, value, problem
-        shown = "(unset)" if value is None else json.dumps(value) if not isinstance(value, str) else repr(value)
+        shown = "(unset)" if value is None else json.dumps(value, default=str) if not isinstance(value, str) \
+            else repr(value)
         full = key if ":" in key else f"{PROJECT}:{key}"
-        super().__init__(f"{full} = {shown}: {problem}")
+        super().__init__(f"{_shorten(full, 120)} = {_shorten(shown, SHOWN_CHARS)}: {_shorten(problem, 500)}")
+
+
+SHOWN_CHARS = 80
+"""A value longer than this is shortened in the middle in a message (a pasted file, a runaway script's output)."""
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit // 2]}...({len(text):,} characters)...{text[-(limit // 4):]}"
 
 
 def _fail(key: str, value: Any, problem: str) -> None:
@@ -1169,7 +1178,16 @@ def raw_project_config() -> dict[str, Any]:
     """
     from pulumi.runtime import config as runtime_config
 
-    merged = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    try:
+        from_env = runtime_config.get_config_env()
+    except ValueError as err:  # PULUMI_CONFIG is the CLI's JSON; set by hand it may be anything
+        raise ConfigError("environment:PULUMI_CONFIG", None, f"the environment variable is not JSON ({err}): unset "
+                                                             'it, or set a JSON object of "project:key": "value" '
+                                                             "pairs") from None
+    if not isinstance(from_env, dict):
+        raise ConfigError("environment:PULUMI_CONFIG", None, "the environment variable must hold a JSON object of "
+                                                             '"project:key": "value" pairs: unset it')
+    merged = {str(k): v for k, v in {**from_env, **runtime_config.CONFIG.get()}.items()}
     check_namespaces(merged)
     prefix = f"{PROJECT}:"
     return {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
