@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from components import autoscaling as a
-from components import capacity, cost, loading, monitoring
+from components.observe import monitoring
+from components.plan import autoscaling as a
+from components.plan import capacity, cost, loading
 from tests.test_config import parse
 from tools.preview import scaling as tool
 
@@ -93,7 +94,7 @@ def test_the_burst_queues_at_the_router_until_the_added_replicas_serve():
     assert rise.queued > 0 and rise.replicas == 2 and rise.ready == 1
     served = next(row for row in decode.rows if row.t > rise.t and row.queued == 0)
     assert served.ready == 2 and served.t - rise.t <= decode.role.add_s
-    assert a.flow_control_ttl_s(cfg) >= decode.role.add_s
+    assert a.flow_control_ttl_s() < a.PROXY_EXT_PROC_TIMEOUT_S
 
 
 def test_cost_saved_is_priced_where_the_accelerators_are():
@@ -150,3 +151,97 @@ def test_docs_state_the_replays_figures():
                 .replace("%", " %") in doc
     gpu, tpu = (a.time_to_add_s(parse(track))[0] / 60 for track in ("gpu", "tpu"))
     assert f"GPU {gpu:.1f} min, TPU {tpu:.1f} min" in doc
+
+
+# --------------------------------------------------------------------------- what the cluster gets, against KEDA's CRDs
+def keda_validators(shared_dir):
+    """Strict validators of the KEDA chart 2.20.2's own CRDs, rendered with the chart (templates/crds/)."""
+    import jsonschema
+
+    from tests.schemas import _strict
+    from tools.preview.helm_render import render_templates
+
+    found = {}
+    for obj in render_templates(shared_dir / "charts" / "keda", {}, "keda", "keda"):
+        if obj["kind"] != "CustomResourceDefinition":
+            continue
+        for version in obj["spec"]["versions"]:
+            schema = dict(version["schema"]["openAPIV3Schema"])
+            schema.setdefault("properties", {})["metadata"] = {"type": "object"}
+            found[(f"{obj['spec']['group']}/{version['name']}", obj["spec"]["names"]["kind"])] = \
+                jsonschema.Draft7Validator(_strict(schema))
+    return found
+
+
+@pytest.mark.parametrize("track, changes", [("tpu", {}), ("gpu", {**GPU_2P2D, "gpu__slices": 1})])
+def test_scaled_objects_and_their_auth_are_valid_against_the_charts_crds(shared, track, changes):
+    import jsonschema
+
+    cfg = parse(track, **changes)
+    validators = keda_validators(shared)
+    objects = [a.scaled_object(cfg, r, "set") for r in a.default_roles(cfg)] + [a.trigger_authentication(cfg)]
+    for obj in objects:
+        validators[(obj["apiVersion"], obj["kind"])].validate(obj)
+    names = [o["spec"]["scaleTargetRef"]["name"] for o in objects[:-1]]
+    assert names == (["set-prefill", "set-decode"] if track == "gpu" else ["set"])
+    # a mutation of any spec field KEDA does not know is refused (the strict schema holds)
+    bad = a.scaled_object(cfg, a.default_roles(cfg)[0], "set")
+    bad["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["window"] = 1
+    with pytest.raises(jsonschema.ValidationError, match="window"):
+        validators[(bad["apiVersion"], bad["kind"])].validate(bad)
+
+
+def test_triggers_read_only_checked_router_metrics_of_this_stack():
+    from components.facts import metrics
+
+    cfg = parse("gpu", **GPU_2P2D)
+    prefill, decode = (a.trigger(cfg, r) for r in a.default_roles(cfg))
+    for t, names in ((decode, ("llm_d_epp_request_running", "llm_d_epp_flow_control_queue_size")),
+                     (prefill, ("llm_d_epp_request_input_tokens", "llm_d_epp_request_cached_tokens"))):
+        for name in names:
+            assert metrics.require(name, "epp") == name and name in t["metadata"]["query"]
+        assert f'cluster="{cfg.cluster_name}"' in t["metadata"]["query"]
+        assert t["metadata"]["serverAddress"].endswith(f"/projects/{cfg.gcp.project}/location/global/prometheus")
+    assert decode["metadata"]["threshold"] == f"{a.KV_TARGET * capacity.decode_capacity(cfg).sequences:g}"
+
+
+def test_flow_control_is_on_at_the_autoscalers_set_point():
+    fc = a.flow_control(parse("tpu"))
+    assert fc["featureGates"] == ["flowControl"]
+    assert fc["plugins"][0]["parameters"]["kvCacheUtilThreshold"] == a.KV_TARGET
+    assert fc["flowControl"]["saturationDetector"]["pluginRef"] == fc["plugins"][0]["name"]
+    assert fc["flowControl"]["defaultRequestTTL"] == "940s"
+
+
+def test_keda_renders_pinned_images_and_scales_only_the_two_target_kinds(shared):
+    from tools.preview.helm_render import content_digest, directory_files, render_templates
+
+    folder = shared / "charts" / "keda"
+    assert content_digest(directory_files(folder)) == a.KEDA_CHART_SHA256
+    digest = "sha256:" + "a" * 64
+    objects = render_templates(folder, a.keda_values("kimi", {"keda": digest}), "keda", a.KEDA_NAMESPACE)
+    images = sorted(c["image"] for o in objects if o["kind"] == "Deployment"
+                    for c in o["spec"]["template"]["spec"]["containers"])
+    assert images == [f"ghcr.io/kedacore/keda-admission-webhooks:{a.KEDA_VERSION}",
+                      f"ghcr.io/kedacore/keda-metrics-apiserver:{a.KEDA_VERSION}",
+                      f"ghcr.io/kedacore/keda:{a.KEDA_VERSION}@{digest}"]
+    scale_rules = [r for o in objects if o["kind"] == "ClusterRole" for r in o.get("rules", [])
+                   if any(res.endswith("/scale") for res in r.get("resources", []))]
+    groups = {g for r in scale_rules for g in r["apiGroups"]}
+    assert "*" not in groups and {"disaggregatedset.x-k8s.io", "leaderworkerset.x-k8s.io"} <= groups
+    assert not [o for o in objects if o["kind"] == "NetworkPolicy"]
+    operator = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "keda-operator")
+    env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+    assert env.get("WATCH_NAMESPACE") == "kimi"
+
+
+def test_a_maximum_above_what_the_stack_holds_is_refused_naming_the_key():
+    from components.config import ConfigError
+
+    cfg = parse("tpu")
+    with pytest.raises(ConfigError) as info:
+        a.roles_from(cfg, {"engines": a.Limits(max=3)})
+    assert str(info.value).startswith("kimi-k3-1:autoscaling.enginesMax = 3: ") and "tpu.slices" in str(info.value)
+    with pytest.raises(ConfigError, match="autoscaling.decodeMin"):
+        a.roles_from(parse("gpu", **GPU_2P2D), {"decode": a.Limits(min=3)})
+    assert [r.max for r in a.roles_from(parse("gpu"), {"prefill": a.Limits(max=2)})] == [2, 1]

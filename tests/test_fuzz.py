@@ -153,10 +153,10 @@ def stack_file(draw: st.DrawFn) -> bytes:
 
 def read_stack(path: Path) -> str:
     """The stack file as `pulumi up` hands it to __main__.py, validated as __main__.py validates it."""
-    from components.capacity import serving_capacity
     from components.config import PROJECT, ConfigError, parse_config
-    from components.engines import check_engine
-    from components.limits import check as check_limits
+    from components.plan.capacity import serving_capacity
+    from components.plan.engines import check_engine
+    from components.plan.limits import check as check_limits
     from tools.preview.render import project_file, stack_config
 
     try:
@@ -418,7 +418,7 @@ def test_preflight_answers(record_property):
     """Every Google answer the preflight reads, each request answered by the fake's documented answer with one
     field replaced by any JSON value or removed, or by any JSON value, or by an error: the checks come back as one
     line each (tests/test_preflight_hostile.py holds the named classes)."""
-    from components import preflight
+    from components.checks import preflight
     from tests import fakegoogle
     from tools.live import preflight as cli
 
@@ -472,7 +472,7 @@ def test_preflight_answers(record_property):
 
 
 def test_retry_after_values(record_property):
-    from components import preflight
+    from components.checks import preflight
 
     tally = Tally("Retry-After headers")
 

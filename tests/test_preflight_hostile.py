@@ -1,6 +1,6 @@
 """The preflight against hostile answers: partial, paginated, garbage, contradictory, throttled with odd
 Retry-After, slow, cut off, another project's, and a Hub that is down. Every answer is checked against the shape
-its API documents (components/preflight.py), so each class below ends in its named failed check with one line:
+its API documents (components/checks/preflight.py), so each class below ends in its named failed check with one line:
 never OK, never a traceback.
 
 The Google side is tests/fakegoogle.py's loopback fake with raw answers injected (bytes, headers, a cut-off body),
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import requests
 
-from components import preflight
+from components.checks import preflight
 from tests import fakegoogle
 from tests.conftest import fixture_stack
 from tests.fakehub import FakeFile, FakeHub, FakeRepo

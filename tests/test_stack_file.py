@@ -33,8 +33,8 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 def accepted(path: Path) -> dict[str, str]:
     """The file's config as the program receives it, validated as `__main__.py` does before any resource."""
-    from components.capacity import serving_capacity
     from components.config import PROJECT, parse_config
+    from components.plan.capacity import serving_capacity
 
     config, _ = stack_config(path, project_file())
     serving_capacity(parse_config({k[len(NS):]: v for k, v in config.items() if k.startswith(f"{PROJECT}:")}))

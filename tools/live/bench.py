@@ -51,7 +51,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from components.naming import label_value
+from components.plan.naming import label_value
 from tools import deprecated, prog
 from tools.live.bench_steps import Steps, measured_output_tokens_per_second
 from tools.live.bench_teardown import Teardown

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from components.naming import label_value
+from components.plan.naming import label_value
 from tools import prog
 from tools.live.claims import Claim, ClaimStore, TagClaims, deadline, store_for
 from tools.live.core import bounded_number, tail

@@ -1,6 +1,6 @@
-"""Replay a step and a diurnal load trace through a stack's autoscaling (components/autoscaling.py: the HPA algorithm
-KEDA drives, each role's time to add a step, drain before scale-down) and write report.md with a table per trace and
-scaling.png (replicas, queue and cost over time), in the benchmark report's layout. Offline; no cloud.
+"""Replay a step and a diurnal load trace through a stack's autoscaling (components/plan/autoscaling.py: the HPA
+algorithm KEDA drives, each role's time to add a step, drain before scale-down) and write report.md with a table per
+trace and scaling.png (replicas, queue and cost over time), in the benchmark report's layout. Offline; no cloud.
 
     python -m tools scaling --stack tpu                      # Pulumi.tpu.yaml
     python -m tools scaling --stack-file tests/stacks/Pulumi.tpu4.yaml --out build/scaling
@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from components import autoscaling
 from components.config import ConfigError, StackConfig, parse_config
+from components.plan import autoscaling
 from tools import prog
 from tools.preview.plan import ROOT, stack_name
 from tools.preview.render import project_file, stack_config
