@@ -24,7 +24,8 @@ EXPLICIT_PROVIDERS = {
     "kubernetes": "kubernetes from the kubeconfig of the cluster the stack creates",
 }
 """Provider namespaces whose stack keys this program never reads: stacks/base.py and components/cloud/cluster.py pass
-every resource and invoke an explicit provider (tests/test_config_mistakes.py checks the plan has no default one)."""
+every resource and invoke an explicit provider (tests/config/test_config_mistakes.py checks the plan has no default
+one)."""
 DEFAULT_PROVIDER_CONFIG = "https://www.pulumi.com/docs/iac/concepts/resources/providers/#default-provider-configuration"
 
 SECRET_KEYS = ("hfToken",)

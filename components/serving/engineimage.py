@@ -127,7 +127,8 @@ def build_script() -> str:
     as not created): the tag is looked up again first, and a submission that fails because an earlier build pushed
     the tag meanwhile (the repository's tags are immutable) takes that build's digest. Every failure exits non-zero
     with one line, FAILURE_PREFIX + gcloud's own last ERROR line + what to do; gcloud's other output is dropped
-    (it would land in the command's recorded stderr). tests/test_supply_chain.py runs it against a fake gcloud."""
+    (it would land in the command's recorded stderr). tests/serving/test_supply_chain.py runs it against a fake
+    gcloud."""
     return "\n".join([
         "set -euo pipefail",
         'image="$REPOSITORY/' + IMAGE_NAME + ':$TAG"',
