@@ -7,7 +7,7 @@ tried; tests/conftest.py prints the table at the end of the run (`fuzz tier: ...
 
 Surfaces: stack files (the reading `pulumi up` and the offline plan share, then the program's own validation, as
 __main__.py runs it), every command's arguments, the environment variables the tools read, and the claims a
-benchmark backend holds. The fake-cloud answers of the preflight are tests/test_preflight_hostile.py's table and
+benchmark backend holds. The fake-cloud answers of the preflight are tests/checks/test_preflight_hostile.py's table and
 the `preflight answers` surface below.
 """
 
@@ -417,9 +417,9 @@ def _mutated(value: Any, where: tuple, new: Any, delete: bool) -> Any:
 def test_preflight_answers(record_property):
     """Every Google answer the preflight reads, each request answered by the fake's documented answer with one
     field replaced by any JSON value or removed, or by any JSON value, or by an error: the checks come back as one
-    line each (tests/test_preflight_hostile.py holds the named classes)."""
+    line each (tests/checks/test_preflight_hostile.py holds the named classes)."""
     from components.checks import preflight
-    from tests import fakegoogle
+    from tests.fakes import fakegoogle
     from tools.live import preflight as cli
 
     config = cli.load(ROOT / "tests" / "stacks" / "Pulumi.gpu3.yaml")

@@ -24,10 +24,10 @@ import pytest
 import requests
 
 from components.checks import preflight
-from tests import fakegoogle
 from tests.conftest import fixture_stack
-from tests.fakehub import FakeFile, FakeHub, FakeRepo
-from tests.test_engines import K3_CONFIG
+from tests.fakes import fakegoogle
+from tests.fakes.fakehub import FakeFile, FakeHub, FakeRepo
+from tests.plan.test_engines import K3_CONFIG
 from tools.live import preflight as cli
 
 STACK = "gpu3"
