@@ -3,8 +3,8 @@ Retry-After, slow, cut off, another project's, and a Hub that is down. Every ans
 its API documents (components/checks/preflight.py), so each class below ends in its named failed check with one line:
 never OK, never a traceback.
 
-The Google side is tests/fakegoogle.py's loopback fake with raw answers injected (bytes, headers, a cut-off body),
-read by the real client (google-auth's AuthorizedSession is a requests.Session); the Hub side is tests/fakehub.py,
+The Google side is tests/fakes/fakegoogle.py's loopback fake with raw answers injected (bytes, headers, a cut-off body),
+read by the real client (google-auth's AuthorizedSession is a requests.Session); the Hub side is tests/fakes/fakehub.py,
 a closed port and a server that never answers, read by huggingface_hub itself.
 """
 
