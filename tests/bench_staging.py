@@ -232,7 +232,7 @@ import sys, httpx2, huggingface_hub, requests.adapters
 from huggingface_hub.utils._http import hf_request_event_hook
 address = sys.argv[1]
 # The pod's egress address, one loopback address: huggingface_hub's own client factory (the API calls) and
-# requests' connection pools (the file bytes, tools/staging/hub.py HubStream; also the Cloud Storage calls).
+# requests' connection pools (the file bytes, components/weights/copier/hub.py HubStream; also the Cloud Storage calls).
 huggingface_hub.set_client_factory(lambda: httpx2.Client(
     event_hooks={"request": [hf_request_event_hook]}, follow_redirects=True, timeout=None,
     transport=httpx2.HTTPTransport(local_address=address)))

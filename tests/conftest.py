@@ -210,7 +210,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # name: (fixture stack it starts from, config keys changed). Rendered together, once per session.
     "gpu-staging": ("gpu", {}),
     "bad": ("gpu", {}),
-    # GB200 (186 GB) cannot hold the non-expert part whole at TP=1 (components/capacity.py weights_held_per_device);
+    # GB200 (186 GB) cannot hold the non-expert part whole at TP=1 (components/plan/capacity.py
+    # weights_held_per_device);
     # at TP=4 the MLP, shared experts and replicated tensors stay whole (sequence parallel), so a 4-node prefill
     # engine keeps 212 blocks of 2,944 tokens: 524,288 tokens (188 blocks) fit, 1,048,576 (366) do not.
     "gpu2": ("gpu", {"gpu.prefillGroups": 2, "gpu.decodeNodesPerGroup": 8, "gpu.machine": "a4x",

@@ -1,10 +1,11 @@
-"""A small Google Cloud on loopback for the preflight's tests: the GET endpoints components/preflight.py reads,
+"""A small Google Cloud on loopback for the preflight's tests: the GET endpoints components/checks/preflight.py reads,
 answering with the response shapes of each API's discovery document (compute v1 Reservation,
 ReservationBlocksGetResponse,
 ReservationSubBlocksGetResponse, Region.quotas; orgpolicy v2 Policy; serviceusage v1 BatchGetServicesResponse;
 cloudbilling v1 ProjectBillingInfo; cloudresourcemanager v3 Project; storage v1 Bucket) and errors as google.rpc.Status.
 
-Requests arrive as `<root>/<service host>/<path>` (components.preflight.API_ROOT_ENV). `state` is plain data a test
+Requests arrive as `<root>/<service host>/<path>` (components.checks.preflight.API_ROOT_ENV). `state` is plain data
+a test
 edits; every request is recorded as (method, path); anything but GET answers 405.
 """
 
@@ -18,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from components.services import ENGINE_IMAGE_APIS, REQUIRED_APIS
+from components.cloud.services import ENGINE_IMAGE_APIS, REQUIRED_APIS
 from tests.loopback_http import send_json
 
 PROJECT = "kimi-test-project"

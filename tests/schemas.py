@@ -17,7 +17,7 @@ import kubernetes_validate
 import kubernetes_validate.utils
 import yaml
 
-from components import catalog
+from components.facts import catalog
 
 KUBERNETES_VERSION = catalog.GKE_VERSION_PREFIX + "0"
 """Kubernetes version the cluster runs (GKE's minor line), the version core objects validate against."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def main(args: list[str]) -> int:
-    from components import images
+    from components.plan import images
     from tools.preview import render
 
     images.IMAGES["vllm"] = dataclasses.replace(images.IMAGES["inference-perf"], config_key="vllmDigest")

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from components import benchmark, catalog
-from components.versions import INFERENCE_PERF_IMAGE
+from components.facts import catalog
+from components.facts.versions import INFERENCE_PERF_IMAGE
+from components.serving import benchmark
 from tests.conftest import ROOT, STACKS, required_tool
 from tests.test_config import parse
 from tests.test_operate import manifest

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from components import capacity
 from components.config import ConfigError
+from components.plan import capacity
 from tests.conftest import run_plan, stack_document, write_stack
 from tests.test_config import parse
 
@@ -143,7 +143,7 @@ def test_summary_prints_the_capacity_figures(plans, stack):
 def test_engine_settings_follow_the_pool():
     """--max-num-seqs is the requests one engine's pool can run at once (each holds a block in every group:
     222 // 4 = 55), and it moves with the pool (TP=2: 919 // 4 = 229)."""
-    from components import engines
+    from components.plan import engines
 
     for changes, expected in (({}, 55), ({"gpu__tensorParallel": 2}, 229)):
         cfg = parse("gpu", **changes)

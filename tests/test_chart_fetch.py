@@ -1,7 +1,7 @@
 """`python -m tools charts --fetch` end to end, the way a user without the shared folder gets the pinned
 charts: the real Helm SDK pulls from a loopback OCI distribution registry (the `oci://` charts) and a plain
 HTTP chart repository (the NVIDIA chart), serving archives packaged by Helm from the charts the tests have;
-each pulled archive is checked against the digest in components/versions.py."""
+each pulled archive is checked against the digest in components/facts/versions.py."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def test_a_tampered_archive_is_refused_with_one_line(registries, shared, tmp_pat
     ref = helm_render.pinned_charts()[name]
     [line] = proc.stderr.splitlines()
     assert line.startswith(f"{name} {ref.version}: content digest ")
-    assert line.endswith(f"is not the recorded {ref.content_sha256} (components/versions.py); refused, "
+    assert line.endswith(f"is not the recorded {ref.content_sha256} (components/facts/versions.py); refused, "
                          "nothing written")
     assert not (into / name).exists()
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from components import catalog
 from components.config import ConfigError, StackConfig, parse_config
+from components.facts import catalog
 from tests.conftest import fixture_stack
 from tools.preview.render import project_file, stack_config
 

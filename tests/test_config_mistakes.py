@@ -240,7 +240,7 @@ def test_geometry_other_than_the_published_one_is_named_with_what_the_engines_do
 
 
 def test_an_absurd_cache_geometry_is_blamed_on_the_key_changed_not_the_context():
-    from components.capacity import serving_capacity
+    from components.plan.capacity import serving_capacity
 
     cfg = parse_config(dict(BASE["gpu"], **{"model.mlaLatentDim": "100000"}))
     with pytest.raises(ConfigError) as info:

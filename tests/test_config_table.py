@@ -185,8 +185,8 @@ def test_every_mistake_stops_the_plan_with_one_line_naming_the_key(mistakes):
 @pytest.mark.parametrize("track,lines", VALID)
 def test_every_valid_but_unusual_setting_is_accepted(tmp_path, track, lines):
     """What `__main__.py` runs before any resource exists: the CLI's reading, then config and capacity checks."""
-    from components.capacity import serving_capacity
     from components.config import PROJECT, parse_config
+    from components.plan.capacity import serving_capacity
     from tools.preview.render import project_file, stack_config
 
     path = tmp_path / "Pulumi.valid.yaml"

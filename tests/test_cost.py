@@ -1,11 +1,12 @@
-"""The cost estimate says whose prices it uses and what it leaves out (components/cost.py)."""
+"""The cost estimate says whose prices it uses and what it leaves out (components/plan/cost.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from components import catalog, cost, prices
 from components.config import parse_config
+from components.facts import catalog, prices
+from components.plan import cost
 
 TPU = {"track": "tpu", "gcp.project": "my-gcp-project", "gcp.zone": "us-central1-c", "tpu.reservation": "res"}
 

@@ -179,7 +179,7 @@ def test_the_capacity_tables_hand_figures_are_the_models():
     """docs/capacity.md writes the per-replica figures out with their arithmetic; the results are the capacity
     model's on the committed shape (the fixture stacks' config): blocks per engine, blocks of one full-context
     request, lruCapacityPerServer, and --max-num-seqs."""
-    from components import capacity
+    from components.plan import capacity
     from tests.test_config import parse
 
     gpu, tpu = capacity.serving_capacity(parse("gpu")), capacity.serving_capacity(parse("tpu"))
@@ -204,7 +204,7 @@ def test_the_capacity_tables_hand_figures_are_the_models():
 def test_the_seeds_32_sessions_figures_are_the_models():
     """The GPU figures docs/capacity.md and docs/seed-vs-reality.md repeat in prose (blocks per engine and per
     request, the blocks to spare, the non-weight HBM above which an engine admits one request fewer)."""
-    from components import capacity
+    from components.plan import capacity
     from tests.test_config import parse
 
     gpu = capacity.serving_capacity(parse("gpu"))

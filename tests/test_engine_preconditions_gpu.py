@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from components import catalog
+from components.facts import catalog
 from tests import preconditions as pc
 
 ENGINE = "vllm"
@@ -281,7 +281,7 @@ def _token_budget_holds_the_batch(objs: pc.Objects) -> None:
 
 @pc.row("GPU-BATCH-2", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--max-num-seqs", "1024"))
 def _batch_within_the_blocks(objs: pc.Objects) -> None:
-    from components import capacity
+    from components.plan import capacity
     from tests.test_config import parse
 
     cfg = parse("gpu")
@@ -296,7 +296,7 @@ def _batch_within_the_blocks(objs: pc.Objects) -> None:
 
 # --------------------------------------------------------------------------- render endpoint (scale-out routes)
 def _render_service(objs: pc.Objects) -> dict:
-    from components import router
+    from components.router import router
 
     [service] = [o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == router.RENDER_SERVICE]
     return service

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import re
 
-from components import catalog, engines
+from components.facts import catalog
+from components.plan import engines
 from tests import preconditions as pc
 
 ENGINE = "vllm-tpu"
@@ -30,7 +31,7 @@ LAUNCHER_ENV = {
     71: ("TPU_MULTIHOST_BACKEND", "mp"),
     73: ("TPU_SKIP_MDS_QUERY", "1"),
 }
-"""Held here as read from the launcher, not imported from components/engines.py, so a change there must be a
+"""Held here as read from the launcher, not imported from components/plan/engines.py, so a change there must be a
 change here too."""
 
 
@@ -79,7 +80,7 @@ def _edit_extra(objs: pc.Objects, edit) -> None:
 
 # --------------------------------------------------------------------------- render endpoint
 def _render_service(objs: pc.Objects) -> dict:
-    from components import router
+    from components.router import router
 
     [service] = [o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == router.RENDER_SERVICE]
     return service

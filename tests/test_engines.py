@@ -1,7 +1,7 @@
 """The engine each track pins can load the checkpoint: its registry, read from the released code
 (../shared/engine-models/), maps the model's architecture to an implementation for that accelerator; a checkpoint
 or engine that breaks this is refused before any resource exists, and the staged revision's config.json is held
-to the geometry the plan was computed with (components/geometry.py)."""
+to the geometry the plan was computed with (components/weights/geometry.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import json
 
 import pytest
 
-from components import engines, geometry
 from components.config import ConfigError
-from components.versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHTPU
+from components.facts.versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHTPU
+from components.plan import engines
+from components.weights import geometry
 from tests.conftest import run_plan, stack_document, write_stack
 from tests.test_config import parse
 

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from components import catalog
-from components.nodepools import _reservation
+from components.cloud.nodepools import _reservation
+from components.facts import catalog
 from tests.conftest import STACKS
 from tools.preview.mocks import PROJECT_NUMBER
 
@@ -81,7 +81,7 @@ def test_gpu_pool_consumes_the_specific_reservation(gpu):
     ({"REGULAR": "1.34.9-gke.1"}, {"REGULAR": "1.35.3-gke.7"}, "1.35.3-gke.7"),       # else the channel's newest
 ])
 def test_master_version_comes_from_the_release_channel(default, latest, expected):
-    from components.cluster import pick_master_version
+    from components.cloud.cluster import pick_master_version
 
     assert pick_master_version("REGULAR", "1.35.", default, latest) == expected
 
@@ -93,7 +93,7 @@ def test_master_version_comes_from_the_release_channel(default, latest, expected
 def test_master_version_outside_the_line_or_minimum_fails(default, latest, message):
     import pulumi
 
-    from components.cluster import pick_master_version
+    from components.cloud.cluster import pick_master_version
 
     with pytest.raises(pulumi.RunError, match=message):
         pick_master_version("REGULAR", "1.35.", default, latest)

@@ -1,4 +1,5 @@
-"""The engine-effective KV block: each engine's rule (components/kvblocks.py) on hand-worked figures, its fixed point
+"""The engine-effective KV block: each engine's rule (components/plan/kvblocks.py) on hand-worked figures, its fixed
+point
 (started with the block it computed, the engine keeps it), and one value flowing to the engines' flags, the router's
 prefix model, lruCapacityPerServer and the capacity model, moving together when the model's geometry moves."""
 
@@ -6,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from components import capacity, engines, kvblocks, router
 from components.config import ConfigError
+from components.plan import capacity, engines, kvblocks
+from components.router import router
 from tests import engine_facts as facts
 from tests.test_config import parse
 from tests.test_modelservers import engine_scripts

@@ -3,7 +3,7 @@ modelled load, and the plan's critical path comes from its own dependency graph.
 
 The bytes are recomputed here tensor by tensor: the released Kimi K3 tensor list (vllm-project/tpu-inference
 tests/models/jax/test_kimi_k3_real_shapes.py RELEASED_TENSORS @0860a9c, transcribed from the Hub's safetensors
-metadata) run through each engine's own filter predicate, not through components/loading.py's aggregates."""
+metadata) run through each engine's own filter predicate, not through components/plan/loading.py's aggregates."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from components import timeline
 from components.config import parse_config
+from components.plan import timeline
 from tests import engine_facts as facts
 from tests.conftest import ROOT, STACKS, Plan, stack_document
 
@@ -295,9 +295,9 @@ def test_every_tpu_host_runs_the_filter_and_the_ranged_prefetch(tpu):
 
 @pytest.mark.parametrize("name", ["gpu", "gpu2", "gpu3", "slow-disk", "spec"])
 def test_gpu_startup_budget_is_at_least_upstreams(plans, variants, name):
-    """llm-d's GB200 NVL72 engines get a 2,700 s startup probe (components/loading.py UPSTREAM_STARTUP_S); a probe
+    """llm-d's GB200 NVL72 engines get a 2,700 s startup probe (components/plan/loading.py UPSTREAM_STARTUP_S); a probe
     that fires mid-start recreates the whole group, so no GPU stack allows less, whatever its modelled load."""
-    from components import loading
+    from components.plan import loading
 
     plan = plans[name] if name in plans else variants[name]
     served = next(m for m in plan.manifests if m["kind"] == "DisaggregatedSet")
@@ -315,7 +315,7 @@ def test_tpu_image_build_and_pull_follow_the_lock_size(monkeypatch, tpu):
     """The engine image's build and each host's pull are timeline steps computed from the lock's size, and the TPU
     startup budget counts the pull: a lock four times larger moves the build, the pull and the budget; a GPU stack
     (its image is released, not built) has neither."""
-    from components import loading, timeline
+    from components.plan import loading, timeline
     from tests.test_config import parse
 
     cfg = parse("tpu")
@@ -339,7 +339,7 @@ def test_tpu_image_build_and_pull_follow_the_lock_size(monkeypatch, tpu):
 
 def test_tpu_build_runs_alongside_the_cluster(tpu):
     """The build waits only for the APIs, its repository and its grants, so it is done before the slices are up."""
-    from components import timeline
+    from components.plan import timeline
     from tests.test_config import parse
 
     cfg = parse("tpu")
@@ -355,7 +355,7 @@ def test_tpu_build_runs_alongside_the_cluster(tpu):
 def test_tpu_hosts_reach_the_rendezvous_well_within_its_timeout():
     """What remains of per-pod start skew (the pull's spread between a slice's hosts, from the timeline's figures)
     stays under half the engine's 300 s host rendezvous, so a slow host cannot recreate the group."""
-    from components import loading
+    from components.plan import loading
     from tests.test_config import parse
 
     built = loading.engine_image(parse("tpu"))

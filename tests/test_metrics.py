@@ -1,4 +1,4 @@
-"""components/metrics.py is the one checked list: every name the smoke check reads is in it, each entry is cited
+"""components/facts/metrics.py is the one checked list: every name the smoke check reads is in it, each entry is cited
 at the pinned release, and the smoke check cannot use a name outside it."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from components import metrics, versions
+from components.facts import metrics, versions
+from components.plan import autoscaling
 from tests.test_observability import observability_metric_names
 from tools.live import smoke
 
@@ -41,12 +42,13 @@ def test_every_smoke_selector_is_in_the_checked_list():
                 assert any({key for key, _ in selector.labels} <= set(m.labels) for m in listed), selector
                 used.add(selector.name)
     used |= observability_metric_names()
+    used |= set(autoscaling.TRIGGER_METRICS)
     assert used == {m.name for m in metrics.METRICS}, "an entry no consumer reads: drop it or name its consumer"
 
 
 def test_require_rejects_unlisted_names_and_wrong_exporters():
     assert metrics.require("vllm:request_success_total", "vllm") == "vllm:request_success_total"
-    with pytest.raises(KeyError, match="not in components/metrics.py"):
+    with pytest.raises(KeyError, match="not in components/facts/metrics.py"):
         metrics.require("vllm:gpu_prefix_cache_hits_total", "vllm")  # removed before 0.33.0
     with pytest.raises(KeyError):
         metrics.require("llm_d_epp_pd_decision_total", "epp")  # only the deprecated pd-profile-handler records it

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from components import catalog, contract
-from components.engines import UNRELEASED_FLAG_VALUES
-from components.versions import SGLANG_TORCHTPU_FLAGS_VERSION, VLLM, VLLM_TORCHTPU
+from components.facts import catalog, contract
+from components.facts.versions import SGLANG_TORCHTPU_FLAGS_VERSION, VLLM, VLLM_TORCHTPU
+from components.plan.engines import UNRELEASED_FLAG_VALUES
 from tests import engine_facts as facts
 from tests.conftest import Plan
 
@@ -281,7 +281,7 @@ def test_cpu_offload_fits_the_pod_and_the_node(gpu):
 
 
 def test_no_pod_opens_a_kv_events_port(all_plans):
-    """No engine publishes KV events (components/engines.py; tests/test_router.py test_kv_events_have_a_consumer),
+    """No engine publishes KV events (components/plan/engines.py; tests/test_router.py test_kv_events_have_a_consumer),
     so no serving pod declares a port for them and no engine reads the pod address a KV-events topic named."""
     for name, plan in all_plans.items():
         for where, container in (c for m in plan.manifests for c in facts.containers(m)):
@@ -387,7 +387,8 @@ def test_tpu_pods_declare_what_the_engine_binds(tpu):
 def test_tpu_host_memory_breakdown_is_in_the_summary(plans):
     """Every term of a TPU host's memory has its figure (modelservers.TpuHostMemory) and the summary shows the sum
     against the node's allocatable; the shm term is the engine's multi-host recipe's `--shm-size=128G`."""
-    from components import capacity, modelservers
+    from components.plan import capacity
+    from components.serving import modelservers
     from tests.test_config import parse
 
     cfg = parse("tpu")
@@ -403,7 +404,8 @@ def test_tpu_host_memory_breakdown_is_in_the_summary(plans):
 def test_tpu_pod_memory_and_shm_follow_the_breakdown(plans):
     """Request, limit and the memory-backed /dev/shm of every TPU engine pod are the breakdown's (the kubelet charges
     a memory emptyDir to the pod, so the limit holds it); the scheduling proof holds them against the node."""
-    from components import capacity, modelservers
+    from components.plan import capacity
+    from components.serving import modelservers
     from tests.test_config import parse
 
     need = modelservers.tpu_host_memory(capacity.serving_capacity(parse("tpu")).host_bytes_per_node)

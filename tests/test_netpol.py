@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from components import catalog, contract
 from components.config import parse_config
+from components.facts import catalog, contract
 from tests.conftest import STACKS, stack_document
 from tools.preview.scan import pod_templates
 
@@ -70,7 +70,7 @@ def tcp(*numbers) -> frozenset:
 
 # --------------------------------------------------------------------------- the expected matrix
 def expected_matrix(stack: str, api_server: set[str]) -> set[tuple]:
-    """Restated from the contract, independently of components/netpol.py."""
+    """Restated from the contract, independently of components/platform/netpol.py."""
     cfg = config(stack)
     engine = "vllm" if cfg.track == "gpu" or cfg.tpu.engine == "vllm-torchtpu" else "sglang"
     serving = labels(contract.SERVING_LABELS)

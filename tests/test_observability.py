@@ -10,8 +10,9 @@ import re
 import promql_parser
 import pytest
 
-from components import metrics, observability
 from components.config import ConfigError
+from components.facts import metrics
+from components.observe import observability
 from tests.conftest import STACKS
 from tests.test_config import parse
 
@@ -179,7 +180,7 @@ def test_the_parser_and_the_name_check_can_fail():
 
 
 def test_an_unlisted_metric_cannot_be_queried():
-    with pytest.raises(KeyError, match="not in components/metrics.py"):
+    with pytest.raises(KeyError, match="not in components/facts/metrics.py"):
         observability.rate("vllm:gpu_prefix_cache_hits_total", "vllm", 'job="x"')
     with pytest.raises(KeyError):
         observability.gauge("llm_d_epp_ready_endpoints", "vllm", 'job="x"')  # right name, wrong exporter

@@ -8,8 +8,8 @@ import re
 import pytest
 import yaml
 
-from components import cost
 from components.config import ConfigError
+from components.plan import cost
 from tests.conftest import STACKS, Plan
 from tests.test_config import parse
 from tools.live.bench import measured_output_tokens_per_second

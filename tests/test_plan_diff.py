@@ -470,7 +470,7 @@ def test_a_priced_and_an_unpriced_stack_are_not_compared_as_a_percentage():
 
 
 def _with_load(plan: dict[str, Any], slices: int) -> None:
-    from components import loading
+    from components.plan import loading
     from tests.test_config import parse
 
     plan["outputs"]["weightLoad"] = json.loads(json.dumps(loading.load_output(parse("gpu", gpu__slices=slices))))

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from components import catalog
-from components.versions import LWS_MIN_VERSION
+from components.facts import catalog
+from components.facts.versions import LWS_MIN_VERSION
 from tests.conftest import STACKS, Plan
 from tools.preview.mocks import PROJECT_NUMBER
 
@@ -143,10 +143,10 @@ def test_weights_wait_only_for_what_hydration_needs(plans, stack):
     assert not accelerator_pools & deps, "hydration must overlap accelerator pool creation"
     annotations = pvc["inputs"]["metadata"]["annotations"]
     # Bound (hydrated), nothing more: the claim names its VolumeAttributesClass (test above), but a first
-    # `pulumi up` must not wait on the driver applying it (components/weights.py); the startup budget covers a
+    # `pulumi up` must not wait on the driver applying it (components/weights/volume.py); the startup budget covers a
     # scale-up's lag (tests/test_scale.py).
     assert annotations["pulumi.com/waitFor"] == "jsonpath={.status.phase}=Bound"
-    # A wide margin over the modelled copy, whose speed is not published (components/loading.py).
+    # A wide margin over the modelled copy, whose speed is not published (components/plan/loading.py).
     hydration_min = float(re.search(r"hydration >= (\d+\.\d) min", plan.summary).group(1))
     assert int(annotations["pulumi.com/timeoutSeconds"]) >= 4 * hydration_min * 60
 
@@ -258,13 +258,13 @@ def test_a4x_fallback_gets_only_what_a4x_uses(variants):
     assert node["labels"] == {"cloud.google.com/gke-networking-dra-driver": "true", "kimi-k3-1.llm-d.ai/slice": "0"}
     assert "linuxNodeConfig" not in node
     assert [m["metadata"]["name"] for m in plan.program_manifests if m["kind"] == "DaemonSet"] == [
-        "kimi-k3-1-engine-image-prepull"], "no asapd-lite (the one DaemonSet is components/prepull.py's)"
+        "kimi-k3-1-engine-image-prepull"], "no asapd-lite (the one DaemonSet is components/serving/prepull.py's)"
 
 
 def test_tpu_track_has_no_gpu_plumbing(tpu):
     kinds = {m["kind"] for m in tpu.manifests}
     assert not kinds & {"ComputeDomain", "ResourceClaimTemplate", "ResourceQuota"}
-    # The one DaemonSet is the engine image pre-pull (components/prepull.py), not the GPU NIC or DRA plumbing.
+    # The one DaemonSet is the engine image pre-pull (components/serving/prepull.py), not the GPU NIC or DRA plumbing.
     assert [m["metadata"]["name"] for m in tpu.manifests if m["kind"] == "DaemonSet"] == [
         "kimi-k3-1-engine-image-prepull"]
     assert {r["name"] for r in tpu.of_type(CHART)} == {"platform-lws", "router-chart"}

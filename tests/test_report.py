@@ -46,7 +46,7 @@ def fixed(value: int) -> dict[str, int]:
 
 
 def perf_config(base_url: str, tokenizer: Path, out: Path) -> dict:
-    """The shape of the benchmark Job's config (components/benchmark.py), small, local and on loopback."""
+    """The shape of the benchmark Job's config (components/serving/benchmark.py), small, local and on loopback."""
     return {
         "load": {"type": "concurrent", "num_workers": 1, "request_timeout": 30,
                  "stages": [{"num_requests": CONVERSATIONS * TURNS, "concurrency_level": 2}]},

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from components import catalog
-from components.versions import LWS_CHART, LWS_MIN_VERSION
+from components.facts import catalog
+from components.facts.versions import LWS_CHART, LWS_MIN_VERSION
 from tests import engine_facts as facts
 from tests.conftest import Plan
 

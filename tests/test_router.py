@@ -8,8 +8,10 @@ import re
 import pytest
 import yaml
 
-from components import contract, kvblocks, router
-from components.versions import ROUTER_VERSION
+from components.facts import contract
+from components.facts.versions import ROUTER_VERSION
+from components.plan import kvblocks
+from components.router import router
 from tests import engine_facts as facts
 from tests.conftest import VARIANTS, Plan
 from tests.test_config import parse
@@ -271,7 +273,7 @@ def test_kv_events_have_a_consumer(plans, variants, name):
 
 @pytest.mark.parametrize("name", WIRING_PLANS)
 def test_router_blocks_are_the_engines_blocks(plans, variants, name):
-    """The prefix model counts in the block components/kvblocks.py computes once for the plan's config, the
+    """The prefix model counts in the block components/plan/kvblocks.py computes once for the plan's config, the
     same block every engine command passes and the summary prints (no restated figure)."""
     from tests.test_modelservers import engine_scripts
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import catalog, contract
-from components.modelservers import RACK_TOPOLOGY_KEY
+from components.facts import catalog, contract
+from components.serving.modelservers import RACK_TOPOLOGY_KEY
 from tests import schemas
 from tests.conftest import Plan, rendered, run_plan, stack_document, write_stack
 from tests.test_config import error, parse
@@ -214,7 +214,7 @@ def test_one_to_three_slices_adds_and_changes_counts(one_to_three):
     for kept in ("**gpu-0**", "ComputeDomain", "DisaggregatedSet", "**gpu-policy**", "InferencePool"):
         assert not any(kept in t for t in replaced), (kept, replaced)
     # The one deletion: the VolumeAttributesClass of the old throughput, whose successor the claim now names
-    # (parameters are immutable: one class per value; components/weights.py).
+    # (parameters are immutable: one class per value; components/weights/volume.py).
     deleted = [e.title for e in entries if e.action == "delete"]
     assert deleted == ["`VolumeAttributesClass kimi-k3-1-models-hdml-38400mi`"], deleted
     assert "`VolumeAttributesClass kimi-k3-1-models-hdml-115200mi` (`weights-volume-throughput`)" in created, created
@@ -235,7 +235,7 @@ def test_one_to_three_in_place_gets_what_the_existing_volume_gives(one_to_three,
     up. The existing volume has 1 slice's throughput (16 readers' worth) until the driver applies the new class, so
     the groups the scale-up adds load at a third of their share for up to HDML_MODIFY_LAG_S: 10.7 min, not the
     3.6 of a fresh 3-slice stack, and the startup budget must cover that plus the engine's start."""
-    from components import loading
+    from components.plan import loading
 
     fresh = variants["gpu3"].outputs["weightLoad"]
     assert (fresh["throughputMiBps"], fresh["readers"]) == (115200, 48)
@@ -307,7 +307,7 @@ def test_router_figures_stay_per_endpoint(plans, variants):
 
 
 def test_hyperdisk_throughput_grows_with_readers_within_the_volume_limit():
-    from components import loading
+    from components.plan import loading
 
     sizes = [loading.throughput_mibps(parse("gpu", gpu__slices=n)) for n in (1, 3, 16)]
     assert sizes[0] < sizes[1] <= sizes[2] <= catalog.HYPERDISK_ML_MAX_MIBPS
@@ -331,7 +331,7 @@ def test_priced_slices_add_up():
     per_slice, total = slice_lines(parse("gpu", gpu__slices=3, cost__gpuNodeHourUsd="42.50"))
     assert "; each slice adds $680.00/h accelerators + $" in per_slice  # 16 nodes x $42.50
     # The increment is the stack with one slice more less the stack: what grows with slices, nothing else.
-    from components import cost
+    from components.plan import cost
 
     three, four = (parse("gpu", gpu__slices=n, cost__gpuNodeHourUsd="42.50") for n in (3, 4))
     grows, _ = cost.slice_increment(three)

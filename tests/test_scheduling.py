@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from components import machines
+from components.facts import machines
 from tests.conftest import STACKS, Plan
 from tests.conftest import rendered as with_charts
 from tools.preview import helm_render, scheduling
@@ -223,16 +223,16 @@ def vllm_pods(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_container_image_has_recorded_architectures(plans, stack):
-    """Every image both stacks run, chart pods included, is one components/images.py records with sources, and
+    """Every image both stacks run, chart pods included, is one components/plan/images.py records with sources, and
     the check found nothing unrecorded to note."""
-    from components import images
+    from components.plan import images
 
     plan = with_charts(plans[stack])
     seen = set()
     for group in scheduling.pod_groups(plan.manifests):
         for container in [*(group.spec.get("initContainers") or []), *group.spec["containers"]]:
             name, _ = images.by_reference(container["image"])
-            assert name, f"{group.owner}: {container['image']} is not in components/images.py"
+            assert name, f"{group.owner}: {container['image']} is not in components/plan/images.py"
             seen.add(name)
     assert not [n for n in run(plan).notes if "has no architectures" in n]
     assert all(images.IMAGES[n].architectures and "https://" in images.IMAGES[n].evidence for n in seen)
@@ -242,7 +242,7 @@ def test_every_container_image_has_recorded_architectures(plans, stack):
 
 def test_images_on_the_gpu_pool_publish_arm64(gpu):
     """What the check enforces, stated directly: every image a pod can land on the Grace pool with has arm64."""
-    from components import images
+    from components.plan import images
 
     plan = with_charts(gpu)
     [pool] = [p for p in scheduling.pools_of(plan.resources) if p.name == GPU_POOL]
@@ -269,9 +269,9 @@ def test_an_amd64_only_image_on_the_gpu_pods_fails_the_plan_with_one_line(tmp_pa
     assert line.startswith("error: scheduling: pod ")
     assert "pod DisaggregatedSet kimi-k3-1/kimi-k3-1-vllm role " in line
     assert ("container vllm image quay.io/inference-perf/inference-perf:v0.7.0 can land on pool a4x-max-nvl72-0 "
-            "(a4x-maxgpu-4g-metal, arm64) but the image publishes linux/amd64 only (components/images.py "
+            "(a4x-maxgpu-4g-metal, arm64) but the image publishes linux/amd64 only (components/plan/images.py "
             "'vllm')") in line
-    # The engine image pre-pull (components/prepull.py) holds the same image on the same nodes.
+    # The engine image pre-pull (components/serving/prepull.py) holds the same image on the same nodes.
     assert "pod DaemonSet kimi-k3-1/kimi-k3-1-engine-image-prepull container hold image " in line
     assert line.count("| pod ") == 2  # prefill, decode and the pre-pull: one failure each, nothing else
 
@@ -281,7 +281,7 @@ def test_a_wrong_digest_for_the_gpu_pods_is_refused(gpu, monkeypatch):
     and the arm64 manifest can."""
     import dataclasses
 
-    from components import images
+    from components.plan import images
 
     manifests = copy.deepcopy(gpu.manifests)
     specs = vllm_pods(manifests)
@@ -314,5 +314,5 @@ def test_an_image_not_pinned_here_is_noted_not_failed(tpu, variants):
     checked rather than passing it silently."""
     report = run(variants["sglang"])
     assert not report.failures
-    assert any("image registry.example/sglang-tpu:k31 has no architectures in components/images.py; "
+    assert any("image registry.example/sglang-tpu:k31 has no architectures in components/plan/images.py; "
                "not checked against pool tpu7x-2x2x4-0 (amd64)" in n for n in report.notes)

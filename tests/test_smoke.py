@@ -303,7 +303,8 @@ def test_missing_router_metric_fails_naming_the_check(fake, capsys):
 
 
 def test_tpu_default_engine_passes_on_vllm_torchtpu_counters(fake, capsys):
-    """vLLM-TorchTPU exports vLLM's names (components/metrics.py): with them on the leader, the TPU checks read them
+    """vLLM-TorchTPU exports vLLM's names (components/facts/metrics.py): with them on the leader, the TPU checks
+    read them
     first; the SGLang spellings are only the unreleased build's fallback."""
     state, base = fake
     model = (("model_name", MODEL),)

@@ -33,8 +33,8 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 def accepted(path: Path) -> dict[str, str]:
     """The file's config as the program receives it, validated as `__main__.py` does before any resource."""
-    from components.capacity import serving_capacity
     from components.config import PROJECT, parse_config
+    from components.plan.capacity import serving_capacity
 
     config, _ = stack_config(path, project_file())
     serving_capacity(parse_config({k[len(NS):]: v for k, v in config.items() if k.startswith(f"{PROJECT}:")}))
@@ -257,3 +257,74 @@ def test_a_key_with_and_without_the_project_prefix_is_refused(tmp_path: Path):
     assert ("'monitoring.alertKvCachePercent' and 'kimi-k3-1:monitoring.alertKvCachePercent' are the same key"
             in message), message
     assert "at random" in message
+
+
+# --------------------------------------------------------------------------- hostile files: one line, the right line
+def _refusal(path: Path) -> str:
+    with pytest.raises(SystemExit) as info:
+        stack_config(path, project_file())
+    message = str(info.value.code)
+    assert "\n" not in message and len(message) < 600, message[:300]
+    return message
+
+
+BASE = "config:\n  kimi-k3-1:track: gpu\n  kimi-k3-1:gcp.project: my-gcp-project\n"
+
+
+def _bomb(levels: int, width: int) -> str:
+    lines = ["x0: &a0 [v]"] + [f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n" + BASE + f"  kimi-k3-1:labels: *a{levels - 1}\n"
+
+
+@pytest.mark.parametrize("name,data,expected", [
+    ("latin-1", (BASE + "  # caf\xe9\n").encode("latin-1"), "Pulumi.latin-1.yaml:4:8: byte 0xe9 is not UTF-8"),
+    ("depth", (BASE + "  kimi-k3-1:labels: " + "[" * 20_000 + "]" * 20_000 + "\n").encode(),
+     "Pulumi.depth.yaml:4: nested more than 64 levels deep"),
+    ("bomb", _bomb(9, 10).encode(), "Pulumi.bomb.yaml:6: its aliases expand to more than 100,000 values"),
+    ("octal", (BASE + "  kimi-k3-1:gpu.hostOffloadPercent: 040\n").encode(),
+     "Pulumi.octal.yaml:4: 040 is octal to the Pulumi CLI (gopkg.in/yaml.v3 resolve.go reads a leading 0 as octal: "
+     "040 = 32); write 40 for the decimal number, 0o40 if octal is meant, or quote it"),
+    ("zero-width", (BASE + "  # note\n  kimi-k3-1:gcp.region: us-central1\u200b\n").encode(),
+     "Pulumi.zero-width.yaml:5:36: an invisible ZERO WIDTH SPACE (U+200B) inside a key or value"),
+    ("bidi-key", (BASE + "  kimi-k3-1:gcp.\u202eregion: us-central1\n").encode(),
+     "Pulumi.bidi-key.yaml:4:17: an invisible RIGHT-TO-LEFT OVERRIDE (U+202E)"),
+    ("separator", ("# a\u2028b\u2028c\n" + BASE + "  kimi-k3-1:gpu.slices: x\n").encode(),
+     "Pulumi.separator.yaml:1:4: an invisible LINE SEPARATOR (U+2028)"),
+    ("second-document", (BASE + "---\nconfig:\n  kimi-k3-1:gpu.slices: 2\n").encode(),
+     "Pulumi.second-document.yaml:5: a second YAML document (after `---`): the Pulumi CLI reads only the first"),
+    ("esc", ("environment:\n  - team/prod\n" + BASE).encode(),
+     'Pulumi.esc.yaml: imports the Pulumi ESC environment(s) "team/prod" (`environment:`)'),
+    ("secret-number", (BASE + "  kimi-k3-1:gpu.slices:\n    secure: v1:AAAA\n").encode(),
+     "Pulumi.secret-number.yaml: kimi-k3-1:gpu.slices is encrypted (`secure:`), and only kimi-k3-1:hfToken may be"),
+    ("long-value", (BASE + "  kimi-k3-1:gpu.slices: " + "9" * 100_000 + "\n").encode(),
+     "Pulumi.long-value.yaml: kimi-k3-1:gpu.slices = '9999999999999999999999999999999999999999...(100,000 "
+     "characters)...99999999999999999999': must be of type 'integer'"),
+    ("huge", b"# " + b"x" * (2 << 20), "Pulumi.huge.yaml: 2,097,154 bytes, more than a stack file's 1,048,576"),
+])
+def test_a_hostile_stack_file_is_one_line_naming_where(tmp_path: Path, name: str, data: bytes, expected: str):
+    """Each is refused before anything is expanded or evaluated, with the line and column an editor shows."""
+    path = tmp_path / f"Pulumi.{name}.yaml"
+    path.write_bytes(data)
+    message = _refusal(path)
+    assert message.startswith(f"error: {expected}"), message
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-8-sig"])
+def test_the_encodings_the_cli_reads_read_the_same(tmp_path: Path, encoding: str):
+    """yaml.v3's reader takes UTF-16 by its byte-order mark and skips a UTF-8 one (readerc.go
+    yaml_parser_determine_encoding); a trailing empty document (`---`) is read by the CLI and ignored."""
+    text = stack_text("gpu") + "---\n"
+    plain, other = write(tmp_path, "plain", text), tmp_path / "Pulumi.other.yaml"
+    other.write_bytes(text.encode(encoding) if encoding != "utf-16-be" else b"\xfe\xff" + text.encode("utf-16-be"))
+    assert stack_config(other, project_file()) == stack_config(plain, project_file())
+
+
+def test_a_bomb_is_refused_before_it_is_expanded(tmp_path: Path):
+    """1.5 KB of nested aliases (10^9 values expanded) takes as long as any stack file."""
+    import time
+
+    path = tmp_path / "Pulumi.bomb.yaml"
+    path.write_text(_bomb(10, 10))
+    start = time.process_time()
+    assert "aliases expand to more than" in _refusal(path)
+    assert time.process_time() - start < 0.5

@@ -103,8 +103,8 @@ def sidecar(dest: str) -> str:
 
 
 def run(hub: FakeHub, dest: str, token: str | None = TOKEN, repo: str = REPO, **kwargs):
-    from tools.staging.copy import stage
-    from tools.staging.hub import Backoff
+    from components.weights.copier.copy import stage
+    from components.weights.copier.hub import Backoff
 
     lines: list[str] = []
     kwargs.setdefault("workers", 3)
@@ -166,7 +166,7 @@ def test_full_copy_is_verified_and_a_rerun_transfers_nothing(gcs):
 
 
 def test_interrupted_run_resumes_with_only_the_missing_files(gcs):
-    from tools.staging import StagingError
+    from components.weights.copier import StagingError
 
     bucket = new_bucket(gcs)
     with fake_hub() as hub:
@@ -241,7 +241,7 @@ def test_a_failing_xet_cas_falls_back_to_http_and_the_copy_completes(gcs, monkey
 
 
 def test_corrupted_xet_bytes_fail_the_run_and_write_nothing(gcs):
-    from tools.staging import IntegrityError
+    from components.weights.copier import IntegrityError
 
     bucket = new_bucket(gcs)
     with fake_hub(xet=True, big=True) as hub:
@@ -285,7 +285,7 @@ def test_a_resume_the_hub_answers_with_the_whole_file_keeps_the_bytes_right(gcs)
 
 
 def test_a_hub_serving_more_bytes_than_it_publishes_fails_and_writes_nothing(gcs):
-    from tools.staging import IntegrityError
+    from components.weights.copier import IntegrityError
 
     bucket = new_bucket(gcs)
     path = "model-00002-of-00002.safetensors"
@@ -300,7 +300,7 @@ def test_a_hub_serving_more_bytes_than_it_publishes_fails_and_writes_nothing(gcs
 
 @pytest.mark.parametrize("path", ["model-00002-of-00002.safetensors", "config.json"])
 def test_corrupted_bytes_fail_the_run_and_write_nothing(gcs, path):
-    from tools.staging import IntegrityError
+    from components.weights.copier import IntegrityError
 
     bucket = new_bucket(gcs)
     original = files()[path]
@@ -339,7 +339,7 @@ def test_a_preseeded_partial_manifest_proves_nothing(gcs):
     """An earlier copier's manifest in the folder and a forged one beside it, each naming two files whose objects
     carry the right metadata and bytes: the copy still proves every file the Hub lists (those two by reading their
     bytes back, the rest by copying them), and clears the old manifest."""
-    from tools.staging.bucket import metadata
+    from components.weights.copier.bucket import metadata
 
     bucket = new_bucket(gcs)
     with fake_hub() as hub:
@@ -386,7 +386,7 @@ def test_an_object_with_the_right_metadata_and_other_bytes_is_copied_again(gcs):
 def forge(bucket: str, dest: str, path: str, data: bytes, hub: FakeHub) -> None:
     """What any writer of the bucket can do: put other bytes under a file's name with the copier's metadata and
     a record naming exactly the new generation, size, CRC32C and MD5 Cloud Storage reports."""
-    from tools.staging.bucket import metadata
+    from components.weights.copier.bucket import metadata
 
     commit, file = hub.repos[REPO].commit, hub.repos[REPO].files[path]
     store = gcs_client().bucket(bucket)
@@ -467,8 +467,8 @@ def test_a_complete_folder_is_read_back_not_taken_on_trust(gcs):
 
 
 def test_shares_are_balanced_and_cover_every_file_once():
-    from tools.staging.copy import share
-    from tools.staging.hub import HubFile
+    from components.weights.copier.copy import share
+    from components.weights.copier.hub import HubFile
 
     hub_files = [HubFile(f"f{i}", size, None, "b") for i, size in enumerate([90, 50, 40, 30, 30, 20, 5, 1])]
     shares = [share(hub_files, (i, 3)) for i in range(3)]
@@ -487,7 +487,7 @@ def test_shares_are_balanced_and_cover_every_file_once():
     ("config.json/inner", "a folder with the name of another file"),
 ])
 def test_an_unsafe_hub_file_name_is_refused_in_one_line_before_anything_is_written(gcs, path, reason):
-    from tools.staging import StagingError
+    from components.weights.copier import StagingError
 
     bucket = new_bucket(gcs)
     with fake_hub(**{path: FakeFile(100, seed=9, lfs=False)}) as hub:
@@ -514,7 +514,7 @@ def test_names_that_spoof_or_collide_are_refused_in_one_line(gcs, names, reason)
     """The rule (docs/weights.md): no invisible or bidi characters, no compatibility forms of '.', '/' or '\\',
     no percent-encoded separators, and no two names equal under NFC and case folding (`config.json` is in the
     repository already)."""
-    from tools.staging import StagingError
+    from components.weights.copier import StagingError
 
     bucket = new_bucket(gcs)
     with fake_hub(**{name: FakeFile(100, seed=9 + i, lfs=False) for i, name in enumerate(names)}) as hub:
@@ -527,8 +527,8 @@ def test_names_that_spoof_or_collide_are_refused_in_one_line(gcs, names, reason)
 
 
 def test_stale_files_of_another_commit_are_cleared_and_foreign_objects_refused(gcs):
-    from tools.staging import StagingError
-    from tools.staging.bucket import metadata
+    from components.weights.copier import StagingError
+    from components.weights.copier.bucket import metadata
 
     bucket = new_bucket(gcs)
     store = gcs_client().bucket(bucket)
@@ -552,7 +552,7 @@ def test_stale_files_of_another_commit_are_cleared_and_foreign_objects_refused(g
 def test_a_three_minute_rate_limit_window_with_retry_after_is_waited_out(gcs):
     """Mid-copy, the Hub answers 429 with Retry-After: 60 to every request for 3 minutes (on a clock running 300x,
     shared by the fake Hub and the copier): every worker waits as asked, and the copy completes after the window."""
-    from tools.staging.hub import Backoff
+    from components.weights.copier.hub import Backoff
 
     bucket = new_bucket(gcs)
     clock = ScaledClock(300)
@@ -568,8 +568,8 @@ def test_a_three_minute_rate_limit_window_with_retry_after_is_waited_out(gcs):
 
 
 def test_retry_after_is_bounded_and_a_window_longer_than_the_patience_fails_in_one_line(gcs):
-    from tools.staging import StagingError
-    from tools.staging.hub import Backoff
+    from components.weights.copier import StagingError
+    from components.weights.copier.hub import Backoff
 
     bucket = new_bucket(gcs)
     clock = ScaledClock(10000)
@@ -589,7 +589,7 @@ def test_retry_after_is_bounded_and_a_window_longer_than_the_patience_fails_in_o
 def test_every_retry_after_waits_at_least_the_floor_with_jitter(gcs, retry_after):
     """A Hub rate limiting for 60 s answers with a Retry-After that asks for no wait (or garbage, or absurdly
     long): one worker sends at most one request per floor interval, waits are jittered, the copy completes."""
-    from tools.staging.hub import Backoff
+    from components.weights.copier.hub import Backoff
 
     bucket = new_bucket(gcs)
     clock = ScaledClock(1000)
@@ -611,8 +611,8 @@ def test_every_retry_after_waits_at_least_the_floor_with_jitter(gcs, retry_after
 
 
 def test_rate_limited_waits_are_bounded_in_count(gcs):
-    from tools.staging import StagingError
-    from tools.staging.hub import Backoff
+    from components.weights.copier import StagingError
+    from components.weights.copier.hub import Backoff
 
     bucket = new_bucket(gcs)
     clock = ScaledClock(1000)
@@ -627,7 +627,7 @@ def test_rate_limited_waits_are_bounded_in_count(gcs):
 def test_two_copiers_at_once_download_every_file_once(gcs):
     """Two copiers (two pods, or a Job and a person) on one folder at the same moment: the leases split the
     files, each byte comes from the Hub once, and both end with the verified folder."""
-    from tools.staging.ledger import Lease
+    from components.weights.copier.ledger import Lease
 
     bucket = new_bucket(gcs)
     with fake_hub() as hub:
@@ -653,8 +653,8 @@ def test_two_copiers_at_once_download_every_file_once(gcs):
 
 
 def test_a_dead_copiers_lease_is_taken_over_after_it_expires(gcs):
-    from tools.staging.hub import Backoff
-    from tools.staging.ledger import Lease
+    from components.weights.copier.hub import Backoff
+    from components.weights.copier.ledger import Lease
 
     bucket = new_bucket(gcs)
     big = BIG
@@ -682,9 +682,9 @@ def test_a_dead_copiers_lease_is_taken_over_after_it_expires(gcs):
     (TOKEN, REPO, "f" * 40, r"revision f{40} does not exist in moonshotai/Tiny-K3 \(HTTP 404\)"),
 ])
 def test_hub_errors_say_what_to_do(gcs, token, repo, revision, expected):
-    from tools.staging import StagingError
-    from tools.staging.copy import stage
-    from tools.staging.hub import Backoff
+    from components.weights.copier import StagingError
+    from components.weights.copier.copy import stage
+    from components.weights.copier.hub import Backoff
 
     bucket = new_bucket(gcs)
     with fake_hub() as hub:
@@ -697,8 +697,8 @@ def test_hub_errors_say_what_to_do(gcs, token, repo, revision, expected):
 def test_bucket_errors_say_what_to_do(gcs):
     from google.api_core import exceptions
 
-    from tools.staging import StagingError
-    from tools.staging.bucket import Destination, _Explained
+    from components.weights.copier import StagingError
+    from components.weights.copier.bucket import Destination, _Explained
 
     with fake_hub() as hub, pytest.raises(StagingError, match=r"gs://no-such-bucket-here does not exist"):
         run(hub, "gs://no-such-bucket-here/x/")
@@ -750,7 +750,7 @@ def test_unset_revision_resolves_main_once_from_the_serialized_provider(tmp_path
     """The provider `pulumi up` runs is a dill copy loaded in another process: it must not need this checkout."""
     from pulumi.dynamic.dynamic import serialize_provider
 
-    from components.revision import _ResolveMain
+    from components.weights.revision import _ResolveMain
 
     serialized = serialize_provider(_ResolveMain())
     script = ("import base64, sys, dill\n"
@@ -787,7 +787,7 @@ def test_a_hub_nobody_answers_for_is_one_line_within_its_patience():
     instead of walking the whole retry budget (86 s seen for a DNS failure), naming what to check."""
     import socket
 
-    from tools.staging import StagingError, hub
+    from components.weights.copier import StagingError, hub
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

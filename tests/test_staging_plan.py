@@ -9,7 +9,9 @@ from importlib.metadata import PackageNotFoundError, version
 
 import pytest
 
-from components import contract, staging, versions
+from components.facts import contract, versions
+from components.plan import staging as sizing
+from components.weights import shipped, staging
 from tests.conftest import ROOT, STACKS
 from tests.test_config import error, parse
 from tools.preview.mocks import PROJECT_NUMBER, UNRESOLVED_REVISION
@@ -60,10 +62,10 @@ def test_the_job_runs_the_copier_of_this_repository(plans, stack):
     spec = job(plan)["inputs"]["spec"]["template"]["spec"]
     [container] = spec["containers"]
     code = plan.one("kubernetes:core/v1:ConfigMap", "weights-staging-code")["inputs"]["data"]
-    assert {staging.key(path): (ROOT / path).read_text() for path in staging.SHIPPED} == code
+    assert {shipped.key(path): shipped.pod_text(source) for path, source in shipped.APP.items()} == code
     [volume] = [v for v in spec["volumes"] if "configMap" in v]
     assert {(i["key"], i["path"]) for i in volume["configMap"]["items"]} == {
-        (staging.key(p), p) for p in staging.SHIPPED}
+        (shipped.key(p), p) for p in shipped.APP}
     assert container["image"] == versions.STAGING_IMAGE, "no digest configured: the pinned tag"
     install = container["command"][2]
     assert "--require-hashes" in shlex.split(install) and "--no-deps" in shlex.split(install)
@@ -140,14 +142,14 @@ def test_repo_id_and_workers_are_checked():
 
 def test_the_job_installs_the_libraries_the_tests_ran():
     """The lock pins every package with a hash, and the versions installed here (which the copier's tests ran)."""
-    lines = [line for line in (ROOT / "tools/staging/requirements.lock").read_text().splitlines()
+    lines = [line for line in (ROOT / "components/weights/copier/requirements.lock").read_text().splitlines()
              if line and not line.startswith("#")]
     pins = {}
     for line in lines:
         match = re.fullmatch(r"([a-z0-9_.-]+)==(\S+) --hash=sha256:[0-9a-f]{64}", line)
         assert match, line
         pins[match.group(1)] = match.group(2)
-    # what tools/staging imports itself: the Hub's client, its Xet transfer, the file bytes' transport
+    # what components/weights/copier imports itself: the Hub's client, its Xet transfer, the file bytes' transport
     assert {"huggingface_hub", "hf-xet", "google-cloud-storage", "httpx2", "requests", "urllib3",
             "protobuf"} <= set(pins)
     for name, pinned in pins.items():
@@ -163,13 +165,13 @@ def test_the_job_is_split_over_the_pods_the_staging_model_sizes(plans, stack):
     3 pods; each leaves from its own NAT address (2,200 MB/s each), so the pods bind: 2,880 MB/s, 542 s = 9.0 min."""
     plan = plans[stack]
     spec = job(plan)["inputs"]["spec"]
-    model = staging.staging_model(parse(stack))
+    model = sizing.staging_model(parse(stack))
     assert (model.pods, model.addresses, model.pod_mbps, model.aggregate_mbps, model.limit) == (3, 3, 960, 2880, "pods")
     assert set(model.sources) == {"pod rate", "target", "Hub per-address limit", "Cloud Storage ingest"}
     assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == model.pods
     [container] = spec["template"]["spec"]["containers"]
     assert container["args"][container["args"].index("--shards") + 1] == str(model.pods)
-    assert container["resources"]["requests"]["cpu"] == str(staging.POD_CPU)
+    assert container["resources"]["requests"]["cpu"] == str(sizing.POD_CPU)
     assert ("staging: 1.56 TB from the Hugging Face Hub in 9.0 min: 3 pods x 16 streams, one per staging node, "
             "leaving from 3 NAT addresses, aggregate 2.88 GB/s (limited by pods") in plan.summary
     assert "weights-staging-job 9.0" in plan.summary, "the critical path reads the same model"
@@ -180,7 +182,7 @@ def test_each_staging_pod_leaves_from_an_address_of_its_own(plans, stack):
     """One pod per node (required anti-affinity on the hostname), one node per pod in a subnet of its own, and
     that subnet's NAT holds exactly one program-owned address per pod with ports that pin each VM to one."""
     plan = plans[stack]
-    pods = staging.staging_model(parse(stack)).pods
+    pods = sizing.staging_model(parse(stack)).pods
     template = job(plan)["inputs"]["spec"]["template"]
     [term] = template["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["topologyKey"] == staging.HOSTNAME_LABEL
@@ -225,12 +227,12 @@ def test_the_rest_of_the_cluster_keeps_its_own_egress(plans, stack):
 
 def test_the_staging_model_scales_pods_to_the_reachable_rate():
     cfg = parse("gpu")
-    model = staging.staging_model(parse("gpu", storage__stagingWorkers=4))
-    assert model.pod_mbps == 240 and model.pods == staging.MAX_PODS and model.limit == "pods"
-    assert model.seconds == pytest.approx(1.56e12 / (staging.MAX_PODS * 240e6), rel=0.01)
-    small = staging.staging_model(cfg, checkpoint_bytes=10**11)
+    model = sizing.staging_model(parse("gpu", storage__stagingWorkers=4))
+    assert model.pod_mbps == 240 and model.pods == sizing.MAX_PODS and model.limit == "pods"
+    assert model.seconds == pytest.approx(1.56e12 / (sizing.MAX_PODS * 240e6), rel=0.01)
+    small = sizing.staging_model(cfg, checkpoint_bytes=10**11)
     assert small.pods == 1 and small.limit == "pods" and small.aggregate_mbps == 960
-    assert staging.staging_model(parse("tpu", storage__stagingPods=5)).pods == 5, "storage.stagingPods wins"
+    assert sizing.staging_model(parse("tpu", storage__stagingPods=5)).pods == 5, "storage.stagingPods wins"
 
 
 @pytest.mark.parametrize(("pods", "addresses", "aggregate", "limit"), [
@@ -242,9 +244,9 @@ def test_the_staging_model_scales_pods_to_the_reachable_rate():
 ])
 def test_the_hub_limit_is_min_of_pods_and_addresses_times_the_per_address_rate(pods, addresses, aggregate, limit):
     """More addresses than pods buy nothing: a pod leaves from one address."""
-    model = staging.staging_model(parse("gpu", storage__stagingPods=pods), addresses=addresses)
+    model = sizing.staging_model(parse("gpu", storage__stagingPods=pods), addresses=addresses)
     assert (model.aggregate_mbps, model.limit) == (aggregate, limit)
-    assert staging.staging_addresses(parse("gpu", storage__stagingPods=pods)) == pods
+    assert sizing.staging_addresses(parse("gpu", storage__stagingPods=pods)) == pods
 
 
 @pytest.mark.parametrize(("changes", "message"), [

@@ -12,8 +12,9 @@ import pytest
 import yaml
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from components import engineimage, images, loading
-from components.versions import TPU_ENGINE_LOCK_DIR, VLLM_TORCHTPU
+from components.facts.versions import TPU_ENGINE_LOCK_DIR, VLLM_TORCHTPU
+from components.plan import images, loading
+from components.serving import engineimage
 from tests.conftest import ROOT
 from tools.preview import lock_tpu_engine
 
@@ -85,7 +86,7 @@ def test_lock_writer_drops_what_only_the_cuda_build_needs():
 
 
 def test_lock_states_its_download_size_and_the_figures_follow_it():
-    """The writer's size line is what the image's size is computed from (components/loading.py)."""
+    """The writer's size line is what the image's size is computed from (components/plan/loading.py)."""
     size = loading.lock_download_bytes()
     assert 1.0e9 < size < 1.4e9, size  # the CPU build: the CUDA lock was 3.7 GB
     assert loading.lock_download_bytes("# download: 42 bytes in 1 files (x)\n") == 42
@@ -197,7 +198,7 @@ def _image_refs(plan) -> dict[str, str]:
 
 @pytest.mark.parametrize("name", ["gpu-pinned", "tpu-pinned"])
 def test_every_image_carries_its_configured_digest(variants, name):
-    from components import images
+    from components.plan import images
 
     refs = _image_refs(variants[name])
     assert refs and all("@sha256:" in ref for ref in refs.values()), {k: v for k, v in refs.items() if "@" not in v}
@@ -217,7 +218,7 @@ def test_unpinned_plans_pull_by_tag_and_set_no_chart_image(plans):
     """Without digest keys every image is pulled by its tag, but the TPU engine: the stack's own build, always by
     digest."""
     for stack in ("gpu", "tpu"):
-        from components import images
+        from components.plan import images
 
         assert not [ref for ref in _image_refs(plans[stack]).values() if "@" in ref
                     and not images.is_built_tpu_engine(ref)]
@@ -225,7 +226,7 @@ def test_unpinned_plans_pull_by_tag_and_set_no_chart_image(plans):
 
 def test_chart_default_images_are_the_ones_the_digests_belong_to(shared):
     """A digest is only right for the image the chart would pull: the pinned references equal the charts' own."""
-    from components import images
+    from components.plan import images
 
     router = yaml.safe_load((shared / "charts" / "llm-d-router-standalone" / "values.yaml").read_text())
     assert router["router"]["proxy"]["presets"]["envoy"]["image"] == images.IMAGES["envoy"].reference
@@ -279,9 +280,9 @@ def test_scan_exceptions_name_real_resources_and_nothing_else(plans):
 
 
 def test_docs_image_table_lists_every_image_with_its_architectures_and_source():
-    """docs/versions.md "Image architectures" has one row per image of components/images.py, with the same
+    """docs/versions.md "Image architectures" has one row per image of components/plan/images.py, with the same
     reference, architectures and evidence, so the table cannot drift from what the plan checks."""
-    from components import images
+    from components.plan import images
 
     text = (ROOT / "docs" / "versions.md").read_text()
     table = text.split("## Image architectures", 1)[1].split("\n\n")[2]
@@ -295,7 +296,7 @@ def test_docs_image_table_lists_every_image_with_its_architectures_and_source():
 
 
 def test_pulumi_command_is_pinned_where_its_reason_is():
-    from components import versions
+    from components.facts import versions
 
     assert f"pulumi-command=={versions.PULUMI_COMMAND}\n" in (ROOT / "requirements.txt").read_text()
 
@@ -487,6 +488,6 @@ def test_the_image_has_what_the_tpu_pods_run(tpu):
         assert re.findall(r"^exec (\S+)", script, re.M) == ["vllm"]
         for tool in ("getent", "awk"):
             assert tool in script
-        # The image keeps its base's root user (components/hardening.py ROOT_IMAGES): nothing asks for another.
+        # The image keeps its base's root user (components/platform/hardening.py ROOT_IMAGES): nothing asks for another.
         context = container.get("securityContext") or {}
         assert "runAsUser" not in context and not context.get("readOnlyRootFilesystem")

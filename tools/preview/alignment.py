@@ -87,7 +87,7 @@ def engine_flags(container: Mapping[str, Any]) -> dict[str, str]:
 def image_setting(reference: str) -> str:
     """An image as the table shows it: the TPU engine the stack builds by its shape (region, project, cluster and
     the build's digest are the stack's own), every other reference as the pod names it."""
-    from components import images
+    from components.plan import images
 
     if images.is_built_tpu_engine(reference):
         return "<region>-docker.pkg.dev/<project>/<cluster>-engine/vllm-torchtpu@sha256:<the build's digest>"

@@ -581,7 +581,8 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 @cache
 def _program_text(root: Path) -> str:
-    return "\n".join(p.read_text() for folder in ("components", "stacks") for p in sorted((root / folder).glob("*.py")))
+    return "\n".join(p.read_text() for folder in ("components", "stacks")
+                     for p in sorted((root / folder).rglob("*.py")))
 
 
 def program_names(root: Path) -> list[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""Regenerate tools/staging/requirements.lock: the staging Job's libraries with their SHA-256, for
+"""Regenerate components/weights/copier/requirements.lock: the staging Job's libraries with their SHA-256, for
 `pip install --require-hashes`.
 
     python -m tools lock-staging
@@ -21,7 +21,7 @@ from pathlib import Path
 from tools import prog
 
 ROOT = Path(__file__).resolve().parents[2]
-LOCK = ROOT / "tools" / "staging" / "requirements.lock"
+LOCK = ROOT / "components" / "weights" / "copier" / "requirements.lock"
 TOP = ("huggingface-hub", "google-cloud-storage", "google-api-core", "protobuf")
 PLATFORM = ("--platform", "manylinux2014_x86_64", "--python-version", "3.11", "--implementation", "cp",
             "--abi", "cp311", "--only-binary=:all:")
