@@ -1,6 +1,6 @@
-"""The session replay (components/replay.py) with vLLM 0.33.0's own Scheduler and KVCacheManager as each GPU prefill
-engine's cache (tests/engine/replay_engine.py): the routing figures as the engines count them, and the replay's rule
-engine held equal to them turn by turn, so the main suite and the CLI may use the rule.
+"""The session replay (components/plan/replay.py) with vLLM 0.33.0's own Scheduler and KVCacheManager as each GPU
+prefill engine's cache (tests/engine_replay.py): the routing figures as the engines count them, and the replay's
+rule engine held equal to them turn by turn, so the main suite and the CLI may use the rule.
 
 The bar (docs/capacity.md "Prefix routing"): at the benchmark's concurrency, >= 95 % of turns 2..N of the committed
 benchmark and of the agentic shape on the engine holding the longest cached prefix, and >= 90 % of the ideal hit
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from components import replay
+from components.plan import replay
 from tests.engine.conftest import stack_config
-from tests.engine.replay_engine import VllmEngine
 from tests.engine.test_vllm_kv_cache import ENGINES, _engine_pool
+from tests.engine_replay import VllmEngine
 from tests.engine_support import record
 
 ON_BEST, HITS = 0.95, 0.90
@@ -21,8 +21,9 @@ ON_BEST, HITS = 0.95, 0.90
 
 def _engines(cfg, choice: replay.RoutingChoice, tmp_path, monkeypatch):
     """A factory of engines planned as the pods start them (test_vllm_kv_cache.py `_engine_pool`), with the choice's
-    hash unit and retention, and the prefill engines' batch flags (components/engines.py)."""
-    from components import contract, engines
+    hash unit and retention, and the prefill engines' batch flags (components/plan/engines.py)."""
+    from components.facts import contract
+    from components.plan import engines
 
     config, _, _ = _engine_pool(cfg, tmp_path, monkeypatch)
     vllm_config = ENGINES.pop(id(config))

@@ -145,7 +145,7 @@ class EngineCache(Protocol):
 @dataclass(frozen=True)
 class EngineSettings:
     block_tokens: int
-    """The engine's KV block (components/kvblocks.py)."""
+    """The engine's KV block (components/plan/kvblocks.py)."""
     hash_unit: int
     """Where a hit can land: vLLM's hash block (`--prefix-match-unit`, else the block;
     vllm/v1/core/kv_cache_utils.py `resolve_kv_cache_block_sizes`)."""
@@ -343,7 +343,7 @@ class Decision:
 
 
 class Router:
-    """The prefill profile of components/router.py's EndpointPickerConfig: prefix-cache-affinity-filter, then
+    """The prefill profile of components/router/router.py's EndpointPickerConfig: prefix-cache-affinity-filter, then
     token-load-scorer and the max-score picker, over the approx-prefix-cache-producer and inflight-load-producer."""
 
     def __init__(self, settings: RouterSettings, endpoints: int, seed: int = 0):
@@ -586,7 +586,7 @@ class RoutingChoice:
 
 
 def rendered_choice(cfg) -> RoutingChoice:
-    """What the stack renders today (components/engines.py, components/router.py)."""
+    """What the stack renders today (components/plan/engines.py, components/router/router.py)."""
     from . import kvblocks
 
     block = kvblocks.block_rule(cfg).block_tokens
@@ -616,7 +616,7 @@ def chosen_choice(cfg) -> RoutingChoice:
 
 def deployment_for(cfg, choice: RoutingChoice | None = None, lru_capacity: int | None = None,
                    threshold: float | None = None) -> Deployment:
-    """The replay's inputs from a stack's typed config (components/config.py StackConfig) under `choice` (the
+    """The replay's inputs from a stack's typed config (components.config StackConfig) under `choice` (the
     rendered one by default): the prefill engines the router picks from (GPU: every prefill group's data-parallel
     engines; TPU: one engine per slice), grouped into router endpoints, and the router and engine settings."""
     from . import capacity as cap

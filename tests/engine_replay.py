@@ -1,19 +1,21 @@
-"""The replay's engine cache as the engine counts it: the pinned vLLM's own Scheduler and KVCacheManager on one engine's
-KVCacheConfig (the one tests/engine/test_vllm_kv_cache.py plans from the stack), driven step by step as the engine
-core drives them (vllm/v1/engine/core.py `step`: `schedule`, the model's output, `update_from_output`), with the
-model's forward pass replaced by the next token of the replayed answer. The hit a request gets is the scheduler's
-own: the tokens computed before its first scheduled step."""
+"""The replay's engine cache as the engine counts it, shared by the two engine-code tiers: the pinned vLLM's own
+Scheduler and KVCacheManager (vLLM 0.33.0 in .venv-engines, the vLLM 0.29.0 core vLLM-TorchTPU ships in
+.venv-engines-tpu) on one engine's KVCacheConfig, driven step by step as the engine core drives them
+(vllm/v1/engine/core.py `step`: `schedule`, the model's output, `update_from_output`), with the model's forward pass
+replaced by the next token of the replayed answer. The hit a request gets is the scheduler's own: the tokens computed
+before its first scheduled step."""
 
 from __future__ import annotations
 
 import copy
 import itertools
 
-from components import replay
+from components.plan import replay
 
 
 class VllmEngine:
-    """One engine: a released Scheduler over its own copy of the KVCacheConfig (components/replay.py EngineCache)."""
+    """One engine: a released Scheduler over its own copy of the KVCacheConfig (components/plan/replay.py
+    EngineCache)."""
 
     _ids = itertools.count()
 
