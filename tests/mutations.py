@@ -1,6 +1,6 @@
 """Unsafe mutations of a real plan, generated field by field: for every resource of the plan, each security-relevant
 field its schema has is flipped to an unsafe value (and unsafe resources are added or removed), one mutant per flip.
-The policy pack must refuse every mutant (tests/test_policy.py).
+The policy pack must refuse every mutant (tests/policy/test_policy.py).
 
 The generator knows the Kubernetes and Google Cloud schemas (which fields exist and which values are unsafe), not the
 pack: it walks every pod spec of every workload kind, every container, port, mount and script, every Service,

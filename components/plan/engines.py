@@ -1,5 +1,5 @@
 """Model-server command lines, built as token lists so tests can check every flag against the engine's
-real parser (tests/test_modelservers.py) and every JSON key against the engine's config classes.
+real parser (tests/serving/test_modelservers.py) and every JSON key against the engine's config classes.
 
 GPU: vLLM (pinned VLLM_VERSION), one `vllm serve` per LWS pod in llm-d's data-parallel hybrid-LB form:
 each pod runs GPUs/TP engines, the group forms one DP x EP domain (EP = TP x DP is derived by vLLM).
@@ -8,7 +8,7 @@ as an explicit choice, a user-supplied SGLang-TorchTPU build (unreleased).
 The block size every command passes is the engine-effective one (components/plan/kvblocks.py).
 No command publishes KV-cache events (`--kv-events-config`): at the pinned router only the precise prefix-cache
 producer reads them, and the router predicts prefix hits without them (docs/capacity.md "Prefix routing");
-tests/test_router.py fails if an engine publishes events no router plugin consumes, or the reverse.
+tests/router/test_router.py fails if an engine publishes events no router plugin consumes, or the reverse.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ floor. Everything that counts blocks (the router's prefix model, `lruCapacityPer
 the plan summary) takes the value from here, and the engines are started with it so their logs agree.
 
 Each rule below re-states the pinned release's arithmetic (sources cited per step) for the configured geometry,
-KV dtype and state dtype; tests/test_kvblocks.py checks it against worked examples and the fixed point.
+KV dtype and state dtype; tests/plan/test_kvblocks.py checks it against worked examples and the fixed point.
 """
 
 from __future__ import annotations
