@@ -81,6 +81,10 @@ def build_command(**changes: Any) -> dict[str, Any]:
             "dir": "components/locks", "environment": dict.fromkeys(engineimage.BUILD_ENVIRONMENT, "x"), **changes}
 
 
+BUILD_ENV = {"BASE": "docker.io/library/python:3.12-slim", "BUILDER": "c-build@p.iam.gserviceaccount.com",
+             "REPOSITORY": "us-central1-docker.pkg.dev/p/c-engine", "PROJECT": "p"}
+
+
 def node_pool(machine: str = "n2-standard-8", **node_config: Any) -> dict[str, Any]:
     config = {"machineType": machine, "serviceAccount": NODE_SA, "workloadMetadataConfig": {"mode": "GKE_METADATA"},
               "shieldedInstanceConfig": SHIELDED}
@@ -337,6 +341,22 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ["a local command that is not declared (components/checks/declared.py commands): interpreter [\"/bin/sh\", "
       "\"-c\"], "
       "dir \"components/locks\", script starting 'set -euo pipefail'"]),
+    # ---- declared-artifacts
+    ("declared-artifacts", BUCKET, bucket(), []),
+    ("declared-artifacts", BUCKET, bucket(lifecycleRules=[{"action": {"type": "Delete"}, "condition": {"age": 1}}]),
+     ['bucket "b": lifecycle rules ("Delete") are not declared; the checkpoint is staged once and kept']),
+    ("declared-artifacts", "gcp:artifactregistry/repository:Repository",
+     {"repositoryId": "c-engine", "dockerConfig": {"immutableTags": False}},
+     ['repository "c-engine": tags must be immutable (dockerConfig.immutableTags true): the engine image\'s tag '
+      "names its lock"]),
+    ("declared-artifacts", "command:local:Command", build_command(environment=BUILD_ENV), []),
+    ("declared-artifacts", "command:local:Command",
+     build_command(environment={**BUILD_ENV, "BASE": "ghcr.io/x/python:3.12-slim",
+                                "BUILDER": "x@p.iam.gserviceaccount.com"}),
+     ['the engine image\'s base is "ghcr.io/x/python:3.12-slim", declared docker.io/library/python:3.12-slim '
+      "(optionally @sha256:...)",
+      'the engine image is built as "x@p.iam.gserviceaccount.com", not the stack\'s builder '
+      "c-build@p.iam.gserviceaccount.com"]),
     # ---- k8s-pinned-images
     ("k8s-pinned-images", DEPLOYMENT, deployment(), []),
     ("k8s-pinned-images", DEPLOYMENT, deployment(image="ghcr.io/llm-d/llm-d@sha256:" + "a" * 64), []),
