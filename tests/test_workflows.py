@@ -332,7 +332,7 @@ def test_actions_are_pinned(name):
 
 
 def test_pulumi_cli_matches_the_sdk_pin():
-    sdk = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements.txt").read_text(), flags=re.M).group(1)
+    sdk = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements.in").read_text(), flags=re.M).group(1)
     for name in ("preview.yml", "teardown.yml"):
         workflow = load(name)
         assert workflow["env"]["PULUMI_VERSION"] == sdk, "one CLI version per workflow, equal to the SDK pin"

@@ -41,7 +41,7 @@ COMMANDS: dict[str, Command] = {
     "doc-figures": Command("tools.preview.doc_figures", "rewrite the plan figures in README.md, docs/weights.md"),
     "charts": Command("tools.preview.helm_render", "fetch the pinned Helm charts or print a chart's digest"),
     "lock-tpu-engine": Command("tools.preview.lock_tpu_engine", "write the TPU engine image's hash-pinned lock"),
-    "lock-staging": Command("tools.preview.lock_staging", "write the staging Job's hash-pinned library lock"),
+    "lock": Command("tools.preview.lock", "regenerate every Python lock (requirements*.txt) from its intents"),
     # against a live stack (tools.live)
     "preflight": Command("tools.live.preflight", "ask Google Cloud and the Hub, read-only, whether a stack can come up",
                          fast_exit=True),
