@@ -62,7 +62,7 @@ $(IP_STAMP): requirements-inference-perf.txt | $(STAMP)
 	  touch $(IP_STAMP); \
 	fi
 
-## checkov: the pinned checkov in .venv-checkov; tests/test_scan.py uses it and skips with the reason where it is
+## checkov: the pinned checkov in .venv-checkov; tests/tools/preview/test_scan.py uses it and skips with the reason where it is
 ## missing (fails in CI)
 checkov: $(CK_STAMP)
 

@@ -5,18 +5,18 @@
 
 import pulumi
 
-from components import preflight
-from components.capacity import serving_capacity
+from components.checks import preflight
 from components.config import ConfigError, load_config
-from components.engines import check_engine
-from components.limits import check as check_limits
+from components.plan.capacity import serving_capacity
+from components.plan.engines import check_engine
+from components.plan.limits import check as check_limits
 from stacks import compose
 
 try:
     config = load_config()
     check_engine(config)  # the pinned engine registers the checkpoint's architecture and accepts the settings
     serving_capacity(config)  # rejects replicas whose weights or one full-length sequence do not fit
-    check_limits(config)  # every count a cloud or chart caps and the stack drives (components/limits.py)
+    check_limits(config)  # every count a cloud or chart caps and the stack drives (components/plan/limits.py)
 except ConfigError as err:
     # RunError ends the program with this one line and no traceback; nothing has been registered.
     raise pulumi.RunError(str(err)) from None

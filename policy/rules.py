@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the project root, for components.catalog
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the project root, for components.facts.catalog
 
 from pulumi_policy import (
     ReportViolation,
@@ -45,7 +45,9 @@ from pulumi_policy.proxy import (
     UnknownValueError,
 )
 
-from components import catalog, cidrs, declared, hardening, versions  # noqa: E402
+from components.checks import declared  # noqa: E402
+from components.facts import catalog, cidrs, versions  # noqa: E402
+from components.platform import hardening  # noqa: E402
 
 Check = Callable[[str, Mapping[str, Any]], list[str]]
 StackCheck = Callable[[Sequence[tuple[str, Mapping[str, Any]]]], list[str]]
@@ -81,16 +83,16 @@ DOMAIN_MEMBER_PREFIX = "domain:"
 PRIMITIVE_ROLES = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
 """Basic roles (https://cloud.google.com/iam/docs/roles-overview#basic): project-wide, far beyond any one need."""
 MODEL_NAMESPACE_LABEL = "llm-d.ai/guide"
-"""Label of the model namespace (components/platform.py), which must carry a default-deny ingress policy."""
+"""Label of the model namespace (components/platform/namespace.py), which must carry a default-deny ingress policy."""
 SHIELDED_NODES_UNSUPPORTED = frozenset(
     machine.machine_type for machine in catalog.GPU_MACHINES.values() if not machine.shielded_gke_nodes)
 """Machine types a Shielded GKE Nodes cluster cannot hold (catalog.GpuMachine.shielded_gke_nodes)."""
 POD_FIELDS = ("hostNetwork", "hostPID", "hostIPC")
 MODEL_SERVER_LABEL_KEYS = frozenset({"llm-d.ai/engine-type", "llm-d.ai/inference-serving"})
-"""Pod labels that make a pod a model server: the engine type (components/modelservers.py), or the serving label
+"""Pod labels that make a pod a model server: the engine type (components/serving/modelservers.py), or the serving label
 the router selects (contract.SERVING_LABELS)."""
 ENGINE_REPOSITORIES = frozenset({hardening.repository(versions.VLLM.image)})
-"""Image repositories of the engines (components/versions.py): a pod running one is a model server too. The TPU
+"""Image repositories of the engines (components/facts/versions.py): a pod running one is a model server too. The TPU
 engine runs in a plain Python image the Jobs share, so its pods are known by their labels alone."""
 CREDENTIAL_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
 CREDENTIAL_PAIRS = frozenset({"API_KEY", "ACCESS_KEY", "PRIVATE_KEY", "SECRET_KEY", "AUTH_KEY"})
@@ -359,7 +361,8 @@ def check_no_default_service_account(resource_type: str, props: Mapping[str, Any
 def check_shielded_nodes(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     """Every node pool (a NodePool, a Cluster's inline or default pool) turns on secure boot and integrity
     monitoring. Cluster Toolkit sets both on every pool, bare-metal A4X Max and tpu7x included
-    (components/nodepools.py); whether the cluster may turn Shielded GKE Nodes off is `check_stack_shielded_cluster`."""
+    (components/cloud/nodepools.py); whether the cluster may turn Shielded GKE Nodes off is
+    `check_stack_shielded_cluster`."""
     violations: list[str] = []
     for path, node_config in _node_configs(resource_type, props):
         if is_unknown(node_config):
@@ -851,7 +854,7 @@ def check_no_cluster_admin(resource_type: str, props: Mapping[str, Any]) -> list
 
 
 # --------------------------------------------------------------------------- deny by default: what is declared
-# components/declared.py is the program's contract; each check below refuses what it does not declare.
+# components/checks/declared.py is the program's contract; each check below refuses what it does not declare.
 SHELL_SEPARATORS = frozenset({";", "&&", "||", "|", "&", "(", ")", "{", "}", "`", "!", "((", "))", ";;", "|&"})
 SHELL_COMMAND_KEYWORDS = frozenset({"then", "do", "else", "elif", "if", "while", "until", "time"})
 SHELL_CLOSERS = frozenset({"fi", "done", "esac"})
@@ -1131,7 +1134,8 @@ def _context_violations(context: Any, allowed: declared.Container, level: str) -
     if context.get("readOnlyRootFilesystem") is False and not allowed.writable_root:
         found.append("a writable root filesystem, which it does not declare")
     if level and allowed.restricted and not _is_restricted(context):
-        found.append("not the restricted profile (components/hardening.py container_context), which it declares")
+        found.append("not the restricted profile (components/platform/hardening.py container_context), which it "
+                     "declares")
     if level and allowed.restricted and context.get("readOnlyRootFilesystem") is not True:
         found.append("no read-only root filesystem, though declared restricted")
     return found
@@ -1140,7 +1144,8 @@ def _context_violations(context: Any, allowed: declared.Container, level: str) -
 def _pod_violations(kind: str, name: str, namespace: str, spec: Mapping[str, Any]) -> list[str]:
     candidates = declared.workloads(kind, name, namespace)
     if not candidates:
-        return [f"{kind} {name!r} in namespace {namespace!r} is not a declared workload (components/declared.py)"]
+        return [f"{kind} {name!r} in namespace {namespace!r} is not a declared workload "
+                f"(components/checks/declared.py)"]
     best: list[str] | None = None
     for workload in candidates:  # an object may fit one of several declarations (the engine choice of a profile)
         found = _workload_violations(workload, spec)
@@ -1271,7 +1276,7 @@ def _digest_violations(container: Mapping[str, Any], allowed: declared.Container
     _, digest = split_image(image)
     if digest is None or not DIGEST.fullmatch(digest):
         return [f"runs image {image!r} without a sha256 digest: the workload declares its image pinned by digest "
-                "(the stack's own build, components/engineimage.py)"]
+                "(the stack's own build, components/serving/engineimage.py)"]
     return []
 
 
@@ -1285,7 +1290,7 @@ def check_declared_workloads(resource_type: str, props: Mapping[str, Any]) -> li
     """Every pod belongs to a declared workload (kind, name, namespace) and each of its containers to that
     workload's declaration (name and image): privileges, host namespaces and paths, root, volumes and their
     modes, secrets, resource claims, host ports, service account and API token, and what it runs at start (its
-    shell, programs and exact installs), all as components/declared.py declares them; anything else is refused.
+    shell, programs and exact installs), all as components/checks/declared.py declares them; anything else is refused.
     An exemption is the container's own, never shared by image."""
     if not _is_kubernetes(resource_type) or resource_type.startswith("kubernetes:helm.sh/"):
         return []
@@ -1303,10 +1308,10 @@ def check_declared_workloads(resource_type: str, props: Mapping[str, Any]) -> li
 
 
 def check_declared_types(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    """Only the resource types the program declares (components/declared.py TYPES) and its own components."""
+    """Only the resource types the program declares (components/checks/declared.py TYPES) and its own components."""
     if resource_type in declared.TYPES or resource_type.startswith(declared.COMPONENT_PREFIX):
         return []
-    return [f"resource type {resource_type} is not one the program declares (components/declared.py TYPES)"]
+    return [f"resource type {resource_type} is not one the program declares (components/checks/declared.py TYPES)"]
 
 
 def check_declared_config_maps(resource_type: str, props: Mapping[str, Any]) -> list[str]:
@@ -1316,7 +1321,7 @@ def check_declared_config_maps(resource_type: str, props: Mapping[str, Any]) -> 
     name, _ = _object_name(props)
     decl = next((d for d in declared.CONFIGMAPS if declared.matches(d.name, name)), None)
     if decl is None:
-        return [f"ConfigMap {name!r} is not declared (components/declared.py CONFIGMAPS)"]
+        return [f"ConfigMap {name!r} is not declared (components/checks/declared.py CONFIGMAPS)"]
     if decl.code is None:
         return []
     data = props.get("data")
@@ -1360,7 +1365,7 @@ def check_declared_grants(resource_type: str, props: Mapping[str, Any]) -> list[
                     and isinstance(member, str) and re.fullmatch(g.member, member)]
         if not matching:
             found.append(f"{path}: role {_show(role)} to {_show(member)} is not a declared grant "
-                         "(components/declared.py GRANTS)")
+                         "(components/checks/declared.py GRANTS)")
         elif all(g.folder and not _within_folder(props, g.folder) for g in matching):
             found.append(f"{path}: role {_show(role)} to {_show(member)} is declared only within the folder "
                          f"{matching[0].folder!r} of its bucket, and its condition "
@@ -1387,7 +1392,7 @@ COMMAND = "command:local:Command"
 
 def check_declared_commands(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     """A local command `pulumi up` runs is a declared one exactly: its script, interpreter, directory and environment
-    names (components/declared.py `commands`), and no delete or update command of its own."""
+    names (components/checks/declared.py `commands`), and no delete or update command of its own."""
     if resource_type != COMMAND:
         return []
     create, interpreter, where = props.get("create"), props.get("interpreter"), props.get("dir")
@@ -1403,7 +1408,7 @@ def check_declared_commands(resource_type: str, props: Mapping[str, Any]) -> lis
                 found.append(f"sets environment {extra}, which the declaration does not name")
             return found
     first = str(create).splitlines()[0] if create else ""
-    return [f"a local command that is not declared (components/declared.py commands): interpreter "
+    return [f"a local command that is not declared (components/checks/declared.py commands): interpreter "
             f"{_show(interpreter)}, dir {_show(where)}, script starting {first[:60]!r}"]
 
 
@@ -1423,7 +1428,7 @@ def check_declared_rbac(resource_type: str, props: Mapping[str, Any]) -> list[st
                     sensitive = resource in declared.SENSITIVE_RESOURCES or verb in declared.SENSITIVE_VERBS
                     if sensitive and (resource, verb) not in allowed:
                         found.append(f"{name}: rules[{i}] grants {verb!r} on {resource!r}, not declared for this "
-                                     "role (components/declared.py ROLES)")
+                                     "role (components/checks/declared.py ROLES)")
             if _get(rule, "nonResourceURLs") and "*" in (_get(rule, "nonResourceURLs") or []):
                 found.append(f"{name}: rules[{i}] grants every non-resource URL")
         if props.get("aggregationRule"):
@@ -1473,7 +1478,7 @@ def check_declared_network_policies(resource_type: str, props: Mapping[str, Any]
     types = next((v for k, v in declared.NETWORK_POLICIES.items() if declared.matches(k, name)), None)
     found = []
     if types is None:
-        found.append(f"NetworkPolicy {name!r} is not declared (components/declared.py NETWORK_POLICIES)")
+        found.append(f"NetworkPolicy {name!r} is not declared (components/checks/declared.py NETWORK_POLICIES)")
     else:
         policy_types = _get(props, "spec", "policyTypes")
         if not is_unknown(policy_types) and tuple(policy_types or ()) != types:
@@ -1492,7 +1497,7 @@ def check_declared_network_policies(resource_type: str, props: Mapping[str, Any]
                 if not _cidr_ok(_get(block, "cidr"), _get(block, "except"), ports, peers_allowed):
                     found.append(f"{name}: {direction}[{i}].{key}[{j}] ipBlock {_show(_get(block, 'cidr'))} "
                                  f"(except {_show(_get(block, 'except'))}, ports {sorted(map(str, ports)) or 'all'}) "
-                                 "is not a declared address peer of this policy (components/declared.py)")
+                                 "is not a declared address peer of this policy (components/checks/declared.py)")
     return found
 
 
@@ -1673,7 +1678,8 @@ def _is_default_deny_ingress(props: Mapping[str, Any]) -> bool:
 def check_stack_default_deny(resources: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
     """Every namespace the program creates other than the platform's (declared.SYSTEM_NAMESPACES) is the model
     namespace: it carries the guide label (`llm-d.ai/guide`) and has a NetworkPolicy that selects every pod and
-    allows no ingress, so only the allow policies' flows reach its pods (components/netpol.py). Removing the label
+    allows no ingress, so only the allow policies' flows reach its pods (components/platform/netpol.py). Removing
+    the label
     does not remove the duty."""
     guarded = {_get(p, "metadata", "namespace") for p in _inputs_of(resources, K8S_NETWORK_POLICY)
                if _is_default_deny_ingress(p)}
@@ -1810,7 +1816,8 @@ CHECKS: dict[str, tuple[Check, str]] = {
     "accelerator-reservation": (
         check_reservation_affinity,
         "Node pools of reservation-bound accelerator machines (A4X Max, A4X) consume a SPECIFIC_RESERVATION."),
-    "declared-types": (check_declared_types, "Only resource types the program declares (components/declared.py)."),
+    "declared-types": (check_declared_types, "Only resource types the program declares "
+                                             "(components/checks/declared.py)."),
     "declared-workloads": (
         check_declared_workloads,
         "Every pod and container is a declared workload/container: privileges, host access, volumes and modes, "

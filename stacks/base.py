@@ -8,30 +8,10 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from components import (
-    benchmark,
-    capacity,
-    catalog,
-    contract,
-    cost,
-    images,
-    kvblocks,
-    limits,
-    loading,
-    machines,
-    modelservers,
-    prices,
-)
-from components.cluster import GkeCluster, GkeClusterArgs
-from components.config import StackConfig
-from components.geometry import CheckpointGeometry, CheckpointGeometryArgs
-from components.identity import NodeIdentity, NodeIdentityArgs, workload_principal
-from components.loading import MIB
-from components.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
-from components.naming import label_value, resource_labels
-from components.netpol import NetworkPolicies, NetworkPoliciesArgs
-from components.network import STAGING_PODS_RANGE, Network, NetworkArgs
-from components.nodepools import (
+from components.cloud.cluster import GkeCluster, GkeClusterArgs
+from components.cloud.identity import NodeIdentity, NodeIdentityArgs, workload_principal
+from components.cloud.network import STAGING_PODS_RANGE, Network, NetworkArgs
+from components.cloud.nodepools import (
     STAGING_POOL,
     STAGING_TAINT,
     CpuPoolArgs,
@@ -40,22 +20,25 @@ from components.nodepools import (
     staging_pool,
     transfer_pool,
 )
-from components.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
-from components.platform import Platform, PlatformArgs
-from components.revision import HubRevision, HubRevisionArgs
-from components.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
-from components.services import ProjectServices, ProjectServicesArgs, apis_for
-from components.staging import MACHINE_TYPE as STAGING_MACHINE_TYPE
-from components.staging import (
-    CheckpointStaging,
-    CheckpointStagingArgs,
-    proof_readback_seconds,
-    staging_addresses,
-    staging_model,
-    staging_pods,
-)
-from components.storage import CheckpointBucket, CheckpointBucketArgs
-from components.weights import WeightStaging, WeightStagingArgs
+from components.cloud.services import ProjectServices, ProjectServicesArgs, apis_for
+from components.config import StackConfig
+from components.facts import catalog, contract, machines, prices
+from components.observe.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
+from components.observe.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
+from components.plan import capacity, cost, images, kvblocks, limits, loading
+from components.plan.loading import MIB
+from components.plan.naming import label_value, resource_labels
+from components.plan.staging import MACHINE_TYPE as STAGING_MACHINE_TYPE
+from components.plan.staging import proof_readback_seconds, staging_addresses, staging_model, staging_pods
+from components.platform.namespace import Platform, PlatformArgs
+from components.platform.netpol import NetworkPolicies, NetworkPoliciesArgs
+from components.router.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
+from components.serving import benchmark, modelservers
+from components.weights.bucket import CheckpointBucket, CheckpointBucketArgs
+from components.weights.geometry import CheckpointGeometry, CheckpointGeometryArgs
+from components.weights.revision import HubRevision, HubRevisionArgs
+from components.weights.staging import CheckpointStaging, CheckpointStagingArgs
+from components.weights.volume import WeightStaging, WeightStagingArgs
 
 
 @dataclass
@@ -149,7 +132,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     revision = cfg.model.revision or HubRevision("model-revision", HubRevisionArgs(
         repo_id=cfg.model.repoId, token=hf_token)).revision
     # Before any accelerator: the revision's config.json must match the geometry the plan was computed with and
-    # name an architecture the pinned engine registers (components/geometry.py).
+    # name an architecture the pinned engine registers (components/weights/geometry.py).
     geometry = CheckpointGeometry("model-geometry", CheckpointGeometryArgs(
         repo_id=cfg.model.repoId, revision=revision, token=hf_token, config=cfg))
     # Hugging Face -> bucket on the staging pool, one pod per node, each leaving from its own NAT address: it waits
@@ -301,7 +284,7 @@ def summary(cfg: StackConfig) -> list[str]:
 
 
 def tpu_memory_lines(cfg: StackConfig) -> list[str]:
-    """What a TPU engine host keeps in memory (components/modelservers.py TpuHostMemory) against the node's
+    """What a TPU engine host keeps in memory (components/serving/modelservers.py TpuHostMemory) against the node's
     allocatable: the pod requests and limits exactly that, with /dev/shm at its term."""
     if cfg.track != "tpu" or cfg.tpu.engine != "vllm-torchtpu":
         return []
@@ -316,11 +299,11 @@ def tpu_memory_lines(cfg: StackConfig) -> list[str]:
 
 
 def engine_image_lines(cfg: StackConfig) -> list[str]:
-    """The TPU engine image the stack builds (components/engineimage.py) and what its size costs each start."""
+    """The TPU engine image the stack builds (components/serving/engineimage.py) and what its size costs each start."""
     built = loading.engine_image(cfg)
     if built is None:
         return []
-    from components import engineimage
+    from components.serving import engineimage
 
     return [f"engine image: built by Cloud Build at the first up from components/locks/vllm-torchtpu.txt (sha256 "
             f"{engineimage.lock_sha256()[:12]}, {built.wheel_bytes / 1e9:.2f} GB of wheels, CPU torch, no nvidia-* or "
@@ -339,7 +322,7 @@ def staging_line(cfg: StackConfig) -> str:
             f"aggregate {model.aggregate_mbps / 1000:.2f} GB/s (limited by {model.limit}; pod rate "
             f"{model.pod_mbps:.0f} MB/s = {model.sources['pod rate']}); when the bucket already holds the revision "
             f"nothing comes from the Hub, but the pods read their shares back to prove them: about "
-            f"{proof_readback_seconds(cfg) / 60:.1f} min (components/staging.py proof_readback_seconds)")
+            f"{proof_readback_seconds(cfg) / 60:.1f} min (components/plan/staging.py proof_readback_seconds)")
 
 
 def replicas(cfg: StackConfig) -> int:
@@ -458,7 +441,7 @@ def capacity_lines(c: capacity.ServingCapacity) -> list[str]:
         f"engine-effective KV block: {r.block_tokens} tokens ({r.engine}, asked {r.requested_tokens}): {r.steps[-1]}",
         f"per device: weights {w.total / gb:.1f} GB held (TP {w.tensor_parallel}, EP {w.expert_parallel}: non-expert "
         f"{w.dense / gb:.1f} + routed experts {w.experts / gb:.1f} + their scales {w.scales / gb:.1f}; "
-        "components/capacity.py weights_held_per_device), non-weight "
+        "components/plan/capacity.py weights_held_per_device), non-weight "
         f"{c.non_weight_bytes_per_device / gb:.1f} GB (capacity.non_weight_bytes), HBM left for KV "
         f"{c.kv_pool_bytes_per_device / gb:.1f} GB of {c.usable_bytes_per_device / gb:.1f} GB usable "
         f"({c.hbm_bytes_per_device / gb:.1f} GB)",
@@ -478,7 +461,7 @@ def capacity_lines(c: capacity.ServingCapacity) -> list[str]:
 
 def engine_limit_lines(cfg: StackConfig) -> list[str]:
     """The engine settings that follow the KV pool: the context, how many requests an engine runs at once and the
-    decode CUDA graphs, and what the engine admits at the served context (components/capacity.py)."""
+    decode CUDA graphs, and what the engine admits at the served context (components/plan/capacity.py)."""
     groups = capacity.kv_cache_groups(cfg).groups
     head = (f"engine limits at --max-model-len {cfg.context_length:,} (capacity.max_running_requests, "
             f"sequences_that_fit; a running request holds a block in each of the {groups} KV cache groups)")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pulumi
 
-from components import contract, images, limits
+from components.cloud.nodepools import GpuRacks, GpuRacksArgs
 from components.config import StackConfig
-from components.dra import GpuDevices, GpuDevicesArgs
-from components.modelservers import VllmDisaggregatedSet, VllmDisaggregatedSetArgs, gpu_placement
-from components.nodepools import GpuRacks, GpuRacksArgs
-from components.prepull import ImagePrepull, ImagePrepullArgs
+from components.facts import contract
+from components.plan import images, limits
+from components.platform.dra import GpuDevices, GpuDevicesArgs
+from components.serving.modelservers import VllmDisaggregatedSet, VllmDisaggregatedSetArgs, gpu_placement
+from components.serving.prepull import ImagePrepull, ImagePrepullArgs
 
 from .base import add_benchmark, add_calibration, build_foundation, export_node_pools
 

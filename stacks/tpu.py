@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import pulumi
 
-from components import images
+from components.cloud.nodepools import TpuSlices, TpuSlicesArgs
 from components.config import StackConfig
-from components.engineimage import EngineImage, EngineImageArgs
-from components.modelservers import (
+from components.plan import images
+from components.plan.naming import resource_labels
+from components.serving.engineimage import EngineImage, EngineImageArgs
+from components.serving.modelservers import (
     TpuLeaderWorkerSet,
     TpuLeaderWorkerSetArgs,
     tpu_engine_image,
     tpu_placement,
     tpu_set_name,
 )
-from components.naming import resource_labels
-from components.nodepools import TpuSlices, TpuSlicesArgs
-from components.prepull import ImagePrepull, ImagePrepullArgs
+from components.serving.prepull import ImagePrepull, ImagePrepullArgs
 
 from .base import add_benchmark, add_calibration, build_foundation, export_node_pools
 

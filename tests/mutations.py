@@ -1,6 +1,6 @@
 """Unsafe mutations of a real plan, generated field by field: for every resource of the plan, each security-relevant
 field its schema has is flipped to an unsafe value (and unsafe resources are added or removed), one mutant per flip.
-The policy pack must refuse every mutant (tests/test_policy.py).
+The policy pack must refuse every mutant (tests/policy/test_policy.py).
 
 The generator knows the Kubernetes and Google Cloud schemas (which fields exist and which values are unsafe), not the
 pack: it walks every pod spec of every workload kind, every container, port, mount and script, every Service,
@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from components import images, versions
+from components.facts import versions
+from components.plan import images
 
 Resource = dict[str, Any]
 Change = Callable[[dict[str, Any]], None]
@@ -237,8 +238,8 @@ def _container_mutants(index: int, where: str, path: tuple[Any, ...], container:
 
 def _runs_as_root(container: dict[str, Any]) -> bool:
     """Already root: privileged (which is more than root) or an engine image that runs as root
-    (components/hardening.py ROOT_IMAGES, by container name): making it root again changes nothing."""
-    from components import hardening
+    (components/platform/hardening.py ROOT_IMAGES, by container name): making it root again changes nothing."""
+    from components.platform import hardening
 
     context = container.get("securityContext") or {}
     return context.get("privileged") is True or context.get("runAsUser") == 0 or container["name"] in (

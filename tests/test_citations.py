@@ -27,7 +27,7 @@ def test_pattern_catches_each_form():
     for cited in ("(gke.md §6)", "see engines.md", "llm-d.md §3.1", "shared/crds/x.yaml", "model.md analogs",
                   "../shared/reference/pulumi.md", "seed-blog-post.txt"):
         assert UNOPENABLE.search(cited), cited
-    for fine in ("docs/weights.md", "https://llm-d.ai/docs", "README.md", "components/catalog.py"):
+    for fine in ("docs/weights.md", "https://llm-d.ai/docs", "README.md", "components/facts/catalog.py"):
         assert not UNOPENABLE.search(fine), fine
 
 

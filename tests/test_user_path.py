@@ -47,7 +47,8 @@ ROLE_FOR_TYPE = {
     "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember": "roles/artifactregistry.admin",
 }
 OTHER_ROLES = {
-    # Not a gcp: resource, but `pulumi up` still runs it: the TPU engine image's build (components/engineimage.py).
+    # Not a gcp: resource, but `pulumi up` still runs it: the TPU engine image's build
+    # (components/serving/engineimage.py).
     "command:local:Command": "roles/cloudbuild.builds.editor",
 }
 

@@ -79,11 +79,11 @@ def write_model_config(cfg, path: Path) -> Path:
 
 
 def vllm_config_for(cfg, tmp_path, role: str = "prefill"):
-    """A VllmConfig of the stack's GPU flags (components/engines.py vllm_command) over write_model_config's
+    """A VllmConfig of the stack's GPU flags (components/plan/engines.py vllm_command) over write_model_config's
     config.json."""
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, VllmConfig
 
-    from components import contract
+    from components.facts import contract
 
     m, g = cfg.model, cfg.gpu
     write_model_config(cfg, tmp_path)
@@ -98,7 +98,8 @@ def vllm_config_for(cfg, tmp_path, role: str = "prefill"):
                                        data_parallel_size=nodes * g.data_parallel_local,
                                        enable_expert_parallel=True),
         device_config=DeviceConfig(device="cuda"))
-    # `--enable-hybrid-kv-cache-manager` (components/versions.py VLLM.hybrid_kv_flag): VllmConfig turns the manager off
+    # `--enable-hybrid-kv-cache-manager` (components/facts/versions.py VLLM.hybrid_kv_flag): VllmConfig turns the
+    # manager off
     # when the platform reports no hybrid KV cache support (vllm/config/vllm.py, `support_hybrid_kv_cache`), which the
     # CUDA platform does and the CPU-only placeholder platform here does not: the one device answer supplied.
     config.scheduler_config.disable_hybrid_kv_cache_manager = False

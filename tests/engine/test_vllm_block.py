@@ -1,9 +1,10 @@
 """The GPU block from vLLM 0.33.0's released Platform._align_hybrid_block_size itself (vllm/platforms/interface.py),
-on a VllmConfig of the stack's flags, against components/kvblocks.py gpu_rule."""
+on a VllmConfig of the stack's flags, against components/plan/kvblocks.py gpu_rule."""
 
 from __future__ import annotations
 
-from components import contract, kvblocks
+from components.facts import contract
+from components.plan import kvblocks
 from tests.engine.conftest import stand_in_for_flashinfer, vllm_config_for
 from tests.engine_support import record
 

@@ -1,5 +1,6 @@
 """vLLM 0.33.0's own functions on the GPU stack's values, against what the plan computes at plan time
-(components/kvblocks.py, components/loading.py): the restatements the plan needs, proven equal to the engine."""
+(components/plan/kvblocks.py, components/plan/loading.py): the restatements the plan needs, proven equal to the
+engine."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 import pytest
 import torch
 
-from components import engines, kvblocks, loading
+from components.plan import engines, kvblocks, loading
 from tests.engine_support import record
 
 KV_TORCH_DTYPE = {"fp8": torch.float8_e4m3fn, "bf16": torch.bfloat16}
@@ -145,7 +146,7 @@ def test_shared_experts_held_per_tp_rank_are_the_models(gpu_cfg, tp, monkeypatch
     import vllm.models.kimi_k3.nvidia.model as model
     from vllm.config import DeviceConfig, KernelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
 
-    from components import capacity
+    from components.plan import capacity
     from tests.engine.conftest import stack_config
 
     cfg = stack_config("gpu", **{"gpu.tensorParallel": str(tp)})

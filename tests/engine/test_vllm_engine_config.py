@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from components import engines
+from components.plan import engines
 from tests.engine.conftest import stack_config, write_model_config
 
 GB300_BYTES = 288 * 10**9

@@ -1,5 +1,6 @@
 """The GPU engine's KV pool from vLLM 0.33.0's own KV-cache planning, fed the plan's bytes per device, against
-components/capacity.py: blocks per engine, blocks one full-context request holds, and the requests the engine admits.
+components/plan/capacity.py: blocks per engine, blocks one full-context request holds, and the requests the engine
+admits.
 
 The path is the engine core's (vllm/v1/engine/core.py `_initialize_kv_caches`): each layer's `get_kv_cache_spec`,
 `resolve_kv_cache_layout`, `get_global_kv_cache_groups`, `get_kv_cache_configs`, then the capacity it logs
@@ -15,7 +16,7 @@ import math
 
 import pytest
 
-from components import capacity, kvblocks
+from components.plan import capacity, kvblocks
 from tests.engine.conftest import kimi_k3_layer_kinds, stack_config, stand_in_for_flashinfer, vllm_config_for
 
 GB300 = (10, 3)
@@ -158,7 +159,7 @@ def test_max_num_seqs_is_what_the_engines_block_manager_admits(gpu_cfg, tmp_path
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.request import Request
 
-    from components import engines
+    from components.plan import engines
 
     config, _, plan = _engine_pool(gpu_cfg, tmp_path, monkeypatch, role)
     block = kvblocks.gpu_rule(gpu_cfg).block_tokens
@@ -186,7 +187,7 @@ def test_the_host_tier_is_the_engines(tmp_path, monkeypatch, changes):
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import build_offloading_config
     from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
-    from components import engines
+    from components.plan import engines
 
     cfg = stack_config("gpu", **changes)
     config, _, plan = _engine_pool(cfg, tmp_path, monkeypatch)
@@ -214,7 +215,7 @@ def test_full_cuda_graphs_accept_max_num_seqs_on_the_engines_blocks(gpu_cfg, tmp
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from vllm.v1.kv_cache_interface import MambaSpec
 
-    from components import engines
+    from components.plan import engines
 
     config, _, _ = _engine_pool(gpu_cfg, tmp_path, monkeypatch, role)
     vllm_config = ENGINES[id(config)]

@@ -1,14 +1,14 @@
 """vLLM 0.33.0's MTP drafter configuration on Kimi K3's config class, run: where the MTP layer count comes from
 (SpeculativeConfig.hf_config_override, vllm/config/speculative.py) and what a checkpoint without it gives (0, the
-KimiLinearConfig default), against the plan's reading of config.json (components/geometry.py) and its refusal
-(components/engines.py check_mtp)."""
+KimiLinearConfig default), against the plan's reading of config.json (components/weights/geometry.py) and its refusal
+(components/plan/engines.py check_mtp)."""
 
 from __future__ import annotations
 
 import pytest
 
-from components import engines
 from components.config import ConfigError
+from components.plan import engines
 from tests.engine.conftest import stack_config
 from tests.engine_facts import MTP_READINGS
 

@@ -1,5 +1,5 @@
-"""vLLM 0.33.0's own port rules against the ports each GPU pod declares (components/contract.py): the pod's script
-(components/engines.py vllm_command preamble, run here by bash with LWS's worker index) lowers each base by its
+"""vLLM 0.33.0's own port rules against the ports each GPU pod declares (components/facts/contract.py): the pod's script
+(components/plan/engines.py vllm_command preamble, run here by bash with LWS's worker index) lowers each base by its
 start rank, and the engine adds its global DP rank back."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from components import contract, engines
+from components.facts import contract
+from components.plan import engines
 
 
 def _pod_ports(cfg, worker_index: int) -> dict[str, int]:

@@ -1,10 +1,10 @@
 """vLLM 0.33.0's own API-router registration against the flags the GPU prefill engines get: the router's token
-producer calls `/v1/completions/render` and `/v1/chat/completions/render` on them (components/router.py
+producer calls `/v1/completions/render` and `/v1/chat/completions/render` on them (components/router/router.py
 token_producer), which `vllm serve` serves only with `--enable-scale-out`."""
 
 from __future__ import annotations
 
-from components import engines
+from components.plan import engines
 
 RENDER_PATHS = {"/v1/completions/render", "/v1/chat/completions/render"}
 

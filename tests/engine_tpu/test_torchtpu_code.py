@@ -1,5 +1,6 @@
 """vLLM-TorchTPU 0.29.0's own functions on the TPU stack's values, against what the plan computes at plan time
-(components/loading.py, components/engines.py): the expert-weight filter and byte-range prefetch that decide what each
+(components/plan/loading.py, components/plan/engines.py): the expert-weight filter and byte-range prefetch that
+decide what each
 TPU rank reads and keeps, and the Raiden offloading spec reading the `kv_connector_extra_config` the pods pass."""
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from components import engines, kvblocks, loading
-from components.versions import VLLM_TORCHTPU
+from components.facts.versions import VLLM_TORCHTPU
+from components.plan import engines, kvblocks, loading
 from tests.engine_support import ROOT, record
 
 LOCK = ROOT / "components" / "locks" / "vllm-torchtpu.txt"
@@ -58,7 +59,7 @@ def test_the_tier_runs_the_pinned_release_from_the_pods_lock():
 EXPERT_TENSORS = {
     # (projection, suffix) -> bytes: the released checkpoint's MXFP4 experts under their compressed-tensors names
     # (vllm_torchtpu/model_loader_patches.py module docstring: `.weight_packed` / `.weight_scale`), two 4-bit codes
-    # per byte, one E8M0 scale byte per 32 values (components/loading.py KIMI_K3_TENSORS).
+    # per byte, one E8M0 scale byte per 32 values (components/plan/loading.py KIMI_K3_TENSORS).
     ("w1", "weight_packed"): 3072 * 1792, ("w3", "weight_packed"): 3072 * 1792, ("w2", "weight_packed"): 3584 * 1536,
     ("w1", "weight_scale"): 3072 * 112, ("w3", "weight_scale"): 3072 * 112, ("w2", "weight_scale"): 3584 * 96,
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from components import engines
+from components.plan import engines
 
 VALUES = {engines.LEADER_IP: "10.0.0.1", engines.WORKER_INDEX: "1"}
 

@@ -32,7 +32,7 @@ from typing import Any, Protocol, TextIO
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from components import catalog, contract  # noqa: E402
+from components.facts import catalog, contract  # noqa: E402
 from tools import deprecated, prog  # noqa: E402
 
 OUTPUTS_TIMEOUT_S = 120

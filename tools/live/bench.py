@@ -51,7 +51,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from components.naming import label_value
+from components.plan.naming import label_value
 from tools import deprecated, prog
 from tools.live.bench_steps import Steps, measured_output_tokens_per_second
 from tools.live.bench_teardown import Teardown
@@ -349,6 +349,12 @@ class Driver(Steps, Teardown):
         mine = Claim(self.run_id, self.opts.stack, claim_deadline(self.deps.now(), self.opts.claim_lease),
                      socket.gethostname())
         held = store.create(mine)
+        if held is not None and held.unreadable:
+            return self._refuse(
+                f"stack {self.opts.stack} has a claim that cannot be read ({held.unreadable}; "
+                f"{store.where(self.opts.stack)})",
+                "it may be a live run's, so nothing reaps it; if no run holds the stack, remove it with "
+                f"`{store.release_command(self.opts.stack)}`")
         if held is not None:
             return self._refuse(
                 f"stack {self.opts.stack} is claimed by benchmark run {held.run} until {held.deadline} "

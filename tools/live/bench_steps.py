@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from components import contract
+from components.facts import contract
 from tools import prog
 from tools.live.cloud import SERVING_SELECTOR
 from tools.live.core import StepError, Watch, run_bounded
@@ -179,7 +179,7 @@ class Steps:
             self.out("cost per million output tokens: unknown (no hourly estimate or no output throughput found)")
             return
         partial = "" if self.outputs.get("hourlyCostComplete") else " (prices incomplete: set kimi-k3-1:cost.*)"
-        from components.cost import cost_per_million_tokens  # noqa: PLC0415 - components.cost imports pulumi (0.3 s)
+        from components.plan.cost import cost_per_million_tokens  # noqa: PLC0415 - components.plan.cost imports pulumi (0.3 s)
 
         self.out(f"cost per million output tokens: ${cost_per_million_tokens(float(hourly), tps):,.2f} "
                  f"at {tps:,.0f} output tokens/s and ${float(hourly):,.2f}/h{partial}")
@@ -203,7 +203,7 @@ class Steps:
 
     def _engine_args(self) -> list[str]:
         """A user-supplied SGLang-TorchTPU build exports SGLang's metrics, the default vLLM-TorchTPU vLLM's
-        (components/metrics.py)."""
+        (components/facts/metrics.py)."""
         if any(a == "--engine" or a.startswith("--engine=") for a in self.opts.smoke_args):
             return []
         if self.track == "tpu" and self._config(TPU_ENGINE_KEY) == "sglang-torchtpu":
@@ -303,7 +303,7 @@ SLICE_REQUEST_COUNTERS = {
     "gpu": ("vllm:request_success_total",),
     "tpu": ("vllm:request_success_total", "sglang:num_requests_total"),
 }
-"""Requests an engine finished (components/metrics.py); the first a pod exports counts (TPU: vLLM-TorchTPU or
+"""Requests an engine finished (components/facts/metrics.py); the first a pod exports counts (TPU: vLLM-TorchTPU or
 SGLang)."""
 
 

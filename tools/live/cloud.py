@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
-from components import contract
+from components.facts import contract
 from tools.live.core import Deadline, OnOutput, StepError, print_line, run_command, tail
 
 SERVING_SELECTOR = ",".join(f"{k}={v}" for k, v in contract.SERVING_LABELS.items())

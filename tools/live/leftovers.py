@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from components import catalog
-from components.naming import label_value
+from components.facts import catalog
+from components.plan.naming import label_value
 from tools import prog
 from tools.live.core import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StepError, run_command, tail
 
@@ -71,7 +71,7 @@ def leftover_commands(stack_label: str, project: str | None = None,
                          f"--filter=resourceLabels.pulumi-stack={stack_label}", "--format=value(name,location,status)",
                          *proj]),
         ("bucket", ["gcloud", "storage", "buckets", "list", f"--filter={by_label}", "--format=value(name)", *proj]),
-        # The TPU engine image's repository (components/engineimage.py), in any location
+        # The TPU engine image's repository (components/serving/engineimage.py), in any location
         # (https://cloud.google.com/sdk/gcloud/reference/artifacts/repositories/list: --location=all).
         ("Artifact Registry repository", ["gcloud", "artifacts", "repositories", "list", "--location=all",
                                           f"--filter={by_label}", "--format=value(name)", *proj]),

@@ -1,6 +1,6 @@
 """Know before you spend: ask Google Cloud and the Hugging Face Hub, read-only, whether this stack can come up,
 then print what it costs per hour, how long it takes to serve, and what a failed `pulumi up` would have cost at
-the step it would have failed. One line per check (components/preflight.py has the checks and their endpoints).
+the step it would have failed. One line per check (components/checks/preflight.py has the checks and their endpoints).
 
 Credentials: GOOGLE_OAUTH_ACCESS_TOKEN, else Application Default Credentials (`gcloud auth application-default
 login`); the Hub token from HF_TOKEN (e.g. `export HF_TOKEN=$(pulumi config get hfToken -s gpu)`).
@@ -18,8 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from components import cost, preflight, prices, timeline
+from components.checks import preflight
 from components.config import PROJECT, ConfigError, StackConfig, parse_config
+from components.facts import prices
+from components.plan import cost, timeline
 from tools import prog
 from tools.live.core import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
@@ -46,7 +48,7 @@ def plan_resources(stack_file: Path, plan: Optional[Path]) -> list[dict[str, Any
 
 def failed_up_cost(cfg: StackConfig, resources: list[dict[str, Any]], step: str) -> Optional[str]:
     """Where `pulumi up` would have stopped for a failed check, and what it had spent by then: every node pool and
-    the cluster that finished before that resource's step ends, billed from their finish (components/timeline.py
+    the cluster that finished before that resource's step ends, billed from their finish (components/plan/timeline.py
     durations)."""
     def duration(r: dict[str, Any], start: float, finish: dict[str, float]) -> float:
         return timeline.step(cfg, r).seconds

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from components import catalog
+from components.facts import catalog
 from tools.live.claims import ClaimStore, TagClaims, store_for
 from tools.live.core import OnOutput
 

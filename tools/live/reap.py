@@ -5,21 +5,26 @@ of stacks (the claims say which), and reports what is left through `leftovers`, 
     python -m tools reap [--work-dir .] [--dry-run] [--destroy-timeout 5400]
 
 The claims live beside the state (tools/live/claims.py). Before destroying, the reaper takes the claim over
-with the same compare-and-set (a driver that renewed meanwhile keeps its stack), and it removes the claim
-only after the destroy finished and the leftover listing was complete; otherwise the claim stays and the next
-pass tries again. Exit: 0 nothing expired or every expired stack destroyed with nothing left; 1 otherwise.
+under a run id of its own with the same compare-and-set (a driver that renewed meanwhile keeps its stack; a
+driver that wakes up later can neither renew nor remove the reaper's claim), and it removes the claim only
+after the destroy finished and the leftover listing was complete; otherwise the claim stays, expires after
+--destroy-timeout, and the next pass tries again. A claim it cannot read is never taken for expired: it is named
+and left alone. Exit: 0 nothing expired or every expired stack destroyed with nothing left; 1 otherwise (an
+unreadable claim included); 2 the claims could not be listed (no Pulumi CLI, no backend).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from components.naming import label_value
+from components.plan.naming import label_value
 from tools import prog
 from tools.live.claims import Claim, ClaimStore, TagClaims, deadline, store_for
 from tools.live.core import bounded_number, tail
@@ -52,33 +57,53 @@ def _store(work_dir: Path) -> tuple[ClaimStore | None, Any]:
     return store_for(workspace.who_am_i().url, PROJECT), workspace
 
 
-def expired_claims(work_dir: Path, now: datetime) -> list[tuple[ClaimStore, Claim]]:
+def all_claims(work_dir: Path) -> list[tuple[ClaimStore, Claim]]:
     store, workspace = _store(work_dir)
     if store is not None:
-        return [(store, claim) for claim in store.all() if claim.expired(now)]
-    found = []
+        return [(store, claim) for claim in store.all()]
+    found: list[tuple[ClaimStore, Claim]] = []
     for summary in workspace.list_stacks():  # Pulumi Cloud: the claim is each stack's tags
         backend = AutomationBackend(work_dir)
         backend.select_or_create(summary.name)
         tags = TagClaims(backend.get_tag, backend.set_tag, summary.name, PROJECT, str(work_dir.resolve()))
-        found += [(tags, claim) for claim in tags.all() if claim.expired(now)]
+        found += [(tags, claim) for claim in tags.all()]
     return found
 
 
+def expired_claims(work_dir: Path, now: datetime) -> list[tuple[ClaimStore, Claim]]:
+    return [(store, claim) for store, claim in all_claims(work_dir) if claim.expired(now)]
+
+
 def reap(work_dir: Path, out: Callable[[str], None] = print, dry_run: bool = False,
-         destroy_timeout: float = 5400.0, billing: Any = None, now: Callable[[], datetime] = lambda: datetime.now(UTC)
-         ) -> int:
-    expired = expired_claims(work_dir, now())
+         destroy_timeout: float = 5400.0, billing: Any = None, now: Callable[[], datetime] = lambda: datetime.now(UTC),
+         claims: Callable[[Path], list[tuple[ClaimStore, Claim]]] = all_claims) -> int:
+    try:
+        found = claims(work_dir)
+    except Exception as err:  # noqa: BLE001 - no Pulumi CLI, no backend, no access: one line
+        out(f"reap: FAILED to list the benchmark claims of {work_dir}: {_reason(err)}")
+        return 2
+    unreadable = [(store, claim) for store, claim in found if claim.unreadable]
+    for store, claim in unreadable:
+        out(f"==> stack {claim.stack}: its claim cannot be read ({claim.unreadable}; {store.where(claim.stack)}): "
+            "not reaped, since it may be a live run's. If no run holds the stack, remove it with "
+            f"`{store.release_command(claim.stack)}`; the next pass then leaves the stack alone too")
+    expired = [(store, claim) for store, claim in found if claim.expired(now())]
     if not expired:
         out("reap: no benchmark stack is past its claim's deadline")
-        return 0
-    failed = 0
+        return 1 if unreadable else 0
+    failed = len(unreadable)
+    reaper = f"reaper-{uuid.uuid4().hex[:12]}"
     for store, claim in expired:
         where = store.where(claim.stack)
         out(f"==> stack {claim.stack}: claim of run {claim.run} expired at {claim.deadline} ({where})")
         if dry_run:
             continue
-        held = store.renew(claim, deadline(now(), destroy_timeout))  # take it over, or leave a renewed one alone
+        try:  # take it over under the reaper's own run id, or leave a renewed one alone
+            held = store.take_over(claim, reaper, deadline(now(), destroy_timeout))
+        except Exception as err:  # noqa: BLE001 - one line; the next pass tries again
+            out(f"    could not take the claim over: {_reason(err)}; left alone")
+            failed += 1
+            continue
         if held is None:
             out("    the claim changed meanwhile (its driver renewed it, or another reaper took it): left alone")
             continue
@@ -86,9 +111,22 @@ def reap(work_dir: Path, out: Callable[[str], None] = print, dry_run: bool = Fal
             failed += 1
             out(f"    the claim stays ({where}); the next pass tries again")
             continue
-        store.remove(held)
-        out(f"    destroyed, nothing billable left; released the claim of run {claim.run}")
+        try:
+            released = store.remove(held)
+        except Exception as err:  # noqa: BLE001 - the stack is gone; the claim expires and the next pass finds nothing
+            released, why = False, _reason(err)
+        else:
+            why = "it changed meanwhile"
+        out("    destroyed, nothing billable left; " + (f"released the claim of run {claim.run}" if released else
+            f"could not release the claim ({why}): remove it with `{store.release_command(claim.stack)}`"))
     return 1 if failed else 0
+
+
+def _reason(err: BaseException) -> str:
+    """One line for an error of the Pulumi CLI, the Automation API or a store."""
+    if isinstance(err, OSError) and err.filename:
+        return f"{err.strerror or type(err).__name__}: {err.filename}"
+    return tail(" ".join(str(err).split()) or type(err).__name__, 1)[:300]
 
 
 def _destroy_and_list(work_dir: Path, stack: str, out: Callable[[str], None], billing: Any) -> bool:
@@ -126,6 +164,10 @@ def _destroy_and_list(work_dir: Path, stack: str, out: Callable[[str], None], bi
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if shutil.which("pulumi") is None:
+        print("reap: FAILED: the Pulumi CLI is not on PATH; the claims and stacks are read through it "
+              "(install it: https://www.pulumi.com/docs/iac/download-install/)")
+        return 2
     return reap(args.work_dir, dry_run=args.dry_run, destroy_timeout=args.destroy_timeout)
 
 

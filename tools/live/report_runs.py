@@ -106,7 +106,7 @@ class Run:
         tps = self.throughput("output_tokens_per_sec")
         if not self.hourly_usd or not tps:
             return None
-        from components.cost import cost_per_million_tokens  # noqa: PLC0415 - components.cost imports pulumi (0.3 s)
+        from components.plan.cost import cost_per_million_tokens  # noqa: PLC0415 - components.plan.cost imports pulumi (0.3 s)
 
         return cost_per_million_tokens(self.hourly_usd, tps)
 

@@ -14,7 +14,7 @@ Steps:
 3. metrics: scrape again (polling until the checks pass or the metrics wait runs out) and compare with the
    baseline: prefix-cache hits in HBM and in host DRAM, and on GPU that the router took prefill -> decode
    decisions and the decode engine received KV. `METRIC_CHECKS` says which; the names and their sources
-   are in components/metrics.py. A metric the engine is known not to export is a SKIP with the reason.
+   are in components/facts/metrics.py. A metric the engine is known not to export is a SKIP with the reason.
 
 Metrics URLs are tagged with the role of what they scrape: `prefill=`, `decode=`, `router=` or `engine=`
 (an untagged URL is `engine`). Counters are summed over label sets and over every URL of the check's roles.
@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from components import catalog, contract
+from components.facts import catalog, contract
 from tools import deprecated, prog
 from tools.live.core import Deadline, bounded_number
 from tools.live.smoke_http import (

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from components import metrics
+from components.facts import metrics
 
 TRACKS = ("gpu", "tpu")
 ROLES = ("engine", "prefill", "decode", "router")
@@ -47,7 +47,7 @@ class MetricCheck:
     cumulative_ok: bool = False  # a non-zero total since start also passes, unless --strict
 
 
-# Every metric name below comes from components/metrics.py (`require` fails at import for an unlisted name),
+# Every metric name below comes from components/facts/metrics.py (`require` fails at import for an unlisted name),
 # where each one is checked against the pinned engine release with its source. Candidates are tried in order:
 # the first with a matching series is used. Reading GPU prefill connector hits as "host DRAM" is an inference:
 # prefill pods receive no NIXL KV in llm-d P/D, so their connector loads come from the OffloadingConnector.
@@ -69,19 +69,19 @@ METRIC_CHECKS: dict[str, dict[str, MetricCheck]] = {
             what="prefill engines finished requests",
             roles=("prefill",),
             candidates=(_vllm("vllm:request_success_total"),),
-            source="llm-d P/D guide verify step (prefill port 8000); components/metrics.py",
+            source="llm-d P/D guide verify step (prefill port 8000); components/facts/metrics.py",
         ),
         "hbm-prefix-hits": MetricCheck(
             what="prefix-cache hits in HBM (vLLM local prefix cache)",
             roles=("prefill", "decode", "engine"),
             candidates=(_vllm("vllm:prefix_cache_hits_total"),),
-            source="components/metrics.py",
+            source="components/facts/metrics.py",
         ),
         "host-dram-prefix-hits": MetricCheck(
             what="prefix-cache hits served from host DRAM (OffloadingConnector loads on prefill)",
             roles=("prefill",),
             candidates=(_vllm("vllm:kv_offload_load_bytes_total"), _vllm("vllm:external_prefix_cache_hits_total")),
-            source="components/metrics.py; prefill-side connector hits as host DRAM is INFERRED (see above)",
+            source="components/facts/metrics.py; prefill-side connector hits as host DRAM is INFERRED (see above)",
             cumulative_ok=True,
         ),
         "pd-router-decisions": MetricCheck(
@@ -89,13 +89,14 @@ METRIC_CHECKS: dict[str, dict[str, MetricCheck]] = {
             roles=("router",),
             candidates=(Selector(metrics.require("llm_d_epp_disagg_decision_total", "epp"),
                                  labels=(("decision_type", "prefill-decode"),)),),
-            source="llm-d P/D guide verify step (EPP port 9090); components/metrics.py",
+            source="llm-d P/D guide verify step (EPP port 9090); components/facts/metrics.py",
         ),
         "pd-kv-transfer": MetricCheck(
             what="decode engine received the prompt's KV from prefill (NIXL)",
             roles=("decode",),
             candidates=(_vllm("vllm:external_prefix_cache_hits_total"),),
-            source="llm-d P/D guide verify step (decode port 8200, about the prompt length); components/metrics.py",
+            source="llm-d P/D guide verify step (decode port 8200, about the prompt length); "
+                   "components/facts/metrics.py",
         ),
     },
     "tpu": {
@@ -103,7 +104,7 @@ METRIC_CHECKS: dict[str, dict[str, MetricCheck]] = {
             what="TPU engines finished requests",
             roles=("engine", "prefill", "decode"),
             candidates=(_tpu_vllm("vllm:request_success_total"), _sglang("sglang:num_requests_total")),
-            source="components/metrics.py",
+            source="components/facts/metrics.py",
         ),
         "hbm-prefix-hits": MetricCheck(
             what="prefix-cache hits in HBM",
@@ -114,7 +115,7 @@ METRIC_CHECKS: dict[str, dict[str, MetricCheck]] = {
                 # SGLang labels the hits `total` when the scheduler sent no device/host breakdown.
                 _sglang("sglang:cached_tokens_total", cache_source="total"),
             ),
-            source="components/metrics.py",
+            source="components/facts/metrics.py",
         ),
         "host-dram-prefix-hits": MetricCheck(
             what="prefix-cache hits served from host DRAM (TPURaidenOffloadingConnector; SGLang HiCache)",
@@ -125,7 +126,7 @@ METRIC_CHECKS: dict[str, dict[str, MetricCheck]] = {
                 _sglang("sglang:cached_tokens_total", cache_source="host"),
                 _sglang("sglang:load_back_tokens_total"),
             ),
-            source="components/metrics.py",
+            source="components/facts/metrics.py",
             cumulative_ok=True,
         ),
     },
@@ -276,7 +277,7 @@ class Outcome:
 def evaluate_metric_check(name: str, check: MetricCheck, targets: Sequence[MetricsTarget], before: Snapshot,
                           after: Snapshot, strict: bool = False, engine: str | None = None) -> Outcome:
     """Compare one counter between two scrapes of the check's roles (pure). A metric the serving `engine`
-    is known not to export (components/metrics.py GAPS) is a SKIP with the reason, not a FAIL forever."""
+    is known not to export (components/facts/metrics.py GAPS) is a SKIP with the reason, not a FAIL forever."""
     roles = "/".join(check.roles)
     indexes = [i for i, target in enumerate(targets) if target.role in check.roles]
     if not indexes:
@@ -308,7 +309,7 @@ def evaluate_metric_check(name: str, check: MetricCheck, targets: Sequence[Metri
     missing = metrics.gap(name, engine) if engine else None
     if missing:
         return Outcome(name, "SKIP", f"{engine} exports no equivalent of {names} ({missing.reason}; "
-                                     "components/metrics.py GAPS)")
+                                     "components/facts/metrics.py GAPS)")
     return Outcome(name, "FAIL", f"metric missing: none of {names} found at {where}")
 
 

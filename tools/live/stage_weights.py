@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.")
     if not os.environ.get(OTEL_TRACES):
         os.environ.setdefault(NO_BUCKET_METADATA, "true")
-    from tools.staging import StagingError
-    from tools.staging.copy import stage
+    from components.weights.copier import StagingError
+    from components.weights.copier.copy import stage
 
     def log(line: str) -> None:
         print(f"stage: {line}", flush=True)

@@ -8,7 +8,8 @@ pods and router configs, flattened to `key -> value`, held against the tables th
 
 A row is `| setting | ours | upstream | verdict |`; the verdict starts with `same`, `adopted`, `differs`,
 `ours only` or `upstream only` and then says why and from which upstream file (ids in the doc's source table).
-tests/test_upstream_alignment.py fails on any row this prints, so a new unexplained difference, or an adopted
+tests/tools/preview/test_upstream_alignment.py fails on any row this prints, so a new unexplained difference, or an
+adopted
 setting deleted from the generated objects, fails the suite.
 """
 
@@ -87,7 +88,7 @@ def engine_flags(container: Mapping[str, Any]) -> dict[str, str]:
 def image_setting(reference: str) -> str:
     """An image as the table shows it: the TPU engine the stack builds by its shape (region, project, cluster and
     the build's digest are the stack's own), every other reference as the pod names it."""
-    from components import images
+    from components.plan import images
 
     if images.is_built_tpu_engine(reference):
         return "<region>-docker.pkg.dev/<project>/<cluster>-engine/vllm-torchtpu@sha256:<the build's digest>"

@@ -13,7 +13,7 @@ these that holds the pinned chart is used:
   1. `$KIMI_CHARTS_DIR`;
   2. `build/charts/` (filled by `python -m tools charts --fetch` from the registries);
   3. `charts/` in the shared facts folder beside the checkout (`$KIMI_SHARED_DIR`), as the tests use.
-Whatever the source, its files must hash to the digest recorded in components/versions.py
+Whatever the source, its files must hash to the digest recorded in components/facts/versions.py
 (`ChartRef.content_sha256`), so the plan renders exactly the chart that was reviewed. Without a source the
 chart is reported as not rendered, with the reason, in the plan summary and `charts.json`.
 """
@@ -99,8 +99,8 @@ def archive_files(data: bytes) -> dict[str, bytes]:
 
 
 def pinned_charts() -> dict[str, Any]:
-    """Chart name -> ChartRef, for every chart components/versions.py pins."""
-    from components import versions
+    """Chart name -> ChartRef, for every chart components/facts/versions.py pins."""
+    from components.facts import versions
 
     refs = [v for v in vars(versions).values() if isinstance(v, versions.ChartRef)]
     return {chart_dir_name(r.chart): r for r in refs}
@@ -121,7 +121,7 @@ def find_source(chart: str, version: str) -> Source:
     name = chart_dir_name(chart)
     ref = pinned_charts().get(name)
     if ref is None or ref.version != version:
-        raise ChartError(f"chart {chart} {version} is not pinned in components/versions.py")
+        raise ChartError(f"chart {chart} {version} is not pinned in components/facts/versions.py")
     looked = []
     for root in search_roots():
         folder = root / name
@@ -135,7 +135,7 @@ def find_source(chart: str, version: str) -> Source:
         digest = content_digest(files)
         if digest != ref.content_sha256:
             raise ChartError(f"{folder}: content digest {digest} differs from the one recorded for {name} {version} "
-                             f"in components/versions.py ({ref.content_sha256})")
+                             f"in components/facts/versions.py ({ref.content_sha256})")
         crds = tuple((path, files[path].decode()) for path in sorted(files) if CRD_FILE.search(path))
         return Source(folder, digest, crds=crds)
     return Source(None, None, f"no copy of {name} {version} found (run `make charts`, or set KIMI_CHARTS_DIR)")
@@ -329,7 +329,7 @@ def _one_line(err: BaseException) -> str:
 def fetch(target: Path = FETCH_DIR, charts: list[str] | None = None, oci_mirror: str | None = None,
           repo_mirror: str | None = None) -> int:
     """Pull every pinned chart (or the ones named) from its registry, or the mirror given, with Helm's own pull
-    into `target`, keeping only copies whose content digest matches components/versions.py. One line per chart
+    into `target`, keeping only copies whose content digest matches components/facts/versions.py. One line per chart
     on stderr for each that could not be used."""
     import helm_python
 
@@ -338,7 +338,7 @@ def fetch(target: Path = FETCH_DIR, charts: list[str] | None = None, oci_mirror:
     pinned = pinned_charts()
     unknown = sorted(set(charts or ()) - set(pinned))
     if unknown:
-        print(f"not pinned in components/versions.py: {', '.join(unknown)} (pinned: {', '.join(sorted(pinned))})",
+        print(f"not pinned in components/facts/versions.py: {', '.join(unknown)} (pinned: {', '.join(sorted(pinned))})",
               file=sys.stderr)
         return 2
     fetched = 0
@@ -370,7 +370,7 @@ def install_archive(data: bytes, ref: Any, target: Path) -> bool:
     digest = content_digest(files)
     if digest != ref.content_sha256:
         print(f"{name} {ref.version}: content digest {digest} is not the recorded {ref.content_sha256} "
-              "(components/versions.py); refused, nothing written", file=sys.stderr)
+              "(components/facts/versions.py); refused, nothing written", file=sys.stderr)
         return False
     folder = target / name
     if folder.exists():

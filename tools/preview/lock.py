@@ -13,7 +13,7 @@ existing output's pins), so a refresh is a reviewable diff, not a drift.
 | -dev | -dev.in (+ requirements.in) | universal, CPython >= 3.11 |
 | requirements.txt | .in, inside -dev | universal: what Pulumi's pip toolchain installs |
 | -uv | uv, inside -dev | what pip installs before uv installs the rest |
-| tools/staging/requirements.lock | the copier's libraries, inside requirements.txt | CPython 3.11, linux x86_64 |
+| components/weights/copier/requirements.lock | the copier's libraries, inside requirements.txt | CPython 3.11, linux x86_64 |
 | -checkov | -checkov.in | universal, CPython >= 3.11 |
 | -inference-perf | -inference-perf.in | universal, CPython >= 3.12 |
 | -engines, -engines-tpu | their .in, as listed (no resolver) | CPython 3.11, linux x86_64 |
@@ -50,7 +50,7 @@ ENGINE_PLATFORM = ("--python-version", "3.11", "--python-platform", "x86_64-many
 ENGINE_PIP_PLATFORM = ("--python-version", "3.11", "--platform", "manylinux_2_28_x86_64", "--implementation", "cp",
                        "--abi", "cp311", "--only-binary=:all:")
 STAGING_LIBRARIES = ("huggingface-hub", "google-cloud-storage", "google-api-core", "protobuf")
-"""The copier's top-level imports (tools/staging/); everything else it runs comes with them."""
+"""The copier's top-level imports (components/weights/copier/); everything else it runs comes with them."""
 INDEX_LINE = re.compile(r"^--index-url\s+(\S+)\s*$", re.M)
 
 
@@ -110,7 +110,7 @@ def staging_lock(scratch: Path) -> None:
     for item in sorted(installs, key=lambda i: i["metadata"]["name"].lower()):
         digest = item["download_info"]["archive_info"]["hashes"]["sha256"]
         lines.append(f"{item['metadata']['name'].lower()}=={item['metadata']['version']} --hash=sha256:{digest}")
-    (ROOT / "tools/staging/requirements.lock").write_text("\n".join(lines) + "\n")
+    (ROOT / "components/weights/copier/requirements.lock").write_text("\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         compile_universal(str(only_uv), "requirements-uv.txt")
         text = (ROOT / "requirements-uv.txt").read_text().replace(str(only_uv), "requirements-dev.txt")
         (ROOT / "requirements-uv.txt").write_text(text)
-        print("tools/staging/requirements.lock (inside requirements.txt)", flush=True)
+        print("components/weights/copier/requirements.lock (inside requirements.txt)", flush=True)
         staging_lock(scratch)
         print("requirements-checkov.txt", flush=True)
         compile_universal("requirements-checkov.in", "requirements-checkov.txt")

@@ -1,10 +1,10 @@
-"""Write the hash-pinned lock the TPU engine image is built from (components/engineimage.py).
+"""Write the hash-pinned lock the TPU engine image is built from (components/serving/engineimage.py).
 
 vLLM-TorchTPU publishes no release image, so the stack builds one (Cloud Build, at `pulumi up`) from
 `components/locks/vllm-torchtpu.txt` with `pip install --require-hashes --no-deps`: nothing unpinned or unverified
 goes into it (docs/security.md). Regenerate after changing the pin:
 
-    1. set the version in components/locks/vllm-torchtpu.in (and components/versions.py VLLM_TORCHTPU)
+    1. set the version in components/locks/vllm-torchtpu.in (and components/facts/versions.py VLLM_TORCHTPU)
     2. uv pip compile components/locks/vllm-torchtpu.in --python-version 3.12 \\
            --python-platform x86_64-manylinux_2_31 --format pylock.toml -o build/pylock.vllm-torchtpu.toml
        uv pip compile components/locks/vllm-torchtpu.in --python-version 3.12 \\
@@ -16,7 +16,7 @@ Step 3 keeps, per package, only the artifacts a CPython 3.12 manylinux x86_64 ho
 sdist where there is no wheel). It pins torch and torchvision to their CPU builds (`CPU_BUILDS`), as the engine's
 own install does, and drops what only the CUDA build of torch pulled in (`cuda_only`: the nvidia-* libraries,
 cuda-*, triton): a TPU host never loads them. It heads the lock with the bytes the build downloads, which the
-image's size and the TPU pods' pull time are computed from (components/loading.py `engine_image`).
+image's size and the TPU pods' pull time are computed from (components/plan/loading.py `engine_image`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(31, 4, -1)] + ["ma
                                                                             "manylinux2010_x86_64",
                                                                             "manylinux1_x86_64", "linux_x86_64"]
 SIZE_LINE = re.compile(r"^# download: ([0-9]+) bytes in ([0-9]+) files", re.M)
-"""The lock's size line (components/loading.py reads it)."""
+"""The lock's size line (components/plan/loading.py reads it)."""
 
 
 @dataclass(frozen=True)

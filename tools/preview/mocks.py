@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from pulumi.runtime import mocks
 
 UNRESOLVED_REVISION = "0" * 40
-"""Stand-in for the commit `main` resolves to at the first `pulumi up` (components/revision.py) when
+"""Stand-in for the commit `main` resolves to at the first `pulumi up` (components/weights/revision.py) when
 `model.revision` is unset: the plan never asks the Hub."""
 PROJECT_NUMBER = "123456789012"
 """Stand-in project number; realistic shape so Workload Identity principals resolve."""
@@ -149,7 +149,7 @@ class PlanMocks(mocks.Mocks):
         if kind.startswith("kubernetes:") and not kind.startswith("pulumi:"):
             return f"{args.name}", state
         if kind == "command:local:Command":
-            # The TPU engine image build (components/engineimage.py) prints the pushed image's digest; the plan
+            # The TPU engine image build (components/serving/engineimage.py) prints the pushed image's digest; the plan
             # stands in one derived from what the build is made of, so it moves when the lock does.
             digest = stand_in(f"sha256:{_digest('engine image build', *map(str, state.get('triggers', [])))}",
                               "the digest of the TPU engine image Cloud Build pushes at the first `pulumi up`")

@@ -681,7 +681,7 @@ def grown_in_place(state: dict[str, Any], head: StackPlan, changed: list[Figure]
     """The head `pulumi up` onto a stack whose outputs are `state` (the base plan's, or the deployed stack's). The
     volume keeps the throughput it has (`weightLoad.throughputMiBps` there) until the driver applies the head's
     VolumeAttributesClass; the groups the head adds load at the old share for up to loading.HDML_MODIFY_LAG_S."""
-    from components import loading
+    from components.plan import loading
 
     old, new = state.get("weightLoad"), head.outputs.get("weightLoad")
     if not (isinstance(old, dict) and isinstance(new, dict)) or (
@@ -778,7 +778,7 @@ def figures(summary: str) -> dict[str, float]:
 
 
 UNPRICED = re.compile(r" \+ (.+?) unpriced: set \S+")
-"""An item the cost estimate has no price for, as its headline names it (components/cost.py headline)."""
+"""An item the cost estimate has no price for, as its headline names it (components/plan/cost.py headline)."""
 
 
 def unpriced(summary: str) -> tuple[str, ...]:

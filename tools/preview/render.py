@@ -76,6 +76,14 @@ def stack_config(path: Path, project: dict[str, Any]) -> tuple[dict[str, str], l
         loaded = load_stack(path, name, _schema(project))
     except StackFileError as err:
         raise SystemExit(f"error: {err}") from None
+    declared_secret = {f"{name}:{k}" for k, v in _schema(project).items() if v.get("secret")}
+    for key in loaded.secure:
+        if key not in declared_secret:
+            short = key.removeprefix(f"{name}:")
+            raise SystemExit(f"error: {path.name}: {key} is encrypted (`secure:`), and only "
+                             f"{', '.join(sorted(declared_secret)) or 'credentials'} may be: the offline plan and "
+                             "preflight never decrypt a value, so they cannot check this setting; it is not a "
+                             f"credential: store it in plain text with `pulumi config set {short} <value>`")
     config = dict(loaded.values)
     secret_keys = set(loaded.secure)
     for key in secret_keys:
@@ -206,7 +214,7 @@ def _unchecked_render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
     project = project_file()
     config, secret_keys = stack_config(stack_file, project)
     runtime_config.set_all_config(config, secret_keys)
-    from components import preflight
+    from components.checks import preflight
 
     preflight.OFFLINE_PLAN = not as_up  # the plan asks no cloud; its mock engine runs with preview=False
     os.environ.pop("PULUMI_CONFIG", None)
@@ -249,8 +257,8 @@ def _unchecked_render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
         resources.append(entry)
 
     sys.path.insert(0, str(ROOT))
-    from components import cost, timeline
     from components.config import load_config
+    from components.plan import cost, timeline
     from stacks import summary_lines
 
     resources, charts = with_chart_objects(resources)
@@ -260,8 +268,8 @@ def _unchecked_render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
                               unrendered=tuple(name for name, c in charts.items() if c.skipped))
     if report.failures:
         raise PlanError("scheduling: " + " | ".join(report.failures))
-    from components import limits
     from components.config import ConfigError
+    from components.plan import limits
 
     try:  # the counts only the rendered plan knows (the charts' Services), as __main__.py checks the others
         service_range = limits.check(load_config(), [m for _, m in manifests])[-1]

@@ -6,10 +6,10 @@
 
 Kubernetes scanners only read kinds they know, so the pod templates inside custom resources (DisaggregatedSet
 roles, LeaderWorkerSet leader and worker templates) are written out as Pods beside the manifests
-(`expand()`); tests/test_netpol.py walks pod templates with the same `pod_templates()`. checkov is pinned in
+(`expand()`); tests/platform/test_netpol.py walks pod templates with the same `pod_templates()`. checkov is pinned in
 requirements-checkov.txt and lives in its own virtualenv (`make checkov`), because its dependencies pin versions
 the project's own .venv cannot take. A failed check not in `EXCEPTIONS` (or, with --with-benchmark, an exception no
-scanned failure needs) fails the run; tests/test_scan.py holds docs/security.md's tables to a real run.
+scanned failure needs) fails the run; tests/tools/preview/test_scan.py holds docs/security.md's tables to a real run.
 """
 
 from __future__ import annotations
@@ -105,15 +105,16 @@ EXCEPTIONS: tuple[Allowed, ...] = (
     Allowed(("CKV_K8S_15",), (*ENGINES, ASAPD, STAGING), "imagePullPolicy Always: the images are pinned by tag and, "
             "with images.*Digest, by digest; IfNotPresent starts a replaced pod without a registry round trip"),
     Allowed(("CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_28"), (*PRIVILEGED, TPU_ENGINE),
-            "privileged, privilege escalation, NET_RAW: components/declared.py WORKLOADS (DeepEP/NVSHMEM; MRDMA NIC "
+            "privileged, privilege escalation, NET_RAW: components/checks/declared.py WORKLOADS (DeepEP/NVSHMEM; "
+            "MRDMA NIC "
             "setup; the TPU host-setup init container); privileged implies escalation and every capability"),
     Allowed(("CKV_K8S_17",), PRIVILEGED, "host PID namespace: vLLM (CUDA IPC across engines) and asapd-lite, "
-            "components/declared.py WORKLOADS"),
-    Allowed(("CKV_K8S_18",), (VLLM,), "host IPC namespace: CUDA IPC across engines, components/declared.py "
+            "components/checks/declared.py WORKLOADS"),
+    Allowed(("CKV_K8S_18",), (VLLM,), "host IPC namespace: CUDA IPC across engines, components/checks/declared.py "
             "WORKLOADS"),
-    Allowed(("CKV_K8S_19",), (ASAPD,), "host network namespace: asapd-lite, components/declared.py WORKLOADS"),
+    Allowed(("CKV_K8S_19",), (ASAPD,), "host network namespace: asapd-lite, components/checks/declared.py WORKLOADS"),
     Allowed(("CKV_K8S_22", "CKV_K8S_23", "CKV_K8S_40"), (*ENGINES, ASAPD), "read-only root, root user, low UID: the "
-            "engine images run as root and write to their filesystem (components/hardening.py ROOT_IMAGES); "
+            "engine images run as root and write to their filesystem (components/platform/hardening.py ROOT_IMAGES); "
             "asapd-lite configures the host"),
     Allowed(("CKV_K8S_29", "CKV_K8S_31"), PRIVILEGED, "pod security context, seccomp: privileged pods, whose "
             "containers run unconfined anyway"),
@@ -123,13 +124,13 @@ EXCEPTIONS: tuple[Allowed, ...] = (
     Allowed(("CKV_K8S_37",), (*PRIVILEGED, TPU_ENGINE), "capabilities: privileged containers hold all; the TPU engine "
             "drops only NET_RAW (which capabilities the TPU runtime uses is not published)"),
     Allowed(("CKV_K8S_25",), (TPU_ENGINE,), "added capability: the TPU engine adds IPC_LOCK, as the released Raiden "
-            "recipes run it, so the offload store can pin its host pool (components/hardening.py "
-            "TPU_ENGINE_CAPABILITIES; components/declared.py WORKLOADS)"),
+            "recipes run it, so the offload store can pin its host pool (components/platform/hardening.py "
+            "TPU_ENGINE_CAPABILITIES; components/checks/declared.py WORKLOADS)"),
     Allowed(("CKV_K8S_43",), ("*",), "image digest: set by config (images.*Digest; docs/security.md); the committed "
             "stacks pull by pinned tag because a digest is read from the registry when the operator pins it"),
     Allowed(("CKV_K8S_8", "CKV_K8S_9"), ("Pod.*.*-vllm-tpu-spec-leaderworkertemplate-workertemplate",),
             "liveness/readiness probes: headless TPU vLLM workers serve no HTTP; the leader's probes speak for the "
-            "group and LWS recreates the group on failure (components/modelservers.py)"),
+            "group and LWS recreates the group on failure (components/serving/modelservers.py)"),
     # ---- chart objects
     Allowed(("CKV_K8S_8",), (EPP, DRA_CONTROLLER), "liveness probe: the router chart probes the EPP but not its "
             "Envoy sidecar; the DRA driver chart's controller has none; neither chart has a value for it"),
@@ -143,7 +144,8 @@ EXCEPTIONS: tuple[Allowed, ...] = (
             "without one on purpose (its values: burst capacity for scheduling), the controllers as their charts ship"),
     Allowed(("CKV_K8S_15",), (EPP, LWS, DRA_CONTROLLER, DRA_PLUGIN), "imagePullPolicy Always: the charts render "
             "IfNotPresent for their pinned tags (and digests, images.*Digest)"),
-    Allowed(("CKV_K8S_16",), (DRA_PLUGIN,), "privileged: the DRA kubelet plugin, components/declared.py WORKLOADS"),
+    Allowed(("CKV_K8S_16",), (DRA_PLUGIN,), "privileged: the DRA kubelet plugin, components/checks/declared.py "
+                                            "WORKLOADS"),
     Allowed(("CKV_K8S_20", "CKV_K8S_28", "CKV_K8S_37"), (EPP, DRA_CONTROLLER, DRA_PLUGIN), "privilege escalation, "
             "NET_RAW, capabilities: the router and DRA driver charts set no capability drop (the kubelet plugin is "
             "privileged on purpose)"),

@@ -6,7 +6,7 @@ computed the way the scheduler does (https://kubernetes.io/docs/concepts/workloa
 #resource-sharing-within-containers: the larger of the app containers plus native sidecars and the largest
 init container plus the sidecars started before it, plus `overhead`). A pool can take the pod when its
 taints are tolerated, the node selector and required node affinity match the pool's labels (its own and
-the ones GKE sets), its nodes' allocatable (components/machines.py) holds the requests, extended resources
+the ones GKE sets), its nodes' allocatable (components/facts/machines.py) holds the requests, extended resources
 and hugepages included, and its DRA claims name a device class some driver serves on that pool. Then
 each pool is packed: every DaemonSet that lands there is on every node, and the other pods go first-fit
 decreasing onto the nodes left, so replicas that need a whole node cannot outnumber the nodes.
@@ -19,8 +19,8 @@ Not modelled: GKE's own DaemonSets (their requests are not published per version
 topology spread, and pods other controllers create (the Volume Populator's transfer Job).
 
 Architecture: every container (init, sidecar, app) of a pod is checked against each pool the pod can land on
-by taints, selector and affinity: the pool's `kubernetes.io/arch` (components/machines.py) must be among the
-architectures components/images.py records for the image, and a configured digest must not be one recorded
+by taints, selector and affinity: the pool's `kubernetes.io/arch` (components/facts/machines.py) must be among the
+architectures components/plan/images.py records for the image, and a configured digest must not be one recorded
 as another platform's manifest or another tag's. An image the program does not pin (a user's own) is noted,
 not checked.
 """
@@ -31,7 +31,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import images, machines
+from components.facts import machines
+from components.plan import images
 
 GKE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 """Node labels GKE sets: pool name (https://cloud.google.com/kubernetes-engine/docs/concepts/node-pools),
@@ -49,7 +50,7 @@ DEVICE_CLASS_PROVIDERS: dict[str, tuple[str, str, str]] = {
     "compute-domain-default-channel.nvidia.com": ("daemonset", "nvidia-dra-driver-gpu-kubelet-plugin", ""),
     "compute-domain-daemon.nvidia.com": ("daemonset", "nvidia-dra-driver-gpu-kubelet-plugin", ""),
 }
-"""GKE-managed DRANET publishes `mrdma.google.com` devices on pools labelled as components/catalog.py
+"""GKE-managed DRANET publishes `mrdma.google.com` devices on pools labelled as components/facts/catalog.py
 GpuMachine.node_labels says; the NVIDIA DRA driver's kubelet plugin serves the ComputeDomain classes."""
 COMPUTE_DOMAIN_CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
 """Device class of the claim template a ComputeDomain's controller creates (the driver chart's DeviceClass)."""
@@ -264,7 +265,7 @@ SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
 policy is placed in one NVLink domain (https://cloud.google.com/compute/docs/instance-groups/about-workload-policies):
 the model gives each such pool one value, the sub-block its reservation names or, unnamed, one of its own
 (the program's config admits unnamed sub-blocks only where two pools cannot share one,
-components/config.py GpuConfig._check_racks)."""
+components/config/gpu.py GpuConfig._check_racks)."""
 
 
 def _sub_block(pool: str, config: dict[str, Any]) -> str:
@@ -391,7 +392,7 @@ def claim_problems(group: PodGroup, pool: Pool, manifests: list[dict[str, Any]],
 # --------------------------------------------------------------------------- image architectures
 def architecture_problems(group: PodGroup, pool: Pool, unrecorded: set[str]) -> list[str]:
     """One line per container image of the pod that cannot run on the pool's architecture; images not pinned
-    in components/images.py are added to `unrecorded`."""
+    in components/plan/images.py are added to `unrecorded`."""
     arch = pool.labels.get("kubernetes.io/arch")
     if not arch:
         return []
@@ -400,7 +401,7 @@ def architecture_problems(group: PodGroup, pool: Pool, unrecorded: set[str]) -> 
         reference = container.get("image", "")
         name, digest = images.by_reference(reference)
         if name is None:
-            unrecorded.add(f"pod {group.owner}: image {reference} has no architectures in components/images.py; "
+            unrecorded.add(f"pod {group.owner}: image {reference} has no architectures in components/plan/images.py; "
                            f"not checked against pool {pool.name} ({arch})")
             continue
         where = f"pod {group.owner} container {container.get('name')} image {reference} can land on pool " \
@@ -408,7 +409,7 @@ def architecture_problems(group: PodGroup, pool: Pool, unrecorded: set[str]) -> 
         recorded = images.IMAGES[name].architectures
         if arch not in recorded:
             problems.append(f"{where} but the image publishes {', '.join(f'linux/{a}' for a in recorded)} only "
-                            f"(components/images.py {name!r})")
+                            f"(components/plan/images.py {name!r})")
         elif digest and (wrong := images.digest_problem(name, digest, arch)):
             problems.append(f"{where} but its {wrong}")
     return problems
@@ -435,7 +436,7 @@ class Report:
         head = ("scheduling: every pod fits its node pool and each of its images publishes the pool's architecture"
                 if not self.failures else "scheduling: FAILED")
         lines = [f"{head} (allocatable per node = machine - GKE reservations - eviction threshold, "
-                 "components/machines.py; architectures: components/images.py)"]
+                 "components/facts/machines.py; architectures: components/plan/images.py)"]
         for load in self.loads:
             pool = load.pool
             capacity = _capacity(pool)
@@ -455,7 +456,8 @@ def check(resources: list[dict[str, Any]], manifests: list[dict[str, Any]], unre
     loads = {p.name: PoolLoad(p, nodes=[[] for _ in range(p.nodes)],
                               used=[{} for _ in range(p.nodes)]) for p in pools}
     failures: list[str] = []
-    notes = [f"pool {p.name}: machine type {p.machine_type} has no size in components/machines.py; fit not checked"
+    notes = [f"pool {p.name}: machine type {p.machine_type} has no size in components/facts/machines.py; fit not "
+             f"checked"
              for p in pools if p.allocatable is None]
     groups = pod_groups(manifests)
     unrecorded: set[str] = set()

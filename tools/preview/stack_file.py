@@ -25,7 +25,19 @@ which is why this module exists:
   "true" or "false", string = not an object, array = a JSON list whose items have the item type;
 - a key Pulumi.yaml declares `secret: true` must be a `secure:` value.
 
-Everything is reported as one line, `file:line: problem`, never a traceback.
+- the bytes are read as yaml.v3's reader reads them (`readerc.go` yaml_parser_determine_encoding): UTF-16 with
+  its byte-order mark, else UTF-8 (a byte-order mark skipped); any other byte stops the CLI, and here names its
+  line and column;
+- only the first document counts (yaml.v3 Unmarshal decodes one): an empty one after a trailing `---` is
+  ignored, one with content is refused, since the CLI would drop its settings;
+- bounded before anything is expanded: nesting deeper than MAX_DEPTH (yaml.v3's scanner stops at 10,000,
+  `scannerc.go` max_flow_level / max_indents) and aliases that expand to more than MAX_VALUES values (yaml.v3
+  refuses "excessive aliasing", `decode.go` allowedAliasRatio) are refused from the event stream;
+- what the CLI reads differently from what an editor shows is refused at the line an editor shows: a legacy
+  octal number (`040` is 32 to yaml.v3), a line separator (U+2028, U+2029, NEL: line breaks to YAML, invisible
+  in most editors) anywhere, an invisible formatting character (zero-width, bidi control) inside a key or value.
+
+Everything is reported as one line, `file:line: problem` (values shortened to SHOWN_CHARS), never a traceback.
 """
 
 from __future__ import annotations
@@ -48,8 +60,32 @@ such as `configs:` would silently drop every setting: refused here, unless the k
 uses (a common way to share values: the CLI merges them like any alias)."""
 
 
+MAX_FILE_BYTES = 1 << 20
+"""A stack file is a few KiB; a larger one is refused before it is read."""
+MAX_DEPTH = 64
+"""Nesting levels read at most (the project's deepest config value nests 3; yaml.v3 itself stops at 10,000)."""
+MAX_VALUES = 100_000
+"""Values the document may hold once its aliases are expanded (a stack file holds a few dozen)."""
+SHOWN_CHARS = 80
+"""A value longer than this is shortened in a message."""
+LINE_SEPARATORS = {"\x85": "NEL (U+0085)", "\u2028": "LINE SEPARATOR (U+2028)",
+                   "\u2029": "PARAGRAPH SEPARATOR (U+2029)"}
+
+
 class StackFileError(Exception):
     """A stack file the CLI would refuse (or read differently from what it says): one line."""
+
+
+def shorten(text: str, limit: int = SHOWN_CHARS) -> str:
+    """`text` shortened in the middle past `limit` characters, for a message."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit // 2]}...({len(text):,} characters)...{text[-(limit // 4):]}"
+
+
+def shown(value: Any) -> str:
+    """A value for a message: text quoted, everything shortened."""
+    return repr(shorten(value)) if isinstance(value, str) else shorten(str(value))
 
 
 @dataclass(frozen=True)
@@ -101,6 +137,8 @@ def _go_parse_int(text: str) -> int | None:
     if len(body) > 1 and body[0] == "0":
         base, body = {"x": (16, body[2:]), "o": (8, body[2:]), "b": (2, body[2:])}.get(body[1].lower(), (8, body[1:]))
     if not body or any(c not in _DIGITS[base] for c in body.lower()):
+        return None
+    if len(body.lstrip("0")) > 64:  # past 64 bits in any base (and past Python's int-from-text digit limit)
         return None
     value = sign * int(body, base)
     unsigned = text[:1] not in ("+", "-")
@@ -213,8 +251,9 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             ident = (type(key), key.value if isinstance(key, yaml.ScalarNode) else id(key))
             line = key.start_mark.line + 1
             if ident in seen:
-                raise StackFileError(f"{line}: mapping key {json.dumps(key.value)} already defined at line "
-                                     f"{seen[ident]} (the Pulumi CLI refuses it: gopkg.in/yaml.v3 decode.go mapping)")
+                raise StackFileError(f"{line}: mapping key {json.dumps(shorten(str(key.value)))} already defined "
+                                     f"at line {seen[ident]} (the Pulumi CLI refuses it: gopkg.in/yaml.v3 decode.go "
+                                     "mapping)")
             seen[ident] = line
         return super().construct_mapping(node, deep=deep)
 
@@ -237,19 +276,176 @@ def _construct_tagged(loader: _Loader, tag_suffix: str, node: yaml.Node) -> Any:
 # !!set ... read YAML 1.1) goes through yaml.v3's rules.
 _Loader.yaml_constructors = {}
 _Loader.yaml_multi_constructors = {}
-_Loader.add_constructor(_PLAIN, lambda loader, node: resolve_plain(node.value))
+def _construct_plain(loader: _Loader, node: yaml.ScalarNode) -> Any:
+    value = resolve_plain(node.value)
+    digits = node.value.replace("_", "").lstrip("+-")
+    if isinstance(value, int) and not isinstance(value, bool) and re.fullmatch(r"0[0-7]+", digits):
+        raise StackFileError(f"{node.start_mark.line + 1}: {shorten(node.value)} is octal to the Pulumi CLI "
+                             f"(gopkg.in/yaml.v3 resolve.go reads a leading 0 as octal: {shorten(node.value)} = "
+                             f"{shorten(str(value))}); write {shorten(digits.lstrip('0'))} for the decimal number, "
+                             f"0o{shorten(digits[1:])} if octal is meant, or quote it")
+    return value
+
+
+_Loader.add_constructor(_PLAIN, _construct_plain)
 _Loader.add_constructor("tag:yaml.org,2002:str", lambda loader, node: node.value)
 _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _Loader.construct_yaml_seq)
 _Loader.add_multi_constructor("", _construct_tagged)
 
 
+def read_text(path: Path) -> str:
+    """The file's text as yaml.v3's reader decodes it: UTF-16 by its byte-order mark, else UTF-8."""
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise StackFileError(f"{path.name}: {size:,} bytes, more than a stack file's {MAX_FILE_BYTES:,}: not read")
+    data = path.read_bytes()
+    for bom, codec in ((b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"), (b"\xef\xbb\xbf", "utf-8")):
+        if data.startswith(bom):
+            data, encoding = data[len(bom):], codec
+            break
+    else:
+        encoding = "utf-8"
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as err:
+        before = data[:err.start]
+        line = before.count(b"\n") + 1
+        column = len(before[before.rfind(b"\n") + 1:].decode(encoding, errors="replace")) + 1
+        raise StackFileError(f"{path.name}:{line}:{column}: byte 0x{data[err.start]:02x} is not {encoding.upper()} "
+                             "(the Pulumi CLI refuses the file: gopkg.in/yaml.v3 readerc.go reads UTF-8, or UTF-16 "
+                             "with a byte-order mark); save the file as UTF-8") from None
+
+
+def _where(text: str, index: int) -> str:
+    """`line:column` of a character as an editor counts them (lines end at \\n only)."""
+    line = text.count("\n", 0, index) + 1
+    return f"{line}:{index - (text.rfind(chr(10), 0, index) + 1) + 1}"
+
+
+def _char_name(char: str) -> str:
+    import unicodedata
+
+    return f"{unicodedata.name(char, 'an unnamed character')} (U+{ord(char):04X})"
+
+
+def _check_line_separators(text: str) -> None:
+    found = [i for i in (text.find(char) for char in LINE_SEPARATORS) if i >= 0]
+    if found:
+        index, char = min(found), text[min(found)]
+        if char in LINE_SEPARATORS:
+            raise StackFileError(f"{_where(text, index)}: an invisible {LINE_SEPARATORS[char]}: YAML (and the Pulumi "
+                                 "CLI) breaks the line there while an editor shows none, so the file is not read as "
+                                 "it looks; delete it")
+
+
+def _check_events(text: str) -> None:
+    """Depth, expanded size and documents from the event stream, before anything is composed or expanded."""
+    frames: list[list[Any]] = []  # [values inside, anchor]
+    sizes: dict[str, int] = {}
+    expanded = documents = 0
+
+    def add(count: int, event: Any) -> None:
+        nonlocal expanded
+        expanded += count
+        if frames:
+            frames[-1][0] += count
+        if expanded > MAX_VALUES:
+            raise StackFileError(f"{event.start_mark.line + 1}: its aliases expand to more than {MAX_VALUES:,} "
+                                 "values (a stack file holds a few dozen; the Pulumi CLI refuses \"excessive "
+                                 "aliasing\" too, gopkg.in/yaml.v3 decode.go): not expanded")
+
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+        elif documents > 1 and not (isinstance(event, (yaml.DocumentEndEvent, yaml.StreamEndEvent))
+                                    or (isinstance(event, yaml.ScalarEvent) and event.value == ""
+                                        and event.implicit[0] and not event.tag)):
+            raise StackFileError(f"{event.start_mark.line + 1}: a second YAML document (after `---`): the Pulumi CLI "
+                                 "reads only the first (gopkg.in/yaml.v3 Unmarshal), so its settings would be "
+                                 "ignored; move them into the first document")
+        elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            add(1, event)
+            frames.append([1, event.anchor])
+            if len(frames) > MAX_DEPTH:
+                raise StackFileError(f"{event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep (no "
+                                     "config value of this project nests more than 3): not read")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            count, anchor = frames.pop()
+            if anchor:
+                sizes[anchor] = count
+            if frames:
+                frames[-1][0] += count - 1  # the start counted 1 already
+        elif isinstance(event, yaml.ScalarEvent):
+            add(1, event)
+            if event.anchor:
+                sizes[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent):
+            add(sizes.get(event.anchor, 1), event)
+
+
+def _check_invisible(text: str, node: yaml.Node) -> None:
+    """An invisible formatting character (Unicode Cf: zero-width, bidi controls, a stray byte-order mark) inside
+    a key or value, reported where an editor shows it; comments may hold any."""
+    import unicodedata
+
+    if text.isascii():  # no ASCII character is a format character
+        return
+    found = [i for i, char in enumerate(text) if not char.isascii() and unicodedata.category(char) == "Cf"]
+    if not found:
+        return
+    spans: list[tuple[int, int]] = []
+    stack = [node]
+    seen: set[int] = set()
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, yaml.ScalarNode):
+            spans.append((current.start_mark.index, current.end_mark.index))
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+        elif isinstance(current, yaml.MappingNode):
+            stack.extend(n for pair in current.value for n in pair)
+    for index in found:
+        if any(start <= index < end for start, end in spans):
+            raise StackFileError(f"{_where(text, index)}: an invisible {_char_name(text[index])} inside a key or "
+                                 "value: the program would receive it though no editor shows it; delete it")
+
+
+def _first_document(text: str) -> tuple[_Loader, Any]:
+    _check_line_separators(text)
+    _check_events(text)
+    loader = _Loader(text)
+    try:
+        node = loader.get_node() if loader.check_node() else None
+        if node is not None:
+            _check_invisible(text, node)
+        return loader, node
+    except BaseException:
+        loader.dispose()
+        raise
+
+
+def compose_first(path: Path) -> Any:
+    """The first document's node graph (aliases not expanded), checked as load_yaml checks it."""
+    loader, node = _first_document(read_text(path))
+    loader.dispose()
+    return node
+
+
 def load_yaml(path: Path) -> Any:
     """The document as yaml.v3 decodes it into a generic value; StackFileError with `file:line: problem`."""
     try:
-        return yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+        loader, node = _first_document(read_text(path))
+        try:
+            return None if node is None else loader.construct_document(node)
+        finally:
+            loader.dispose()
     except StackFileError as err:
-        raise StackFileError(f"{path.name}:{err}") from None
+        message = str(err)
+        raise StackFileError(message if message.startswith(f"{path.name}:") else f"{path.name}:{message}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         where = f"{path.name}:{mark.line + 1}:{mark.column + 1}" if mark else path.name
@@ -342,7 +538,7 @@ def _type_ok(kind: Any, items: Any, content: Any) -> bool:
 
 def _go_parse_int_base10(text: str) -> bool:
     """strconv.Atoi: optional sign, decimal digits, within int64."""
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
+    if not re.fullmatch(r"[+-]?[0-9]+", text) or len(text.lstrip("+-").lstrip("0")) > 19:
         return False
     return -2**63 <= int(text) < 2**63
 
@@ -378,7 +574,7 @@ def project_config(project_file: Path) -> tuple[str, dict[str, dict[str, Any]]]:
 def _anchor_holders(path: Path) -> set[str]:
     """Top-level keys other than ProjectStack's whose value holds a node that `config` reaches through an alias:
     places to keep anchors, which the CLI ignores as keys but merges where they are used."""
-    root = yaml.compose(path.read_text(), Loader=_Loader)
+    root = compose_first(path)
     if not isinstance(root, yaml.MappingNode):
         return set()
 
@@ -415,9 +611,17 @@ def load_stack(path: Path, project: str, schema: dict[str, dict[str, Any]]) -> S
         if key not in TOP_LEVEL_KEYS and key not in _anchor_holders(path):
             close = difflib.get_close_matches(str(key), TOP_LEVEL_KEYS, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise StackFileError(f"{path.name}: unknown top-level key {key!r}: {hint}the Pulumi CLI ignores it, so "
-                                 f"none of its settings would reach the program (stack files hold "
+            raise StackFileError(f"{path.name}: unknown top-level key {shown(str(key))}: {hint}the Pulumi CLI "
+                                 f"ignores it, so none of its settings would reach the program (stack files hold "
                                  f"{', '.join(TOP_LEVEL_KEYS)})")
+    environments = document.get("environment")
+    if environments:
+        names = environments if isinstance(environments, list) else [environments]
+        raise StackFileError(f"{path.name}: imports the Pulumi ESC environment(s) "
+                             f"{', '.join(shorten(json.dumps(n, default=str)) for n in names[:5])} (`environment:`): "
+                             "`pulumi up` reads config from them, the offline plan and preflight cannot open them, so "
+                             "they would plan without those values; copy the values the stack needs into `config:` "
+                             "(`pulumi env get <environment>`), or run `pulumi preview`")
     raw = document.get("config") or {}
     if not isinstance(raw, dict):
         raise StackFileError(f"{path.name}: 'config' must be a mapping of keys to values")
@@ -466,8 +670,8 @@ def load_stack(path: Path, project: str, schema: dict[str, dict[str, Any]]) -> S
         if full in secure or "type" not in spec:
             continue
         if not type_ok(spec, values[full], full in objects):
-            shown = values[full] if full in objects else repr(values[full])
-            raise StackFileError(f"{path.name}: {full} = {shown}: must be of type '{type_name(spec)}' (the Pulumi "
+            text = shorten(values[full]) if full in objects else shown(values[full])
+            raise StackFileError(f"{path.name}: {full} = {text}: must be of type '{type_name(spec)}' (the Pulumi "
                                  f"CLI refuses it: pkg/workspace/config.go validateStackConfigValue)"
                                  f"{_type_hint(spec, values[full])}")
     warnings = tuple(f"{path.name}: no value for {key}: the Pulumi CLI treats it as \"\" (and warns)" for key in empty)

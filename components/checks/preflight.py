@@ -1,0 +1,872 @@
+"""Know before you spend: read-only questions to Google Cloud and the Hugging Face Hub that say whether this stack can
+come up, before `pulumi up` creates anything that bills. `python -m tools preflight` asks all of them; `pulumi up`
+asks the Google ones as its first step (`gate`) and stops before registering any resource when one fails.
+
+Plain REST through google-auth's `AuthorizedSession` (google-auth and requests are already installed with
+google-cloud-storage): each call is one documented GET of a Google API's REST reference (the URL beside each
+check), so no client library per API (compute, quotas, org policy, billing, service usage) joins the
+dependencies, and a test can assert that only GETs were made. The Hub is read with huggingface_hub, the copier's
+own client. Credentials: GOOGLE_OAUTH_ACCESS_TOKEN when set (the variable the Pulumi Google provider also reads,
+https://www.pulumi.com/registry/packages/gcp/installation-configuration/), else Application Default Credentials.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..cloud.services import apis_for
+from ..config import StackConfig
+from ..facts import catalog
+from ..plan.naming import label_value
+
+API_ROOT_ENV = "KIMI_GOOGLE_API_ROOT"
+"""A root standing in for `https://<service>.googleapis.com` (a recording proxy or a test's fake): requests go to
+`<root>/<service host>/<path>`."""
+TOKEN_ENV = "GOOGLE_OAUTH_ACCESS_TOKEN"
+SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+REQUEST_TIMEOUT_S = 30.0
+RETRIES = 3
+"""Tries per call when Google answers 429 or 503 (throttled), waiting Retry-After (at most RETRY_CAP_S)."""
+RETRY_CAP_S = 10.0
+OFFLINE_PLAN = False
+"""Set by the offline plan (tools/preview/render.py), which runs this program under Pulumi's mock engine with
+`preview=False`: the gate never calls the cloud there."""
+
+# Which Google endpoints answer what (REST references).
+PROJECTS_GET = "https://cloud.google.com/resource-manager/reference/rest/v3/projects/get"
+BILLING_GET = "https://cloud.google.com/billing/docs/reference/rest/v1/projects/getBillingInfo"
+SERVICES_BATCH_GET = "https://cloud.google.com/service-usage/docs/reference/rest/v1/services/batchGet"
+RESERVATIONS_GET = "https://cloud.google.com/compute/docs/reference/rest/v1/reservations/get"
+RESERVATIONS_AGGREGATED = "https://cloud.google.com/compute/docs/reference/rest/v1/reservations/aggregatedList"
+BLOCKS_GET = "https://cloud.google.com/compute/docs/reference/rest/v1/reservationBlocks/get"
+SUB_BLOCKS_GET = "https://cloud.google.com/compute/docs/reference/rest/v1/reservationSubBlocks/get"
+REGIONS_GET = "https://cloud.google.com/compute/docs/reference/rest/v1/regions/get"
+EFFECTIVE_POLICY = ("https://cloud.google.com/resource-manager/docs/reference/orgpolicy/rest/v2/projects.policies/"
+                    "getEffectivePolicy")
+BUCKETS_GET = "https://cloud.google.com/storage/docs/json_api/v1/buckets/get"
+SPECIFIC_CONSUMPTION = "https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations"
+
+QUOTAS_PAGE = "https://cloud.google.com/docs/quotas/view-manage"
+HDML_QUOTA_PREFIX = "HDML_"
+HDML_QUOTA_SOURCE = "https://docs.cloud.google.com/compute/docs/disks/hyperdisks"
+"""Hyperdisk ML's regional quotas, as regions.get reports them. Compute names them with this prefix when it refuses
+a volume (`Quota 'HDML_TOTAL_THROUGHPUT' exceeded`, the provisioned MiB/s of the region's Hyperdisk ML volumes);
+the compute v1 discovery document (revision 20261106, Quota.metric) lists no HDML metric at all, and no Google page
+we could read names the capacity one. So the check takes the region's HDML_ metrics as they come: the one ending
+in _THROUGHPUT against the volume's provisioned MiB/s, the one ending in _GB against its GiB (the suffixes of the
+documented Hyperdisk Balanced pair HDB_TOTAL_THROUGHPUT / HDB_TOTAL_GB), and says so when a region reports none."""
+TPU_RESERVED_QUOTA = "https://cloud.google.com/kubernetes-engine/docs/how-to/tpus"
+"""GKE, "Ensure sufficient quota for on-demand or Spot VMs": a TPU node pool that consumes a TPU reservation needs
+no TPU quota; on-demand and Spot pools need the region's Compute Engine TPU quota (compute.googleapis.com, not
+tpu.googleapis.com). regions.get documents no TPU7x metric (compute v1 Quota.metric stops at the v5 ones), so
+for tpu.spot the preflight names the chips to check on the Quotas page instead of reading a guessed metric."""
+
+ACCELERATOR_QUOTA_METRIC = {"a4x-max": "NVIDIA_GB300_GPUS", "a4x": "NVIDIA_GB200_GPUS"}
+"""regions.get quota metric of each GPU family, by the pattern of the documented ones (compute v1 Quota.metric:
+NVIDIA_H100_GPUS, NVIDIA_A100_80GB_GPUS); GB200/GB300 are not in that enum, so a region that reports no such
+metric gets a note, not a failure (reservation-bound capacity is charged to quota when the reservation is made)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    """What was found, or (failed) what to change, in one line."""
+    step: str = ""
+    """Logical name (prefix) of the resource `pulumi up` would fail on, for the cost of a failed up."""
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, message: str, service: str = ""):
+        super().__init__(message)
+        self.status, self.reason, self.message, self.service = status, reason, message, service
+
+
+class Google:
+    """GET-only JSON reads with the caller's credentials, bounded: a timeout per call, RETRIES on throttling."""
+
+    def __init__(self, session: Any, root: Optional[str] = None, timeout: float = REQUEST_TIMEOUT_S,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.session, self.root, self.timeout, self.sleep = session, (root or "").rstrip("/"), timeout, sleep
+
+    @classmethod
+    def from_environment(cls, project: str, timeout: float = REQUEST_TIMEOUT_S) -> Google:
+        """GOOGLE_OAUTH_ACCESS_TOKEN, else Application Default Credentials (google.auth.default). Requests bill to
+        `project` (x-goog-user-project) unless the credentials name a quota project: client-based APIs refuse
+        user credentials that name none (https://cloud.google.com/docs/authentication/adc-troubleshooting/user-creds;
+        the identity needs serviceusage.services.use on it)."""
+        import google.auth
+        from google.auth.transport.requests import AuthorizedSession
+        from google.oauth2.credentials import Credentials
+
+        token = os.environ.get(TOKEN_ENV)
+        credentials = Credentials(token=token) if token else google.auth.default(scopes=[SCOPE])[0]
+        if not getattr(credentials, "quota_project_id", None) and hasattr(credentials, "with_quota_project"):
+            credentials = credentials.with_quota_project(project)
+        return cls(AuthorizedSession(credentials), os.environ.get(API_ROOT_ENV), timeout)
+
+    def get(self, host: str, path: str, params: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+        import requests
+
+        url = f"{self.root}/{host}/{path}" if self.root else f"https://{host}/{path}"
+        for attempt in range(RETRIES):
+            try:
+                response = self.session.get(url, params=params, timeout=self.timeout)
+            except requests.Timeout:
+                raise ApiError(0, "TIMEOUT", f"no answer from {host} within {self.timeout:g} s") from None
+            except requests.ConnectionError as err:
+                raise ApiError(0, "UNREACHABLE", f"cannot reach {host}: {str(err).splitlines()[0][:120]}") from None
+            if response.status_code in (429, 503) and attempt + 1 < RETRIES:
+                try:
+                    wait = float(response.headers.get("Retry-After", 1))
+                except ValueError:
+                    wait = 1.0
+                self.sleep(min(max(wait, 0.0), RETRY_CAP_S))
+                continue
+            if response.status_code >= 400:
+                raise _api_error(host, response)
+            return response.json()
+        raise AssertionError("unreachable")
+
+
+def _api_error(host: str, response: Any) -> ApiError:
+    """google.rpc.Status as Google's JSON APIs return it (https://cloud.google.com/apis/design/errors)."""
+    try:
+        error = response.json().get("error") or {}
+    except ValueError:
+        error = {}
+    reason, service = str(error.get("status") or response.status_code), ""
+    for detail in error.get("details") or []:
+        if str(detail.get("@type", "")).endswith("google.rpc.ErrorInfo"):
+            reason = detail.get("reason") or reason
+            service = (detail.get("metadata") or {}).get("service", "")
+    if response.status_code == 429:
+        reason = "THROTTLED"
+    message = str(error.get("message") or response.reason or "").splitlines()[0][:160] if error or response.reason \
+        else ""
+    return ApiError(response.status_code, reason, message, service)
+
+
+def explain(err: ApiError, what: str, permission: str, project: str) -> str:
+    """One line for a call that got no answer: what to change so it can."""
+    if err.reason == "SERVICE_DISABLED":
+        service = err.service or what
+        return (f"{service} is disabled in project {project}: gcloud services enable {service} --project {project} "
+                f"(preflight needs it to read {what})")
+    if err.status == 403:
+        return f"permission denied reading {what}: the identity needs {permission} on project {project}"
+    if err.reason == "THROTTLED" or err.status == 503:
+        return f"throttled reading {what} after {RETRIES} tries ({err.status}): run preflight again in a minute"
+    if err.reason in ("TIMEOUT", "UNREACHABLE"):
+        return f"could not read {what}: {err.message}"
+    return f"could not read {what}: HTTP {err.status} {err.reason} {err.message}".rstrip()
+
+
+# --------------------------------------------------------------------------- what the stack asks for
+@dataclass(frozen=True)
+class Ask:
+    project: str
+    region: str
+    zone: str
+    machine_type: str
+    reservation: Optional[str]
+    reservation_project: str
+    hosts: int
+    """Accelerator VMs of the whole stack."""
+    block: Optional[str] = None
+    sub_blocks: tuple[str, ...] = ()
+    slice_hosts: int = 0
+    """Hosts one slice needs inside one sub-block (GPU: one NVL72 rack per slice)."""
+    accelerators: int = 0
+    """GPUs or TPU chips of the whole stack."""
+    accelerator_metric: Optional[str] = None
+    shielded: bool = True
+    spot: bool = False
+
+
+def ask(cfg: StackConfig) -> Ask:
+    if cfg.track == "gpu":
+        g = cfg.gpu
+        return Ask(cfg.gcp.project, cfg.gcp.region, cfg.gcp.zone, g.spec.machine_type, g.reservation,
+                   g.reservationProject or cfg.gcp.project, g.node_count, g.reservationBlock,
+                   tuple(g.reservationSubBlocks[:g.slices]), g.slice_nodes, g.node_count * g.spec.gpus_per_node,
+                   ACCELERATOR_QUOTA_METRIC.get(g.machine), g.spec.shielded_gke_nodes)
+    t = cfg.tpu
+    return Ask(cfg.gcp.project, cfg.gcp.region, cfg.gcp.zone, catalog.IRONWOOD.machine_type,
+               None if t.spot else t.reservation, t.reservationProject or cfg.gcp.project,
+               t.slices * t.hosts_per_slice, slice_hosts=t.hosts_per_slice,
+               accelerators=t.slices * t.chips_per_slice, spot=t.spot)
+
+
+# --------------------------------------------------------------------------- the checks
+COMPUTE = "compute.googleapis.com"
+
+
+def check_project(g: Google, cfg: StackConfig) -> list[Check]:
+    p = cfg.gcp.project
+    try:
+        project = g.get("cloudresourcemanager.googleapis.com", f"v3/projects/{p}")
+    except ApiError as err:
+        if err.status in (403, 404) and err.reason != "SERVICE_DISABLED":
+            return [Check("project", False, f"project {p} is not readable (HTTP {err.status}): check gcp.project and "
+                                            "that the identity has resourcemanager.projects.get on it", "apis")]
+        return [Check("project", False, explain(err, "the project", "resourcemanager.projects.get", p), "apis")]
+    state = project.get("state", "")
+    checks = [Check("project", state == "ACTIVE", f"{p} is {state or 'in an unknown state'}"
+                    + ("" if state == "ACTIVE" else ": restore it or set gcp.project"), "apis")]
+    try:
+        billing = g.get("cloudbilling.googleapis.com", f"v1/projects/{p}/billingInfo")
+    except ApiError as err:
+        return [*checks, Check("billing", False, explain(err, "the billing link", "resourcemanager.projects.get "
+                                                              "(roles/billing.viewer)", p), "apis")]
+    enabled = bool(billing.get("billingEnabled"))
+    checks.append(Check("billing", enabled, f"billing account {billing.get('billingAccountName', '')}" if enabled
+                        else f"project {p} has no billing enabled: gcloud billing projects link {p} "
+                             "--billing-account=<ACCOUNT_ID>", "apis"))
+    return checks
+
+
+def check_apis(g: Google, cfg: StackConfig) -> list[Check]:
+    p = cfg.gcp.project
+    apis = apis_for(cfg)
+    names = [f"projects/{p}/services/{api}" for api in apis]
+    try:
+        answer = g.get("serviceusage.googleapis.com", f"v1/projects/{p}/services:batchGet", {"names": names})
+    except ApiError as err:
+        return [Check("apis", False, explain(err, "the project's APIs", "serviceusage.services.get", p), "apis")]
+    states = {s.get("config", {}).get("name") or s.get("name", "").rsplit("/", 1)[-1]: s.get("state")
+              for s in answer.get("services", [])}
+    checks = []
+    for api in apis:
+        state = states.get(api, "DISABLED")
+        if state == "ENABLED":
+            continue
+        if api == COMPUTE:  # reservations and quotas are read through it
+            checks.append(Check("apis", False, f"{api} is disabled in project {p}: gcloud services enable {api} "
+                                               f"--project {p} (pulumi up enables it too, but preflight reads "
+                                               "reservations and quotas through it)", "apis"))
+        else:
+            checks.append(Check("apis", True, f"{api} is disabled; pulumi up enables it "
+                                              f"(components/cloud/services.py)"))
+    return checks or [Check("apis", True, f"all {len(apis)} APIs the stack uses are enabled")]
+
+
+def _reservation_where(g: Google, a: Ask) -> Optional[str]:
+    """The zone a reservation of that name is in, from the project's aggregated list, or None."""
+    answer = g.get(COMPUTE, f"compute/v1/projects/{a.reservation_project}/aggregated/reservations",
+                   {"filter": f'name = "{a.reservation}"'})
+    for scope, listed in (answer.get("items") or {}).items():
+        for reservation in listed.get("reservations") or []:
+            if reservation.get("name") == a.reservation:
+                return scope.removeprefix("zones/")
+    return None
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the stack's own cluster already holds (a later `up`): its pools' nodes count as free for it."""
+    nodes: dict[str, int]
+    """Machine type -> nodes of the cluster's pools."""
+    sub_blocks: frozenset[str]
+    """Sub-blocks the pools consume (the last part of their reservation affinity)."""
+    accelerator_pools: int
+
+    @property
+    def any(self) -> bool:
+        return bool(self.nodes)
+
+
+NOTHING_HELD = Held({}, frozenset(), 0)
+NODE_POOLS_LIST = "https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters.nodePools/list"
+
+
+def held(g: Google, cfg: StackConfig) -> Held:
+    """The node pools of the stack's cluster (GKE nodePools.list, NODE_POOLS_LIST), or nothing before the first
+    `up`. Nodes = initialNodeCount x locations: the program's pools are fixed-size."""
+    try:
+        answer = g.get("container.googleapis.com", f"v1/projects/{cfg.gcp.project}/locations/{cfg.gcp.region}/"
+                                                   f"clusters/{cfg.cluster_name}/nodePools")
+    except ApiError as err:
+        if err.status == 404 or err.reason == "SERVICE_DISABLED":
+            return NOTHING_HELD
+        raise
+    machine = ask(cfg).machine_type
+    nodes: dict[str, int] = {}
+    sub_blocks: set[str] = set()
+    pools = 0
+    for pool in answer.get("nodePools") or []:
+        config = pool.get("config") or {}
+        count = int(pool.get("initialNodeCount", 0)) * max(1, len(pool.get("locations") or []))
+        nodes[config.get("machineType", "")] = nodes.get(config.get("machineType", ""), 0) + count
+        pools += config.get("machineType") == machine
+        for value in (config.get("reservationAffinity") or {}).get("values") or []:
+            if "/reservationSubBlocks/" in value:
+                sub_blocks.add(value.rsplit("/", 1)[-1])
+    return Held(nodes, frozenset(sub_blocks), pools)
+
+
+def check_reservation(g: Google, cfg: StackConfig, mine: Held = NOTHING_HELD) -> list[Check]:
+    a = ask(cfg)
+    key = f"{cfg.track}.reservation"
+    pool = f"{cfg.track}-0"  # the first accelerator pool (components/cloud/nodepools.py slice_pool_name)
+    if not a.reservation:
+        return [Check("reservation", True, "tpu.spot: Spot capacity, no reservation to check")]
+    base = f"compute/v1/projects/{a.reservation_project}/zones/{a.zone}/reservations/{a.reservation}"
+    try:
+        reservation = g.get(COMPUTE, base)
+    except ApiError as err:
+        if err.status != 404:
+            return [Check("reservation", False, explain(err, f"reservation {a.reservation}", "compute.reservations.get",
+                                                        a.reservation_project), pool)]
+        try:
+            where = _reservation_where(g, a)
+        except ApiError as err2:
+            return [Check("reservation", False, explain(err2, "the project's reservations",
+                                                        "compute.reservations.list", a.reservation_project), pool)]
+        if where:
+            return [Check("reservation", False, f"reservation {a.reservation} is in zone {where}, not the serving zone "
+                                                f"{a.zone}: pulumi config set gcp.zone {where}", pool)]
+        return [Check("reservation", False, f"no reservation {a.reservation} in project {a.reservation_project}: "
+                                            f"check {key} and {cfg.track}.reservationProject", pool)]
+    spec = reservation.get("specificReservation") or {}
+    machine = (spec.get("instanceProperties") or {}).get("machineType", "")
+    count, used = int(spec.get("count", 0)), int(spec.get("inUseCount", 0))
+    free = count - used + mine.nodes.get(a.machine_type, 0)
+    problems = []
+    if reservation.get("status") != "READY":
+        problems.append(f"reservation {a.reservation} is {reservation.get('status')}, not READY: wait for it or ask "
+                        "your account team")
+    if not reservation.get("specificReservationRequired"):
+        problems.append(f"reservation {a.reservation} is not SPECIFIC (specificReservationRequired false); GKE "
+                        f"consumes it by name only when it is ({SPECIFIC_CONSUMPTION}): recreate it with "
+                        "--require-specific-reservation")
+    if machine and machine != a.machine_type:
+        problems.append(f"reservation {a.reservation} holds {machine}, the stack asks for {a.machine_type}: set "
+                        f"{key} to a reservation of {a.machine_type}")
+    if a.reservation_project != a.project and not _shared_with(reservation, a.project):
+        problems.append(f"reservation {a.reservation} of {a.reservation_project} is not shared with {a.project}: "
+                        "share it (shareSettings SPECIFIC_PROJECTS) with this project")
+    if free < a.hosts:
+        slices = free // a.slice_hosts if a.slice_hosts else 0
+        problems.append(f"reservation {a.reservation} has {free} free hosts of {count}, the stack asks for {a.hosts}: "
+                        f"set {cfg.track}.slices to {slices} or free {a.hosts - free} hosts")
+    if problems:
+        return [Check("reservation", False, p, pool) for p in problems]
+    own = f" (the stack's pools hold {mine.nodes[a.machine_type]})" if mine.nodes.get(a.machine_type) else ""
+    checks = [Check("reservation", True, f"{a.reservation} in {a.zone}: SPECIFIC, {machine or a.machine_type}, "
+                                         f"{free} of {count} hosts free{own}, {a.hosts} asked")]
+    if cfg.track == "gpu" and a.sub_blocks:
+        checks += _check_blocks(g, a, base, pool, mine)
+    elif cfg.track == "gpu":
+        checks += _check_racks(g, a, base, cfg.gpu.slices - mine.accelerator_pools)
+    return checks
+
+
+MAX_PAGES = 20
+"""Pages of a list call read at most (500 items each by default): a bound, not a limit any reservation reaches."""
+
+
+def _list(g: Google, path: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    token = None
+    for _ in range(MAX_PAGES):
+        answer = g.get(COMPUTE, path, {"pageToken": token} if token else None)
+        items += answer.get("items") or []
+        token = answer.get("nextPageToken")
+        if not token:
+            break
+    return items
+
+
+def _check_racks(g: Google, a: Ask, base: str, slices: int) -> list[Check]:
+    """No sub-blocks named: Compute Engine picks a rack per slice, so the reservation (or the named block) must hold
+    `slices` healthy sub-blocks with a slice's hosts free each (reservationBlocks.list, reservationSubBlocks.list)."""
+    try:
+        blocks = [a.block] if a.block else [b["name"] for b in _list(g, f"{base}/reservationBlocks")]
+        racks = [(block, sub) for block in blocks
+                 for sub in _list(g, f"{base}/reservationBlocks/{block}/reservationSubBlocks")]
+    except ApiError as err:
+        if err.status == 404 and a.block:
+            return [Check("reservation block", False, f"reservation {a.reservation} has no block {a.block}: check "
+                                                      "gpu.reservationBlock", "gpu-0")]
+        return [Check("reservation racks", False, explain(err, f"the blocks of {a.reservation}",
+                                                          "compute.reservations.get", a.reservation_project), "gpu-0")]
+    if not racks:
+        return [Check("reservation racks", True, f"{a.reservation} lists no blocks or sub-blocks (not a dense "
+                                                 "deployment): free hosts checked above")]
+    usable = [sub for _, sub in racks if (sub.get("healthInfo") or {}).get("healthStatus") == "HEALTHY"
+              and int(sub.get("count", 0)) - int(sub.get("inUseCount", 0)) >= a.slice_hosts]
+    if slices <= 0:
+        return [Check("reservation racks", True, "every slice's pool already holds its rack")]
+    if len(usable) < slices:
+        change = f"set gpu.slices to {len(usable)}" if usable else "wait for a rack or ask your account team"
+        return [Check("reservation racks", False,
+                      f"{len(usable)} of the {len(racks)} sub-blocks of {a.reservation} are HEALTHY with "
+                      f"{a.slice_hosts} free hosts, gpu.slices = {slices} needs {slices}: {change}",
+                      f"gpu-{len(usable)}")]
+    return [Check("reservation racks", True, f"{len(usable)} HEALTHY sub-blocks with {a.slice_hosts} free hosts, "
+                                             f"{slices} needed")]
+
+
+def _shared_with(reservation: dict[str, Any], project: str) -> bool:
+    share = reservation.get("shareSettings") or {}
+    if share.get("shareType") == "ORGANIZATION":
+        return True
+    return share.get("shareType") == "SPECIFIC_PROJECTS" and project in (share.get("projectMap") or {})
+
+
+def _check_blocks(g: Google, a: Ask, base: str, pool: str, mine: Held = NOTHING_HELD) -> list[Check]:
+    """The named block, and per named sub-block (one NVL72 rack per slice) its health and free hosts."""
+    try:
+        block = g.get(COMPUTE, f"{base}/reservationBlocks/{a.block}")
+    except ApiError as err:
+        if err.status == 404:
+            return [Check("reservation block", False, f"reservation {a.reservation} has no block {a.block}: check "
+                                                      "gpu.reservationBlock", pool)]
+        return [Check("reservation block", False, explain(err, f"block {a.block}", "compute.reservations.get",
+                                                          a.reservation_project), pool)]
+    block = block.get("resource", block)  # reservationBlocks.get wraps it: {"resource": ReservationBlock}
+    checks = []
+    for index, name in enumerate(a.sub_blocks):
+        try:
+            sub = g.get(COMPUTE, f"{base}/reservationBlocks/{a.block}/reservationSubBlocks/{name}")
+        except ApiError as err:
+            reason = (f"block {a.block} has no sub-block {name}: fix gpu.reservationSubBlocks[{index}]"
+                      if err.status == 404 else explain(err, f"sub-block {name}", "compute.reservations.get",
+                                                        a.reservation_project))
+            checks.append(Check("reservation sub-block", False, reason, f"gpu-{index}"))
+            continue
+        sub = sub.get("resource", sub)
+        health = (sub.get("healthInfo") or {}).get("healthStatus", "HEALTH_STATUS_UNSPECIFIED")
+        free = int(sub.get("count", 0)) - int(sub.get("inUseCount", 0))
+        if health != "HEALTHY":
+            checks.append(Check("reservation sub-block", False,
+                                f"sub-block {name} (slice {index}) is {health}: name a healthy sub-block in "
+                                f"gpu.reservationSubBlocks[{index}]", f"gpu-{index}"))
+        elif free < a.slice_hosts and name not in mine.sub_blocks:
+            checks.append(Check("reservation sub-block", False,
+                                f"sub-block {name} (slice {index}) has {free} free hosts, a slice needs "
+                                f"{a.slice_hosts}: name another sub-block in gpu.reservationSubBlocks[{index}]",
+                                f"gpu-{index}"))
+        else:
+            checks.append(Check("reservation sub-block", True, f"{name}: HEALTHY, {free} free, slice {index} needs "
+                                                               f"{a.slice_hosts}"))
+    return checks or [Check("reservation block", True, f"{a.block}: {block.get('status', '')} "
+                                                       f"{(block.get('healthInfo') or {}).get('healthStatus', '')}")]
+
+
+def quota_demand(cfg: StackConfig) -> list[tuple[str, float, str, str]]:
+    """(regions.get metric, amount the stack adds, what drives it, step that would fail) per regional quota."""
+    from ..facts.machines import MACHINES
+    from ..plan.staging import MACHINE_TYPE as STAGING_MACHINE
+    from ..plan.staging import staging_addresses, staging_pods
+
+    cpus: dict[str, list[float]] = {}
+    for machine, count in ((cfg.systemPool.machineType, cfg.systemPool.nodeCount),
+                           (cfg.transferPool.machineType, cfg.transferPool.nodeCount),
+                           (STAGING_MACHINE, staging_pods(cfg))):
+        metric = f"{machine.split('-')[0].upper()}_CPUS"
+        cpus.setdefault(metric, []).append(MACHINES[machine].vcpus * count)
+    demand = [(metric, sum(v), "the CPU pools (systemPool, transferPool, staging)", "cpu")
+              for metric, v in cpus.items()]
+    demand.append(("HDB_TOTAL_GB", boot_disks_gb(cfg), f"the hyperdisk-balanced boot disks "
+                                                       f"({catalog.BOOT_DISK_GB_ACCELERATOR} GB per accelerator node, "
+                                                       f"{cfg.track}.slices)", f"{cfg.track}-0"))
+    demand.append(("STATIC_ADDRESSES", staging_addresses(cfg), "Cloud NAT: one static address per staging VM "
+                                                               "(storage.stagingPods)", "net-staging-ip"))
+    a = ask(cfg)
+    if cfg.track == "gpu" and a.accelerator_metric and a.accelerators:
+        demand.append((a.accelerator_metric, a.accelerators, "gpu.slices", "gpu-0"))
+    return demand
+
+
+HYPERDISK_BALANCED = "hyperdisk-balanced"
+
+
+def boot_disk_gb(machine: str) -> int:
+    """GB of hyperdisk-balanced boot disk one node of `machine` adds (components/cloud/nodepools.py), HDB_TOTAL_GB in
+    compute v1 Quota.metric; pd-balanced CPU boot disks count elsewhere and are not asked."""
+    from ..facts.machines import MACHINES, cpu_series
+
+    if machine in (catalog.IRONWOOD.machine_type,) or (machine in MACHINES and MACHINES[machine].extended):
+        return catalog.BOOT_DISK_GB_ACCELERATOR
+    series = cpu_series(machine)
+    return catalog.BOOT_DISK_GB_CPU if series is not None and series.boot_disk == HYPERDISK_BALANCED else 0
+
+
+def boot_disks_gb(cfg: StackConfig) -> int:
+    from ..plan.staging import MACHINE_TYPE as STAGING_MACHINE
+    from ..plan.staging import staging_pods
+
+    a = ask(cfg)
+    pools = ((cfg.systemPool.machineType, cfg.systemPool.nodeCount),
+             (cfg.transferPool.machineType, cfg.transferPool.nodeCount), (STAGING_MACHINE, staging_pods(cfg)))
+    return a.hosts * catalog.BOOT_DISK_GB_ACCELERATOR + sum(boot_disk_gb(m) * n for m, n in pools)
+
+
+@dataclass(frozen=True)
+class HdmlDemand:
+    gib: int
+    mibps: int
+
+
+def hdml_demand(cfg: StackConfig) -> HdmlDemand:
+    """The stack's one Hyperdisk ML volume: storage.volumeSizeGi and its provisioned throughput
+    (components/plan/capacity.py weight_staging, what stacks/base.py gives the StorageClass)."""
+    from ..plan.capacity import weight_staging
+
+    staging = weight_staging(cfg)
+    return HdmlDemand(staging.volume_gib, staging.throughput_mibps)
+
+
+def _held_hdml(cfg: StackConfig, mine: Held) -> HdmlDemand:
+    """What the stack's existing Hyperdisk ML volume already holds of the quotas: the throughput and size the plan
+    gives the slice count its cluster runs now (a scale-up raises the volume's throughput in place, so only the
+    rise must be free; components/weights/volume.py), or nothing before the first up."""
+    if not mine.any or mine.accelerator_pools <= 0:
+        return HdmlDemand(0, 0)
+    section = cfg.gpu if cfg.track == "gpu" else cfg.tpu
+    running = cfg.model_copy(update={cfg.track: section.model_copy(update={"slices": mine.accelerator_pools})})
+    return hdml_demand(running)
+
+
+HDML_STEP = "weights-volume"
+"""Logical name prefix of the Hyperdisk ML volume's resources (stacks/base.py): where `up` would fail on a short
+Hyperdisk ML quota."""
+
+
+def check_quotas(g: Google, cfg: StackConfig, mine: Held = NOTHING_HELD) -> list[Check]:
+    p, region = cfg.gcp.project, cfg.gcp.region
+    try:
+        answer = g.get(COMPUTE, f"compute/v1/projects/{p}/regions/{region}")
+    except ApiError as err:
+        return [Check("quota", False, explain(err, f"region {region}'s quotas", "compute.regions.get", p), "cpu")]
+    quotas = {q.get("metric"): q for q in answer.get("quotas") or []}
+    credit = _held_quota(cfg, mine)
+    checks = []
+    for metric, amount, driver, step in quota_demand(cfg) + _hdml_rows(cfg, quotas, region, checks):
+        quota = quotas.get(metric)
+        if quota is None:
+            checks.append(Check("quota", True, f"{metric}: not reported by regions.get in {region}; check it on "
+                                               "the Quotas page"))
+            continue
+        held_volume = 0.0
+        if step == HDML_STEP:  # a later up: the stack's volume has what its running slices were given
+            held = _held_hdml(cfg, mine)
+            held_volume = held.mibps if metric.endswith("_THROUGHPUT") else held.gib
+        free = float(quota.get("limit", 0)) - float(quota.get("usage", 0)) + credit.get(metric, 0) + held_volume
+        if free < amount:
+            checks.append(Check("quota", False, f"{metric} in {region}: {free:g} free of {quota.get('limit', 0):g}, "
+                                                f"the stack needs {amount:g} for {driver}: request more "
+                                                "(https://cloud.google.com/docs/quotas/view-manage) or lower it",
+                                step))
+        else:
+            checks.append(Check("quota", True, f"{metric} in {region}: {free:g} free, {amount:g} needed"))
+    checks += _nat_ports(cfg) + _tpu_quota(cfg)
+    return checks
+
+
+def _hdml_rows(cfg: StackConfig, quotas: dict[str, Any], region: str,
+               notes: list[Check]) -> list[tuple[str, float, str, str]]:
+    """Quota rows for the Hyperdisk ML metrics the region reports (HDML_QUOTA_SOURCE), or a note per one it
+    does not."""
+    want = hdml_demand(cfg)
+    metrics = [m for m in quotas if str(m).startswith(HDML_QUOTA_PREFIX)]
+    rows: list[tuple[str, float, str, str]] = []
+    for suffix, amount, what, key in (("_THROUGHPUT", want.mibps, "MiB/s", "storage.throughputMiBps"),
+                                      ("_GB", want.gib, "GiB", "storage.volumeSizeGi")):
+        found = [m for m in metrics if m.endswith(suffix)]
+        if found:
+            rows += [(m, amount, f"the Hyperdisk ML volume ({amount} {what}, {key})", HDML_STEP) for m in found]
+        else:
+            notes.append(Check("quota", True, f"Hyperdisk ML {what}: regions.get reports no {HDML_QUOTA_PREFIX}*"
+                                              f"{suffix} metric in {region}; check {amount} {what} on the Quotas "
+                                              f"page ({QUOTAS_PAGE})"))
+    return rows
+
+
+def _nat_ports(cfg: StackConfig) -> list[Check]:
+    """Cloud NAT of the staging subnet: each staging VM reserves NAT_MIN_PORTS_PER_VM_ONE_ADDRESS ports of the 64,512
+    one address has (components/plan/limits.py), so the addresses must cover VMs x ports; the cluster's NAT allocates
+    its addresses itself (AUTO_ONLY)."""
+    from ..plan.limits import NAT_PORTS_PER_ADDRESS
+    from ..plan.staging import staging_addresses, staging_pods
+
+    vms, addresses = staging_pods(cfg), staging_addresses(cfg)
+    ports = vms * catalog.NAT_MIN_PORTS_PER_VM_ONE_ADDRESS
+    if ports > addresses * NAT_PORTS_PER_ADDRESS:
+        fit = addresses * NAT_PORTS_PER_ADDRESS // catalog.NAT_MIN_PORTS_PER_VM_ONE_ADDRESS
+        return [Check("nat", False, f"the staging NAT needs {vms} VMs x {catalog.NAT_MIN_PORTS_PER_VM_ONE_ADDRESS} "
+                                    f"ports = {ports} of {addresses} addresses x {NAT_PORTS_PER_ADDRESS}: lower "
+                                    f"storage.stagingPods to {fit}", "net-staging-nat")]
+    return [Check("nat", True, f"staging NAT: {vms} VMs x {catalog.NAT_MIN_PORTS_PER_VM_ONE_ADDRESS} ports on "
+                               f"{addresses} static addresses ({catalog.CLOUD_NAT_ADDRESSES_SOURCE})")]
+
+
+def _tpu_quota(cfg: StackConfig) -> list[Check]:
+    """tpu7x chips: a reservation's hosts are checked with the reservation; quota applies to Spot only
+    (TPU_RESERVED_QUOTA)."""
+    if cfg.track != "tpu":
+        return []
+    a = ask(cfg)
+    if not a.spot:
+        return [Check("quota", True, f"tpu7x: {a.accelerators} chips come from reservation {a.reservation}, which "
+                                     f"needs no TPU quota ({TPU_RESERVED_QUOTA})")]
+    return [Check("quota", True, f"tpu7x Spot: {a.accelerators} chips need the region's preemptible TPU7x quota in "
+                                 f"{cfg.gcp.region}, which regions.get does not report: check it on the Quotas page "
+                                 f"({QUOTAS_PAGE}; {TPU_RESERVED_QUOTA})")]
+
+
+def _held_quota(cfg: StackConfig, mine: Held) -> dict[str, float]:
+    """Quota the stack's own resources already use: its pools' vCPUs and GPUs, and its staging addresses."""
+    from ..facts.machines import MACHINES
+    from ..plan.staging import staging_addresses
+
+    if not mine.any:
+        return {}
+    credit: dict[str, float] = {"STATIC_ADDRESSES": staging_addresses(cfg)}
+    a = ask(cfg)
+    credit["HDB_TOTAL_GB"] = sum(boot_disk_gb(machine) * count for machine, count in mine.nodes.items())
+    for machine, count in mine.nodes.items():
+        if machine == a.machine_type and a.accelerator_metric and cfg.track == "gpu":
+            credit[a.accelerator_metric] = credit.get(a.accelerator_metric, 0) + count * cfg.gpu.spec.gpus_per_node
+        elif machine in MACHINES and not MACHINES[machine].extended:
+            metric = f"{machine.split('-')[0].upper()}_CPUS"
+            credit[metric] = credit.get(metric, 0) + count * MACHINES[machine].vcpus
+    return credit
+
+
+LOCATION_GROUPS = {"us": "us-", "europe": "europe-", "asia": "asia-", "northamerica": "northamerica-",
+                   "southamerica": "southamerica-", "australia": "australia-", "me": "me-", "africa": "africa-"}
+
+
+def _location_allowed(value: str, region: str, zone: str) -> bool:
+    """A gcp.resourceLocations value (https://cloud.google.com/resource-manager/docs/organization-policy/
+    defining-locations): `in:<region>-locations`, `in:<group>-locations`, a region, `zones:<zone>` or the like."""
+    value = value.removeprefix("is:")
+    if value.startswith("in:") and value.endswith("-locations"):
+        group = value[3:-len("-locations")]
+        return group == region or region.startswith(LOCATION_GROUPS.get(group, "\0"))
+    name = value.split(":", 1)[-1]
+    return name in (region, zone)
+
+
+def _rules(policy: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in (policy.get("spec") or {}).get("rules") or [] if not r.get("condition")]
+
+
+def check_org_policies(g: Google, cfg: StackConfig) -> list[Check]:
+    p, region, zone = cfg.gcp.project, cfg.gcp.region, cfg.gcp.zone
+    a = ask(cfg)
+    checks: list[Check] = []
+
+    def effective(constraint: str) -> Optional[dict[str, Any]]:
+        try:
+            return g.get("orgpolicy.googleapis.com", f"v2/projects/{p}/policies/{constraint}:getEffectivePolicy")
+        except ApiError as err:
+            if err.status == 404:
+                return {}
+            checks.append(Check("org policy", False, explain(err, f"the effective policy {constraint}",
+                                                             "orgpolicy.policy.get", p), "apis"))
+            return None
+
+    locations = effective("gcp.resourceLocations")
+    if locations is not None:
+        for rule in _rules(locations):
+            allowed = (rule.get("values") or {}).get("allowedValues") or []
+            denied = (rule.get("values") or {}).get("deniedValues") or []
+            if rule.get("denyAll") or (allowed and not any(_location_allowed(v, region, zone) for v in allowed)) \
+                    or any(_location_allowed(v, region, zone) for v in denied):
+                checks.append(Check("org policy", False, f"constraints/gcp.resourceLocations does not allow "
+                                                         f"{region}/{zone}: set gcp.region and gcp.zone to an allowed "
+                                                         "location or ask your org admin for an exception", "net"))
+                break
+    services = effective("gcp.restrictServiceUsage")
+    if services is not None:
+        for rule in _rules(services):
+            allowed = (rule.get("values") or {}).get("allowedValues") or []
+            denied = set((rule.get("values") or {}).get("deniedValues") or [])
+            refused = [api for api in apis_for(cfg)
+                       if rule.get("denyAll") or api in denied or (allowed and api not in allowed)]
+            if refused:
+                checks.append(Check("org policy", False, f"constraints/gcp.restrictServiceUsage refuses "
+                                                         f"{', '.join(refused)}, which the stack enables: ask your "
+                                                         "org admin to allow them for this project", "apis"))
+                break
+    if not a.shielded:
+        shielded = effective("compute.requireShieldedVm")
+        if shielded is not None and any(r.get("enforce") for r in _rules(shielded)):
+            checks.append(Check("org policy", False, f"constraints/compute.requireShieldedVm is enforced, and "
+                                                     f"{a.machine_type} nodes run without Shielded GKE Nodes "
+                                                     "(components/facts/catalog.py shielded_gke_nodes): ask your org "
+                                                     "admin "
+                                                     "for an exception for this project", "cluster"))
+    return checks or [Check("org policy", True, "gcp.resourceLocations, gcp.restrictServiceUsage"
+                                                + ("" if a.shielded else ", compute.requireShieldedVm")
+                                                + " allow what the plan creates (nodes are private: no external IPs)")]
+
+
+def check_bucket(g: Google, cfg: StackConfig, stack: str) -> list[Check]:
+    name = cfg.bucket_name
+    try:
+        bucket = g.get("storage.googleapis.com", f"storage/v1/b/{name}")
+    except ApiError as err:
+        if err.status == 404:
+            return [Check("bucket", True, f"gs://{name} is free; pulumi up creates it")]
+        if err.status == 403 and not cfg.storage.bucketExists:
+            return [Check("bucket", False, f"gs://{name} exists and this identity cannot read it (another project's): "
+                                           "set storage.bucketName to a free name", "weights-bucket")]
+        return [Check("bucket", False, explain(err, f"gs://{name}", "storage.buckets.get", cfg.gcp.project),
+                      "weights-bucket")]
+    labels = bucket.get("labels") or {}
+    ours = labels.get("llm-d-guide") == catalog.GUIDE_NAME and labels.get("pulumi-stack") in (label_value(stack), None)
+    if cfg.storage.bucketExists or ours:
+        return [Check("bucket", True, f"gs://{name} exists and is this stack's"
+                                      + (" (storage.bucketExists)" if cfg.storage.bucketExists else ""))]
+    return [Check("bucket", False, f"gs://{name} already exists and is not this stack's: set storage.bucketExists "
+                                   "true if it is yours to share, else storage.bucketName", "weights-bucket")]
+
+
+def check_google(g: Google, cfg: StackConfig, stack: str) -> list[Check]:
+    """Every Google question, in the order `pulumi up` would meet the answer."""
+    checks = check_project(g, cfg) + check_apis(g, cfg)
+    if any(not c.ok for c in checks if c.name in ("project", "apis") and COMPUTE in c.detail) or \
+            any(not c.ok and c.name == "project" for c in checks):
+        return checks  # without the project or the Compute API the other answers would all be the same refusal
+    try:
+        mine = held(g, cfg)
+    except ApiError as err:
+        return [*checks, Check("cluster", False, explain(err, f"the node pools of cluster {cfg.cluster_name}",
+                                                         "container.clusters.get", cfg.gcp.project), "cluster")]
+    return checks + check_org_policies(g, cfg) + check_quotas(g, cfg, mine) + check_reservation(g, cfg, mine) \
+        + check_bucket(g, cfg, stack)
+
+
+# --------------------------------------------------------------------------- this machine
+GCLOUD_INSTALL = "https://cloud.google.com/sdk/docs/install"
+GCLOUD_AUTH_LIST = "https://cloud.google.com/sdk/gcloud/reference/auth/list"
+GCLOUD_TOKEN_FILE_ENV = "CLOUDSDK_AUTH_ACCESS_TOKEN_FILE"
+"""gcloud's own access-token file setting (https://cloud.google.com/sdk/gcloud/reference/config/set, auth/
+access_token_file): with it gcloud needs no logged-in account."""
+BUILD_STEP = "engine-image-build"
+
+
+def check_local(cfg: StackConfig, which: Callable[[str], Optional[str]] | None = None,
+                run: Callable[..., Any] | None = None, timeout: float = REQUEST_TIMEOUT_S) -> list[Check]:
+    """What `pulumi up` runs on this machine: the TPU engine image's build is a local command
+    (components/serving/engineimage.py: bash, then gcloud as its logged-in account, which is not the Application Default
+    Credentials the Pulumi provider uses). One line per thing missing, naming what to install or run."""
+    import shutil
+    import subprocess
+
+    from ..plan.loading import builds_engine_image
+    from ..serving.engineimage import BUILD_INTERPRETER
+
+    if not builds_engine_image(cfg):
+        return []
+    which = which or shutil.which
+    run = run or subprocess.run
+    bash = BUILD_INTERPRETER[0]
+    if not os.access(bash, os.X_OK):
+        return [Check("local tools", False, f"{bash} is missing: pulumi up runs the TPU engine image's build with it "
+                                            "(components/serving/engineimage.py); run pulumi up on Linux, macOS or WSL",
+                      BUILD_STEP)]
+    gcloud = which("gcloud")
+    if not gcloud:
+        return [Check("local tools", False, f"gcloud is not on PATH: install the Google Cloud CLI ({GCLOUD_INSTALL});"
+                                            " pulumi up runs `gcloud builds submit` for the TPU engine image",
+                      BUILD_STEP)]
+    if os.environ.get(GCLOUD_TOKEN_FILE_ENV):
+        return [Check("local tools", True, f"gcloud {gcloud}, credentials from {GCLOUD_TOKEN_FILE_ENV}")]
+    try:
+        proc = run([gcloud, "auth", "list", "--filter=status:ACTIVE", "--format=value(account)"],
+                   capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as err:
+        return [Check("local tools", False, f"gcloud auth list did not answer ({str(err).splitlines()[0][:120]}): "
+                                            "check the Google Cloud CLI installation", BUILD_STEP)]
+    accounts = proc.stdout.split() if proc.returncode == 0 else []
+    if not accounts:
+        return [Check("local tools", False, "gcloud has no active account: run gcloud auth login (the TPU engine "
+                                            "image's build runs as gcloud's account, not as the Application Default "
+                                            f"Credentials; {GCLOUD_AUTH_LIST})", BUILD_STEP)]
+    return [Check("local tools", True, f"gcloud {gcloud}, active account {accounts[0]} (the engine image's build "
+                                       f"runs as it in project {cfg.gcp.project})")]
+
+
+# --------------------------------------------------------------------------- the Hub
+def check_hub(cfg: StackConfig, token: Optional[str], endpoint: Optional[str] = None,
+              timeout: float = REQUEST_TIMEOUT_S) -> list[Check]:
+    """The token reads the pinned repo at its revision, and the revision's config.json is one the pinned engine
+    registers with the geometry the plan was computed with (components/weights/geometry.py's rule)."""
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    from ..plan.engines import registered_architectures
+    from ..weights.geometry import _CheckGeometry, expected_geometry
+
+    repo, revision = cfg.model.repoId, cfg.model.revision or "main"
+    api = HfApi(endpoint=endpoint, token=token or False)
+    step = "model-geometry"
+    try:
+        info = api.model_info(repo, revision=revision, timeout=timeout)
+        path = hf_hub_download(repo, "config.json", revision=info.sha or revision, token=token or False,
+                               endpoint=endpoint, etag_timeout=timeout)
+    except GatedRepoError:
+        return [Check("hub", False, f"{repo} is gated and the token cannot read it: accept the model's license at "
+                                    f"{api.endpoint}/{repo} with the account whose token is hfToken", step)]
+    except RevisionNotFoundError:
+        return [Check("hub", False, f"{repo} has no revision {revision}: set model.revision to a commit of it", step)]
+    except RepositoryNotFoundError:
+        return [Check("hub", False, f"repository {repo} was not found with this token: check model.repoId and "
+                                    "hfToken (a gated or private repository answers this way without one)", step)]
+    except HfHubHTTPError as err:
+        return [Check("hub", False, f"could not read {repo}@{revision}: {str(err).splitlines()[0][:160]}", step)]
+    except OSError as err:  # timeouts and refused connections (requests' errors are OSErrors)
+        return [Check("hub", False, f"could not reach the Hub for {repo}@{revision}: {str(err)[:160]}", step)]
+    import json
+
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    engine, registered = registered_architectures(cfg)
+    problem = _CheckGeometry.compare(config, expected_geometry(cfg), sorted(registered), engine)
+    if problem:
+        return [Check("hub", True, f"the token reads {repo}@{(info.sha or revision)[:12]}"),
+                Check("checkpoint", False, problem, step)]
+    return [Check("hub", True, f"the token reads {repo}@{(info.sha or revision)[:12]}"),
+            Check("checkpoint", True, f"config.json: {config.get('architectures', ['?'])[0]}, which {engine} "
+                                      "registers, with the plan's geometry")]
+
+
+# --------------------------------------------------------------------------- the gate in `pulumi up`
+def gate_applies(cfg: StackConfig) -> bool:
+    """`pulumi up` only: not `pulumi preview` (dry run), not the offline plan, not with lifecycle.preflight false."""
+    import pulumi
+
+    return cfg.lifecycle.preflight and not OFFLINE_PLAN and not pulumi.runtime.is_dry_run()
+
+
+def gate(cfg: StackConfig, stack: str, google: Optional[Google] = None) -> list[Check]:
+    """The failed checks of this machine and of Google (the Hub's are the model-geometry resource's, which
+    accelerator pools wait for)."""
+    local = [c for c in check_local(cfg) if not c.ok]
+    try:
+        google = google or Google.from_environment(cfg.gcp.project)
+    except Exception as err:  # no credentials: the provider would fail the same way, but later
+        return [*local, Check("credentials", False, f"no Google credentials ({str(err).splitlines()[0][:120]}): "
+                                                    "run gcloud auth application-default login")]
+    return local + [c for c in check_google(google, cfg, stack) if not c.ok]
+
+
+def gate_message(failed: Iterable[Check]) -> str:
+    lines = [c.line() for c in failed]
+    return (f"preflight: {len(lines)} check(s) failed, nothing was created: " + " | ".join(lines)
+            + " (python -m tools preflight shows every check; to skip this step: "
+              "pulumi config set lifecycle.preflight false)")

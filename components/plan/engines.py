@@ -1,0 +1,434 @@
+"""Model-server command lines, built as token lists so tests can check every flag against the engine's
+real parser (tests/serving/test_modelservers.py) and every JSON key against the engine's config classes.
+
+GPU: vLLM (pinned VLLM_VERSION), one `vllm serve` per LWS pod in llm-d's data-parallel hybrid-LB form:
+each pod runs GPUs/TP engines, the group forms one DP x EP domain (EP = TP x DP is derived by vLLM).
+TPU: vLLM-TorchTPU (the pinned release), one engine per slice spread over its hosts with `--nnodes`; or, only
+as an explicit choice, a user-supplied SGLang-TorchTPU build (unreleased).
+The block size every command passes is the engine-effective one (components/plan/kvblocks.py).
+No command publishes KV-cache events (`--kv-events-config`): at the pinned router only the precise prefix-cache
+producer reads them, and the router predicts prefix hits without them (docs/capacity.md "Prefix routing");
+tests/router/test_router.py fails if an engine publishes events no router plugin consumes, or the reverse.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from typing import Literal
+
+from ..config import ConfigError, StackConfig
+from ..facts import catalog, contract
+from ..facts.versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHTPU
+from . import kvblocks, loading
+from .capacity import cpu_offload_bytes_per_engine, decode_capacity, serving_capacity, tpu_offload_bytes_per_engine
+
+Role = Literal["prefill", "decode"]
+
+# Shell variables the pod script defines or LWS/Kubernetes inject
+# (https://github.com/kubernetes-sigs/lws/blob/30f8f66/site/content/en/docs/reference/labels-annotations-and-environment-variables.md).
+LEADER = "${LWS_LEADER_ADDRESS}"
+WORKER_INDEX = "${LWS_WORKER_INDEX}"
+POD_IP = "${POD_IP}"
+START_RANK = "${START_RANK}"
+LEADER_IP = "${LEADER_IP}"
+"""The leader's pod address, resolved from LWS_LEADER_ADDRESS by the TPU pod script (tpu_launcher_preamble)."""
+
+UNRELEASED_FLAG_VALUES = {
+    # Seed-post values an SGLang-TorchTPU build would carry and no released SGLang accepts
+    # (https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/server_args.py
+    # choices): sparse-MLA attention on TPU and the raiden host-memory I/O backend.
+    ("--attention-backend", "pallas_tpu_mla_sparse"),
+    ("--hicache-io-backend", "raiden"),
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    """`preamble` shell lines, then `exec` of `argv`; `argv` keeps shell variables as `${NAME}` tokens."""
+
+    argv: tuple[str, ...]
+    preamble: tuple[str, ...] = ()
+
+    def script(self) -> str:
+        return "\n".join(["set -eu", *self.preamble, "exec " + " ".join(_word(t) for t in self.argv)]) + "\n"
+
+
+def _word(token: str) -> str:
+    """Quote for bash, keeping `${VAR}` references expandable."""
+    if "${" not in token:
+        return shlex.quote(token)
+    escaped = token.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+    return f'"{escaped}"'
+
+
+def _json(value: dict) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+# --------------------------------------------------------------------------- vLLM (GPU)
+def vllm_port(role: Role) -> int:
+    """Decode engines sit behind the routing sidecar, which takes the serving port
+    (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/sidecar/proxy/options.go)."""
+    return contract.DECODE_ENGINE_PORT if role == "decode" else contract.MODEL_SERVER_PORT
+
+
+def vllm_group_nodes(cfg: StackConfig, role: Role) -> int:
+    return cfg.gpu.prefillNodesPerGroup if role == "prefill" else cfg.gpu.decodeNodesPerGroup
+
+
+def vllm_kv_transfer(cfg: StackConfig, role: Role) -> dict:
+    """NIXL for P/D plus the CPU offload tier, paired by MultiConnector
+    (https://github.com/llm-d/llm-d/blob/5e758d8/guides/models/nemotron-3-ultra/modelserver/gpu/vllm/base/patch-decode.yaml)."""
+    return {
+        "kv_connector": "MultiConnector",
+        "kv_role": "kv_both",
+        # Recompute rather than fail a request whose KV could not be loaded (llm-d multi-tier guide).
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": {"connectors": [
+            {"kv_connector": "NixlConnector", "kv_role": "kv_producer" if role == "prefill" else "kv_consumer"},
+            {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+             "kv_connector_extra_config": {"cpu_bytes_to_use": cpu_offload_bytes_per_engine(cfg),
+                                           "eviction_policy": "lru"}},
+        ]},
+    }
+
+
+def render_flags(cfg: StackConfig, role: Role) -> list[str]:
+    """What lets the router tokenize on the engine it routes to. vLLM 0.33.0 registers `/v1/completions/render` and
+    `/v1/chat/completions/render` on `vllm serve` only with `--enable-scale-out`
+    (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/entrypoints/scale_out/factories.py L94-105,
+    vllm/entrypoints/common/cli_args.py L216-221); the prefill engines serve the router's render Service
+    (components/router/router.py RENDER_SERVICE)."""
+    return ["--enable-scale-out"] if role == "prefill" else []
+
+
+def vllm_speculative(cfg: StackConfig) -> dict | None:
+    spec = cfg.model
+    if spec.speculative == "mtp":
+        return {"method": "mtp", "num_speculative_tokens": spec.speculativeTokens}
+    if spec.speculative == "dflash":
+        return {"method": "dflash", "model": spec.draftModelPath, "num_speculative_tokens": spec.speculativeTokens}
+    return None
+
+
+GPU_MOE_BACKEND = "deep_gemm_mega_moe"
+"""Kimi K3's experts as one DeepGEMM MegaMoE launch that dispatches and combines over the EP group itself (vLLM 0.33.0
+models/kimi_k3/nvidia/model.py:401-417, 516-540), as llm-d's GB200 DeepSeek-V4 pods run it
+(https://github.com/llm-d/llm-d/blob/6b047cf/guides/models/deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml).
+DeepGEMM ships inside the released vLLM wheel for aarch64 (vllm/third_party/deep_gemm/__init__.py:91
+get_symm_buffer_for_mega_moe), while DeepEP v2 is an image-level install (`deep_ep.ElasticBuffer`, NCCL >= 2.30.4 and
+NCCL GIN: vllm/utils/import_utils.py:472-499, distributed/device_communicators/all2all.py:1046,1086-1100) no
+evidence shows in the arm64 image (docs/seed-vs-reality.md). `--all2all-backend` stays at its default."""
+
+
+GPU_DRIVER_MOUNT = "/usr/local/nvidia"
+"""Where the GPU pods mount GKE's host driver install (components/serving/modelservers.py)."""
+GPU_DRIVER_LIBS = f"{GPU_DRIVER_MOUNT}/lib64"
+EXTEND_LIBRARY_PATH = f'export LD_LIBRARY_PATH="${{LD_LIBRARY_PATH:+${{LD_LIBRARY_PATH}}:}}{GPU_DRIVER_LIBS}"'
+"""The image's own LD_LIBRARY_PATH first, GKE's driver libraries after it: a pod `env` entry would replace the image's
+value (Kubernetes expands `$(VAR)` only from the container's own env list), and whatever of its libraries (NCCL among
+them) the image puts on the path must stay ahead of the host's."""
+
+
+def vllm_batch_flags(cfg: StackConfig, role: Role) -> list[str]:
+    """`--max-num-seqs` = the requests one engine's KV pool can run at once (capacity.max_running_requests). The CUDA
+    graph sizes stay vLLM 0.33.0's own: from this `max_num_seqs` it captures up to min(max_num_seqs x query len x 2,
+    1,024 on Blackwell) tokens and adds the uniform decode batches, max_num_seqs x query len among them
+    (vllm/config/vllm.py `_set_cudagraph_sizes`). A `--max-cudagraph-capture-size` of max_num_seqs x query len is
+    not captured as such: it is rounded down to the grid's 1, 2, 4, then multiples of 8 (55 -> 48), so decode batches
+    of 49-55 requests would run with no graph at all (tests/engine/test_vllm_engine_config.py)."""
+    c = serving_capacity(cfg) if role == "prefill" else decode_capacity(cfg)
+    return ["--max-num-seqs", str(c.max_running)]
+
+
+def vllm_command(cfg: StackConfig, role: Role) -> Command:
+    gpu = cfg.gpu
+    dp_local = gpu.data_parallel_local
+    nodes = vllm_group_nodes(cfg, role)
+    argv = [
+        "vllm", "serve", cfg.model.path,
+        "--served-model-name", catalog.KIMI.hf_id,
+        "--trust-remote-code",
+        "--port", str(vllm_port(role)),
+        "--tensor-parallel-size", str(gpu.tensorParallel),
+        "--data-parallel-size", str(nodes * dp_local),
+        "--data-parallel-size-local", str(dp_local),
+        "--data-parallel-address", LEADER,
+        "--data-parallel-rpc-port", str(contract.DATA_PARALLEL_RPC_PORT),
+        "--data-parallel-start-rank", START_RANK,
+        "--data-parallel-hybrid-lb",
+        "--enable-expert-parallel",
+        # Each rank reads only its own experts, with a loader that honours that filter (components/plan/loading.py).
+        *loading.GPU_LOADER.argv,
+        "--moe-backend", GPU_MOE_BACKEND,
+        "--kv-cache-dtype", {"fp8": "fp8", "bf16": "bfloat16"}[cfg.model.kvCacheDtype],
+        "--mamba-ssm-cache-dtype", cfg.model.kdaStateDtype,
+        # The engine-effective block: vLLM would raise a smaller one to this itself (components/plan/kvblocks.py).
+        "--block-size", str(kvblocks.gpu_rule(cfg).block_tokens),
+        # Prefix caching on the hybrid caches KDA states at block boundaries (vllm/config/cache.py
+        # mamba_cache_mode). --prefix-match-unit stays unset: docs/capacity.md says why.
+        "--enable-prefix-caching",
+        "--mamba-cache-mode", "align",
+        "--max-model-len", str(cfg.context_length),
+        *(["--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS)] if role == "prefill" else []),
+        *vllm_batch_flags(cfg, role),
+        "--gpu-memory-utilization", f"{gpu.gpuMemoryPercent / 100:.2f}",
+        # The hybrid KV-cache manager keeps KDA state and MLA pages together, also for offloading
+        # (https://github.com/llm-d/llm-d/blob/4bd65c4/guides/pd-disaggregation/modelserver/gpu/vllm/multi-tier/patch-prefill.yaml).
+        VLLM.hybrid_kv_flag,
+        "--kv-transfer-config", _json(vllm_kv_transfer(cfg, role)),
+        *render_flags(cfg, role),
+        "--reasoning-parser", "kimi_k3",
+        "--tool-call-parser", "kimi_k3",
+        "--enable-auto-tool-choice",
+        "--disable-access-log-for-endpoints", "/health,/metrics",
+    ]
+    speculative = vllm_speculative(cfg)
+    if speculative:
+        argv += ["--speculative-config", _json(speculative)]
+    preamble = (
+        "find /dev/shm -mindepth 1 -delete 2>/dev/null || true",  # stale shm from a restart (llm-d issue #352)
+        EXTEND_LIBRARY_PATH,
+        f"START_RANK=$(( LWS_WORKER_INDEX * {dp_local} ))",
+        # vLLM binds the NIXL side channel on this base + the global DP rank (nixl/base_scheduler.py,
+        # data_parallel_index = data_parallel_rank in vllm/config/parallel.py): lowering the base by START_RANK keeps
+        # every pod's engines on NIXL_SIDE_CHANNEL_PORT + local rank, the ports the pod declares.
+        f"export VLLM_NIXL_SIDE_CHANNEL_PORT=$(( {contract.NIXL_SIDE_CHANNEL_PORT} - START_RANK ))",
+    )
+    return Command(tuple(argv), preamble)
+
+
+# --------------------------------------------------------------------------- TPU
+TpuRank = Literal["leader", "worker"]
+
+
+def tpu_engine_type(cfg: StackConfig) -> str:
+    """`llm-d.ai/engine-type` of the TPU pods: the engine family (vLLM semantics for the router and metrics)."""
+    return "vllm" if cfg.tpu.engine == "vllm-torchtpu" else "sglang"
+
+
+RAIDEN_CONTROLLER_PORT = 51515
+"""The Raiden offload controller's port on the leader: vllm_torchtpu/offload/raiden_store.py:134
+`_DEFAULT_CONTROLLER_PORT`, plus the local DP rank (0 here, :2304), set explicitly so the port the pod declares and
+the port every rank dials are one value."""
+RAIDEN_DEFAULT_REGISTRATION_TIMEOUT_S = 120
+"""`RAIDEN_EXPECTED_WORKERS_TIMEOUT_S` default: the controller's KVCacheStore construction waits this long for every
+rank to register (raiden_store.py:321-324; the variable is read by tpu-sync-torch's
+tpu_sync/frameworks/torch/_tpu_raiden_torch_2_13_0.so)."""
+HOST_POOL_FILL_BYTES_PER_S = 2e9
+"""ASSUMPTION: how fast one host faults in and pins its share of the offload pool while its ranks register (each
+rank's KVCacheManager allocates `host_blocks_to_allocate` before it registers, raiden_store.py:1687-1695); no
+published figure."""
+
+
+def raiden_registration_timeout_s(cfg: StackConfig) -> int:
+    """The controller's wait for all ranks, sized to the slowest host: the default plus twice the time one host
+    takes to fill its share of the pool, since a rank registers only once its host blocks exist."""
+    per_host = tpu_offload_bytes_per_engine(cfg) / cfg.tpu.hosts_per_slice
+    return RAIDEN_DEFAULT_REGISTRATION_TIMEOUT_S + int(-(-2 * per_host // HOST_POOL_FILL_BYTES_PER_S))
+
+
+def tpu_kv_transfer(cfg: StackConfig) -> dict:
+    """Host-DRAM KV tier for the hybrid's MLA pages and KDA states, sized in bytes from the capacity model
+    (https://github.com/vllm-project/vllm-torchtpu/blob/v0.29.0/vllm_torchtpu/offload/raiden_connector.py
+    module docstring; `cpu_bytes_to_use` is required, vllm_torchtpu/offload/raiden_store.py:2186). Every rank of
+    the slice reads the same config: the scheduler on the leader hosts the controller at `store_server_ip`, and
+    each worker rank dials `store_server_ip:raiden_controller_port`, loopback when the key is unset
+    (raiden_store.py:2255, :2375-2379), so it must name the leader's address on every host."""
+    return {
+        "kv_connector": "TPURaidenOffloadingConnector",
+        "kv_connector_module_path": "vllm_torchtpu.offload.raiden_connector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"cpu_bytes_to_use": tpu_offload_bytes_per_engine(cfg),
+                                      "store_server_ip": LEADER_IP,
+                                      "raiden_controller_port": RAIDEN_CONTROLLER_PORT},
+    }
+
+
+MP_LAUNCHER = ("https://github.com/kowalski-4831/vllm-torchtpu/blob/be9c868ee42f6e0186c833059f432c86a9014863/"
+               ".buildkite/kubernetes/mp_multihost_entry.sh")
+"""The engine's released mp multi-host launcher for GKE pods (the wheels ship none)."""
+MP_LAUNCHER_ENV: tuple[tuple[str, str, int], ...] = (
+    # (variable, value, line of MP_LAUNCHER): GKE's injected slice-member environment blanked, since
+    # tpu_mp_multihost.py builds the slice from its own rendezvous; then the backend chosen.
+    ("MEGASCALE_COORDINATOR_ADDRESS", "", 63),
+    ("MEGASCALE_NUM_SLICES", "", 64),
+    ("MEGASCALE_PORT", "", 65),
+    ("MEGASCALE_SLICE_ID", "", 66),
+    ("TPU_PROCESS_ADDRESSES", "", 67),
+    ("TPU_PROCESS_PORT", "", 68),
+    ("TPU_WORKER_HOSTNAMES", "", 69),
+    ("TPU_MULTIHOST_BACKEND", "mp", 71),
+    ("TPU_SKIP_MDS_QUERY", "1", 73),
+)
+HEAD_RESOLVE_S = 300
+"""The launcher's bound on resolving the head (MP_LAUNCHER lines 83-93: `getent hosts`, every 5 s, 300 s)."""
+
+
+def tpu_launcher_preamble() -> tuple[str, ...]:
+    """The pod-side lines of the released launcher, in its order: no core dumps (line 76), the environment
+    (MP_LAUNCHER_ENV), vLLM's own address from the pod IP (mp-multihost-slice.yaml beside the launcher:
+    `export VLLM_HOST_IP`), then the head resolved to an address, since the leader binds its TCPStore there and
+    every host must be handed the same value."""
+    return (
+        "ulimit -c 0",
+        *(f"export {name}={shlex.quote(value)}" for name, value, _ in MP_LAUNCHER_ENV),
+        f'export VLLM_HOST_IP="{POD_IP}"',
+        f"deadline=$((SECONDS + {HEAD_RESOLVE_S})); LEADER_IP=''",
+        'until [ -n "$LEADER_IP" ]; do\n'
+        f'  LEADER_IP="$(getent hosts "{LEADER}" | awk \'{{print $1; exit}}\')"\n'
+        '  [ -n "$LEADER_IP" ] && break\n'
+        f'  [ "$SECONDS" -lt "$deadline" ] || '
+        f'{{ echo "{LEADER} did not resolve within {HEAD_RESOLVE_S} s" >&2; exit 1; }}\n'
+        "  sleep 5\n"
+        "done",
+        f'echo "host {WORKER_INDEX}: master address {LEADER_IP}"',
+    )
+
+
+def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
+    """One `vllm serve` per host of a slice, joined by `--nnodes` (the mp executor): vLLM-TorchTPU's multi-host path
+    without a Ray cluster (vllm_torchtpu/distributed/tpu_mp_multihost.py); workers run `--headless`, only the leader
+    serves HTTP (and the router's render calls: vLLM 0.29.0 registers `/v1/completions/render` on every `vllm serve`,
+    vllm/entrypoints/launchers/api_server/routers.py L52-55 in the vllm-torchtpu 0.29.0 wheel). TP spans the slice's
+    TensorCores and expert parallelism all of them, as the project's Kimi K3 nightly runs it (TP=32 + EP on a 4-host
+    tpu7x-32 slice)."""
+    tpu = cfg.tpu
+    rule = kvblocks.tpu_rule(cfg)
+    argv = [
+        "vllm", "serve", cfg.model.path,
+        "--served-model-name", catalog.KIMI.hf_id,
+        "--trust-remote-code",
+        "--port", str(contract.MODEL_SERVER_PORT),
+        "--nnodes", str(tpu.hosts_per_slice),
+        "--node-rank", WORKER_INDEX,
+        "--master-addr", LEADER_IP,
+        "--master-port", str(contract.TPU_MASTER_PORT),
+        *(["--headless"] if rank == "worker" else []),
+        "--tensor-parallel-size", str(tpu.tensorParallel),
+        "--enable-expert-parallel",
+        # Each rank reads only its own experts' weights and scales; prefetch reads only its byte ranges into the
+        # page cache, where the host's ranks share the dense weights (components/plan/loading.py).
+        *loading.TPU_LOADER.argv,
+        # Text only: the checkpoint's vision tower is not loaded (the post serves text).
+        "--language-model-only",
+        "--kv-cache-dtype", {"fp8": "fp8", "bf16": "bfloat16"}[cfg.model.kvCacheDtype],
+        "--block-size", str(rule.block_tokens),
+        "--max-model-len", str(cfg.context_length),
+        "--max-num-seqs", str(kvblocks.TPU_MAX_NUM_SEQS),
+        "--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS),
+        "--gpu-memory-utilization", f"{tpu.memFractionPercent / 100:.2f}",
+        # Prefix caching on the hybrid needs mamba_cache_mode=align and the unified block pool
+        # (vllm_torchtpu/platforms/tpu_platform.py check_and_update_config).
+        "--enable-prefix-caching",
+        "--mamba-cache-mode", "align",
+        "--kv-transfer-config", _json(tpu_kv_transfer(cfg)),
+        "--reasoning-parser", "kimi_k3",
+        "--tool-call-parser", "kimi_k3",
+        "--enable-auto-tool-choice",
+        "--disable-access-log-for-endpoints", "/health,/metrics",
+    ]
+    return Command(tuple(argv), tpu_launcher_preamble())
+
+
+def sglang_command(cfg: StackConfig) -> Command:
+    """An unreleased SGLang-TorchTPU build (tpu.engine=sglang-torchtpu): the seed's flags, one launch_server per pod;
+    rank 0 serves HTTP (https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/entrypoints/engine.py)."""
+    tpu = cfg.tpu
+    argv = [
+        "python3", "-m", "sglang.launch_server",
+        "--model-path", cfg.model.path,
+        "--served-model-name", catalog.KIMI.hf_id,
+        "--trust-remote-code",
+        "--host", "0.0.0.0",
+        "--port", str(contract.MODEL_SERVER_PORT),
+        "--nnodes", str(tpu.hosts_per_slice),
+        "--node-rank", WORKER_INDEX,
+        "--dist-init-addr", f"{LEADER}:{contract.SGLANG_DIST_INIT_PORT}",
+        "--tp-size", str(tpu.tensorParallel),
+        "--ep-size", str(tpu.expertParallel),
+        "--kv-cache-dtype", {"fp8": "fp8_e4m3", "bf16": "bf16"}[cfg.model.kvCacheDtype],
+        "--context-length", str(cfg.context_length),
+        "--page-size", str(kvblocks.block_rule(cfg).block_tokens),
+        "--chunked-prefill-size", str(contract.PREFILL_CHUNK_TOKENS),
+        "--mem-fraction-static", f"{tpu.memFractionPercent / 100:.2f}",
+        "--enable-hierarchical-cache",
+        "--hicache-ratio", str(tpu.hicacheRatio),
+        "--hicache-io-backend", "raiden",
+        "--attention-backend", "pallas_tpu_mla_sparse",
+        "--reasoning-parser", "kimi_k3",
+        "--tool-call-parser", "kimi_k3",
+        "--enable-metrics",
+    ]
+    return Command(tuple(argv))
+
+
+def tpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
+    return vllm_torchtpu_command(cfg, rank) if cfg.tpu.engine == "vllm-torchtpu" else sglang_command(cfg)
+
+
+# --------------------------------------------------------------------------- what the engines accept
+def registered_architectures(cfg: StackConfig) -> tuple[str, frozenset[str]]:
+    """(engine, architectures it can load on this track) for the engine the stack pins."""
+    if cfg.track == "gpu":
+        return f"vLLM {VLLM.version}", VLLM.architectures
+    if cfg.tpu.engine == "vllm-torchtpu":
+        return f"vLLM-TorchTPU {VLLM_TORCHTPU.version}", VLLM_TORCHTPU.architectures
+    return "SGLang-TorchTPU (unreleased)", SGLANG_TORCHTPU_ARCHITECTURES
+
+
+def check_architecture(architecture: str, engine: str, registered: frozenset[str]) -> None:
+    """Refuse a checkpoint the engine's registry does not map to an implementation for this accelerator."""
+    if architecture not in registered:
+        raise ConfigError("model.architecture", architecture,
+                          f"{engine} registers no such model for this track (it has {', '.join(sorted(registered))}); "
+                          "serve a checkpoint it registers or pin another engine")
+
+
+MTP_SOURCE = (f"https://github.com/vllm-project/vllm/blob/v{VLLM.version}/vllm/config/speculative.py "
+              "(hf_config_override, kimi_k3: n_predict = text_config.num_nextn_predict_layers; then "
+              "num_speculative_tokens % n_predict)")
+
+
+def check_mtp(cfg: StackConfig) -> None:
+    """`model.speculative: mtp` drafts with the checkpoint's own MTP layers: vLLM takes their count from
+    text_config.num_nextn_predict_layers, which its KimiLinearConfig defaults to 0
+    (vllm/transformers_utils/configs/kimi_linear.py), and with 0 the engine stops at start on
+    `num_speculative_tokens % n_predict` (ZeroDivisionError, MTP_SOURCE); a token count above the layer count
+    must be a multiple of it. tests/engine/test_vllm_engine_config.py runs that code."""
+    m = cfg.model
+    if m.speculative != "mtp":
+        return
+    if m.mtpLayers < 1:
+        raise ConfigError("model.speculative", "mtp",
+                          f"the checkpoint has no MTP layers (model.mtpLayers = {m.mtpLayers}, its config.json "
+                          "text_config.num_nextn_predict_layers; vLLM divides by it at start): use off or dflash, "
+                          "or set model.mtpLayers to the checkpoint's num_nextn_predict_layers if it is 1 or more")
+    if m.speculativeTokens > m.mtpLayers and m.speculativeTokens % m.mtpLayers:
+        raise ConfigError("model.speculativeTokens", m.speculativeTokens,
+                          f"with model.speculative=mtp it must be at most model.mtpLayers ({m.mtpLayers}) or a "
+                          f"multiple of it (vLLM reuses the MTP layers; {MTP_SOURCE})")
+
+
+def check_engine(cfg: StackConfig) -> None:
+    """What the pinned engine would refuse at start, refused before any resource exists (one ConfigError line)."""
+    check_architecture(cfg.model.architecture, *registered_architectures(cfg))
+    kvblocks.block_rule(cfg)  # KDA heads must split over the TP ranks
+    if cfg.track != "tpu" or cfg.tpu.engine != "vllm-torchtpu":
+        check_mtp(cfg)  # vLLM-TorchTPU refuses every drafter below
+        return
+    if cfg.model.speculative != "off":
+        raise ConfigError("model.speculative", cfg.model.speculative,
+                          f"vLLM-TorchTPU {VLLM_TORCHTPU.version} re-registers no Kimi K3 MTP drafter for TPU "
+                          "(KimiK3MTPModel resolves to vllm.models.kimi_k3, which exports nothing on TPU); use off")
+    if cfg.model.kdaStateDtype != "float32":
+        raise ConfigError("model.kdaStateDtype", cfg.model.kdaStateDtype,
+                          f"vLLM-TorchTPU {VLLM_TORCHTPU.version} keeps the KDA recurrent state in float32 whatever "
+                          "--mamba-ssm-cache-dtype says (vllm_torchtpu/models/vllm/kimi_k3/attention.py "
+                          "kda_state_dtype); use float32")
+    if catalog.KIMI.routed_experts % cfg.tpu.tensorParallel:
+        raise ConfigError("tpu.tensorParallel", cfg.tpu.tensorParallel,
+                          f"--enable-expert-parallel splits the {catalog.KIMI.routed_experts} routed experts "
+                          "over every TP rank; they must divide evenly")
