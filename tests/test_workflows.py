@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -475,3 +476,48 @@ def test_preview_identity_gets_read_roles_only():
     assert roles == {"roles/viewer", "roles/iam.securityReviewer", "roles/container.viewer",
                      "roles/storage.objectViewer", "roles/iam.workloadIdentityUser"}
     assert all(r.endswith(("viewer", "Viewer", "Reviewer", "workloadIdentityUser")) for r in roles)
+
+
+# --- release -----------------------------------------------------------------------------------------
+def test_a_release_is_a_version_tag_checked_against_the_project_and_its_changelog():
+    wf = load("release.yml")
+    assert triggers(wf) == {"push": {"tags": ["v*"]}}, "only a pushed v* tag releases"
+    assert wf["permissions"] == {}
+    (job,) = wf["jobs"].values()
+    assert job["permissions"] == {"contents": "write"}
+    runs = [s.get("run", "") for s in job["steps"]]
+    check = next(i for i, run in enumerate(runs) if "python -m tools release-notes \"$TAG\"" in run)
+    publish = next(i for i, run in enumerate(runs) if run.startswith("gh release create \"$TAG\" --verify-tag"))
+    assert check < publish and "--notes-file build/release-notes.md" in runs[publish]
+    for key, value in walk(wf):
+        if key == "uses":
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@(v\d+|[0-9a-f]{40})", value), value
+
+
+def test_the_release_notes_are_the_changelog_section_of_the_project_version():
+    import tomllib
+
+    from tools.preview import release_notes as release
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert release.notes(changelog, version), f"CHANGELOG.md has no section for {version}"
+    assert "## [Unreleased]" in changelog, "where changes wait for the next release"
+    run = lambda *args: subprocess.run([sys.executable, "-m", "tools", *args], cwd=ROOT, capture_output=True,  # noqa: E731
+                                       text=True, timeout=60)
+    good = run("release-notes", f"v{version}")
+    assert good.returncode == 0 and good.stdout == release.notes(changelog, version)
+    for tag in (f"v{version}.1", version, "v" + "9" * 500):
+        bad = run("release-notes", tag)
+        assert bad.returncode == 1 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1, bad.stderr
+    assert release.notes("## [1.0.0]\n\n## [0.9.0]\n- x\n", "1.0.0") is None, "an empty section is no notes"
+    assert run("--version").stdout == f"python -m tools {version}\n"
+
+
+def test_the_licence_is_apache_2_and_declared():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
