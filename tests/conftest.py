@@ -352,3 +352,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         from tests.tools.live import test_report
 
         test_report.start_run()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The fuzz tier's counts (tests/test_fuzz.py records them per surface), so every run shows what was tried."""
+    rows = [value for reports in terminalreporter.stats.values() for report in reports
+            if getattr(report, "when", "") == "call"
+            for name, value in getattr(report, "user_properties", ()) if name == "fuzz"]
+    if not rows:
+        return
+    terminalreporter.write_line("fuzz tier (Hypothesis, derandomized, fixed budget): inputs tried per surface")
+    for row in sorted(rows, key=lambda r: r["surface"]):
+        outcomes = ", ".join(f"{n} {k}" for k, n in sorted(row["outcomes"].items(), key=lambda kv: -kv[1]))
+        terminalreporter.write_line(f"  {row['surface']}: {row['inputs']} inputs, {row['tracebacks']} tracebacks, "
+                                    f"{row['hangs']} hangs (slowest {row['slowest_cpu_s']} CPU s); {outcomes}")

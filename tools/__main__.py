@@ -40,6 +40,7 @@ COMMANDS: dict[str, Command] = {
     "bench-plan": Command("tools.preview.bench_plan", "time the offline plan of each stack (median and max)"),
     "doc-figures": Command("tools.preview.doc_figures", "rewrite the plan figures in README.md, docs/weights.md"),
     "scaling": Command("tools.preview.scaling", "replay step and diurnal load through a stack's autoscaling"),
+    "replay": Command("tools.preview.replay", "replay session shapes through the router and the engines' caches"),
     "charts": Command("tools.preview.helm_render", "fetch the pinned Helm charts or print a chart's digest"),
     "lock-tpu-engine": Command("tools.preview.lock_tpu_engine", "write the TPU engine image's hash-pinned lock"),
     "lock-staging": Command("tools.preview.lock_staging", "write the staging Job's hash-pinned library lock"),

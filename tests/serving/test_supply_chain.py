@@ -303,16 +303,25 @@ def test_pulumi_command_is_pinned_where_its_reason_is():
 
 FAKE_GCLOUD = """#!/bin/bash
 echo "$*" >> "$FAKE_STATE/calls"
+record() {  # Cloud Build's record of a SUCCESS build: the digest it pushed, its _INPUTS_SHA256 and service account
+  local inputs account
+  inputs=$(printf '%s\\n' "$@" | grep -o '_INPUTS_SHA256=[0-9a-f]*' | cut -d= -f2)
+  account=$(printf '%s\\n' "$@" | grep -A1 -x -- '--service-account' | tail -n 1)
+  echo "${FAKE_DIGEST} ${inputs} ${account}" >> "$FAKE_STATE/builds"
+}
 case "$1 $2" in
   "artifacts docker")
     if [ -f "$FAKE_STATE/pushed" ]; then printf '%s\\n' "$(cat "$FAKE_STATE/pushed")"; else
       echo "ERROR: (gcloud.artifacts.docker.images.describe) Image not found" >&2; exit 1; fi;;
   "builds submit") [ -f cloudbuild.yaml ] && [ -f Dockerfile ] || exit 3
-    if [ -n "${FAKE_PUSHED_BY_OTHER:-}" ]; then echo "${FAKE_DIGEST}" > "$FAKE_STATE/pushed"; exit 1; fi
+    if [ -n "${FAKE_PUSHED_BY_OTHER:-}" ]; then echo "${FAKE_DIGEST}" > "$FAKE_STATE/pushed"; record "$@"; exit 1; fi
     refused=$(grep -c "^builds submit" "$FAKE_STATE/calls")
     if [ "$refused" -le "${FAKE_REFUSALS:-0}" ]; then
       echo "ERROR: (gcloud.builds.submit) INVALID_ARGUMENT: could not resolve the service account" >&2; exit 1; fi
-    echo "${FAKE_DIGEST}" > "$FAKE_STATE/pushed";;
+    echo "${FAKE_DIGEST}" > "$FAKE_STATE/pushed"; record "$@";;
+  "builds list")
+    digest=$(printf '%s\\n' "$@" | grep -o 'results.images.digest:sha256:[0-9a-f]*' | cut -d: -f2-)
+    [ -f "$FAKE_STATE/builds" ] && grep "^$digest " "$FAKE_STATE/builds" | head -n 1 | cut -d' ' -f2-;;
   *) exit 4;;
 esac
 """
@@ -377,7 +386,7 @@ def test_a_build_refused_while_its_new_identity_propagates_is_submitted_again(tm
     proc, calls = run_build(tmp_path, refusals="1")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "sha256:" + "ab" * 32
-    assert [c.split()[0] for c in calls if c.split()[0] in ("builds", "sleep")] == ["builds", "sleep", "builds"]
+    assert [c.split()[0] for c in calls if c.startswith(("builds submit", "sleep"))] == ["builds", "sleep", "builds"]
     assert f"sleep {engineimage.SUBMIT_RETRY_WAIT_S}" in calls
 
 
@@ -399,6 +408,55 @@ def test_a_rerun_takes_the_digest_an_interrupted_up_pushed_meanwhile(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "sha256:" + "ab" * 32
     assert len([c for c in calls if c.startswith("builds submit")]) == 1
+
+
+def test_an_image_pushed_under_the_tag_by_anything_else_is_refused_not_adopted(tmp_path):
+    """The adopted-digest attack: the lock's `inputs-<sha>` tag already exists (pushed by a registry writer, or by
+    another build) before the stack builds. Nothing of Cloud Build's records says this stack's builder built it from
+    these inputs, so the command builds nothing, prints no digest and fails with one line naming the image and how
+    to clear it (the tag is immutable: rebuilding over it is impossible)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "pushed").write_text("sha256:" + "66" * 32 + "\n")
+    proc, calls = run_build(tmp_path)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+    assert not [c for c in calls if c.startswith("builds submit")]
+    [line] = proc.stderr.strip().splitlines()
+    tag = engineimage.image_tag("docker.io/library/python:3.12-slim")
+    assert line.startswith(f"{engineimage.FAILURE_PREFIX}us-central1-docker.pkg.dev/p/c-engine/"
+                           f"{engineimage.IMAGE_NAME}:{tag} exists with digest sha256:{'66' * 32}, but no successful "
+                           "Cloud Build of project p in us-central1, run as c-build@p.iam.gserviceaccount.com from "
+                           f"these inputs (_INPUTS_SHA256={tag.removeprefix('inputs-')}), produced it"), line
+    assert "gcloud artifacts docker images delete" in line
+
+
+@pytest.mark.parametrize("record", ["another builder", "other inputs", "failed"])
+def test_a_build_record_of_something_else_does_not_vouch_for_the_digest(tmp_path, record: str):
+    """A record for the digest that is another account's, another set of inputs' or not a SUCCESS (the fake lists
+    only SUCCESS builds, as the command's filter asks) does not make the image this stack's."""
+    state = tmp_path / "state"
+    state.mkdir()
+    digest = "sha256:" + "ab" * 32
+    (state / "pushed").write_text(digest + "\n")
+    tag = engineimage.image_tag("docker.io/library/python:3.12-slim").removeprefix("inputs-")
+    rows = {"another builder": f"{digest} {tag} projects/p/serviceAccounts/intruder@p.iam.gserviceaccount.com",
+            "other inputs": f"{digest} {'0' * 64} projects/p/serviceAccounts/c-build@p.iam.gserviceaccount.com",
+            "failed": ""}
+    (state / "builds").write_text(rows[record] + "\n")
+    proc, calls = run_build(tmp_path)
+    assert proc.returncode == 1 and proc.stdout == "" and "pushed by something else" in proc.stderr
+    assert not [c for c in calls if c.startswith("builds submit")]
+
+
+def test_an_image_this_stacks_build_pushed_is_adopted_without_a_build(tmp_path):
+    """The other side: the tag exists and Cloud Build's record says the stack's builder built it from these inputs
+    (an earlier `up`, or one interrupted after its build finished): adopted, nothing built, the digest printed."""
+    first, _ = run_build(tmp_path)
+    assert first.returncode == 0, first.stderr
+    again, calls = run_build(tmp_path)
+    assert again.returncode == 0 and again.stdout == first.stdout
+    assert len([c for c in calls if c.startswith("builds submit")]) == 1
+    assert [c for c in calls if c.startswith("builds list")][-1].count("results.images.digest:sha256:") == 1
 
 
 def test_no_gcloud_on_path_is_one_line(tmp_path):
