@@ -1,6 +1,6 @@
 """CrossGuard policy pack `kimi-k3-1-policies`: `pulumi preview -s <stack> --policy-pack policy`.
 
-The rules live in `rules.py` as pure functions (unit-tested in tests/test_policy.py). Constructing
+The rules live in `rules.py` as pure functions (unit-tested in tests/policy/test_policy.py). Constructing
 `PolicyPack` starts the analyzer's gRPC server and blocks, so nothing else imports this file.
 """
 

@@ -221,7 +221,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                      "monitoring.alertKvCachePercent": 90}),
     "throwaway": ("tpu", {"storage.deleteCheckpointOnDestroy": True}),
     "quiet": ("tpu", {"monitoring.enabled": False, "kubernetes.namespace": "llm-d-kimi"}),
-    # A `secure:` token (a plain-text one the CLI refuses: tests/test_stack_file.py).
+    # A `secure:` token (a plain-text one the CLI refuses: tests/tools/preview/test_stack_file.py).
     "leaky": ("gpu", {"hfToken": {"secure": LEAKY_TOKEN}}),
     "gateway": ("gpu", {"router.mode": "gateway", "router.calibrate": True, "router.clientUrl": "http://10.0.0.10"}),
     "sglang": ("tpu", {"tpu.engine": "sglang-torchtpu", "tpu.sglangImage": "registry.example/sglang-tpu:k31"}),
@@ -229,21 +229,21 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                      "model.kvCacheDtype": "bf16", "gpu.tensorParallel": 2}),
     "tpu-bf16": ("tpu", {"model.kvCacheDtype": "bf16", "model.contextLength": 131072}),
     "adopt": ("gpu", {"storage.bucketExists": True}),
-    # A node that reads the volume at half the assumed rate (tests/test_loading.py).
+    # A node that reads the volume at half the assumed rate (tests/plan/test_loading.py).
     "slow-disk": ("gpu", {"storage.nodeReadMiBps": 1200}),
     "pinned": ("tpu", {"model.revision": "5f1c0ffee0ddba11c0de5eed0123456789abcdef", "storage.stagingWorkers": 4}),
     "bench": ("gpu", {"benchmark.enabled": True, "router.calibrate": True,
                       "cost.gpuNodeHourUsd": "42.50", "cost.cpuNodeHourUsd": "0.50",
                       "lifecycle.maxLifetimeHours": 6}),
-    # Every image digest key set (tests/test_supply_chain.py), with the Jobs on so their images render too.
+    # Every image digest key set (tests/serving/test_supply_chain.py), with the Jobs on so their images render too.
     "gpu-pinned": ("gpu", {**{f"images.{key}": f"sha256:{index:064x}" for index, key in enumerate(
         ("vllmDigest", "routingSidecarDigest", "eppDigest", "envoyDigest", "asapdLiteDigest", "calibrationDigest",
          "inferencePerfDigest", "lwsDigest", "draDriverDigest", "stagingDigest", "kedaDigest",
          "kedaMetricsApiServerDigest", "kedaWebhooksDigest"), 1)},
         "benchmark.enabled": True, "router.calibrate": True}),
-    # Scale-out (tests/test_scale.py): 3 GPU slices on 3 named racks, 4 TPU slices.
+    # Scale-out (tests/cloud/test_scale.py): 3 GPU slices on 3 named racks, 4 TPU slices.
     "gpu3": ("gpu3", {}),
-    # 8 slices (tests/test_preflight.py: the DRA driver's critical-pod quota grows with the GPU nodes).
+    # 8 slices (tests/checks/test_preflight.py: the DRA driver's critical-pod quota grows with the GPU nodes).
     "gpu8": ("gpu3", {"gpu.slices": 8, "gpu.reservationSubBlocks": [f"rack-{i}" for i in range(8)]}),
     "tpu4": ("tpu4", {}),
     # Every image the TPU stack pulls, the router chart's Envoy sidecar included (visible once charts are rendered).
@@ -265,7 +265,8 @@ class Variants:
 
 SCAN_BENCHMARKS = tuple(f"{stack}-benchmark" for stack in STACKS)
 """Rendered with the variants too: each fixture stack as `python -m tools scan --with-benchmark` renders it, from
-the stack file tools/preview/scan.py writes (tests/test_scan.py scans them; a plan process of their own cost 2 s)."""
+the stack file tools/preview/scan.py writes (tests/tools/preview/test_scan.py scans them; a plan process of their
+own cost 2 s)."""
 
 
 def _write_variant_stacks(folder: Path) -> None:
@@ -331,7 +332,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     worker waiting on them from its first test; within each group the LONG_FILES, then the files with the most
     tests go first (as pytest-xdist's own reordering would place them), so the last file a worker takes is a short
     one. pytest-xdist keeps this order only with `--no-loadscope-reorder` (pyproject.toml): by default `--dist
-    loadfile` sorts every file by its number of tests alone, which put tests/test_preflight.py (104 tests, all
+    loadfile` sorts every file by its number of tests alone, which put tests/checks/test_preflight.py (104 tests, all
     waiting for the variants) first on one worker and left it idle for the whole render."""
     needs = {item.path for item in items if SHARED_FIXTURES & set(getattr(item, "fixturenames", ()))}
     count: dict[Path, int] = {}
@@ -342,7 +343,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the session's shared background work (tests/background.py) the tests about to run need: the fixture
-    plan, the variants and tests/test_report.py's real inference-perf run, so they overlap the first tests."""
+    plan, the variants and tests/tools/live/test_report.py's real inference-perf run, so they overlap the first
+    tests."""
     if session.config.option.collectonly:
         return
     needed = {name for item in session.items for name in getattr(item, "fixturenames", ())}
@@ -350,7 +352,27 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         start_fixture_plan()
     if "variants" in needed:
         start_variants()
-    if any(item.nodeid.startswith("tests/test_report.py") for item in session.items):
-        from tests import test_report
+    if any(item.nodeid.startswith("tests/tools/live/test_report.py") for item in session.items):
+        from tests.tools.live import test_report
 
         test_report.start_run()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The fuzz tier's counts (tests/test_fuzz.py records them per surface), so every run shows what was tried."""
+    properties = [(name, value) for reports in terminalreporter.stats.values() for report in reports
+                  if getattr(report, "when", "") == "call" for name, value in getattr(report, "user_properties", ())]
+    mutations = sorted((v for n, v in properties if n == "mutation-summary"), key=lambda v: v["plan"])
+    if mutations:
+        terminalreporter.write_line("policy pack, generated mutations (tests/mutations.py): refused / generated")
+        for row in mutations:
+            terminalreporter.write_line(f"  {row['plan']}: sites {row['sites_refused']}/{row['sites']}, kinds "
+                                        f"{row['kinds_refused']}/{row['kinds']}")
+    rows = [value for name, value in properties if name == "fuzz"]
+    if not rows:
+        return
+    terminalreporter.write_line("fuzz tier (Hypothesis, derandomized, fixed budget): inputs tried per surface")
+    for row in sorted(rows, key=lambda r: r["surface"]):
+        outcomes = ", ".join(f"{n} {k}" for k, n in sorted(row["outcomes"].items(), key=lambda kv: -kv[1]))
+        terminalreporter.write_line(f"  {row['surface']}: {row['inputs']} inputs, {row['tracebacks']} tracebacks, "
+                                    f"{row['hangs']} hangs (slowest {row['slowest_cpu_s']} CPU s); {outcomes}")

@@ -145,4 +145,5 @@ def containers(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 MTP_READINGS: tuple[tuple[dict[str, Any], int], ...] = (
     ({}, 0), ({"num_nextn_predict_layers": 0}, 0), ({"num_nextn_predict_layers": 2}, 2))
 """A Kimi K3 config.json's text_config -> its MTP layer count. tests/engine/test_vllm_mtp.py holds vLLM's own
-reading to it (SpeculativeConfig.hf_config_override); tests/test_preflight.py holds components/weights/geometry.py's."""
+reading to it (SpeculativeConfig.hf_config_override); tests/checks/test_preflight.py holds
+components/weights/geometry.py's."""

@@ -7,7 +7,8 @@ for each request forks a child that runs `tools.preview.plan.main(args)` with th
 stdout and stderr captured. The child then forks per stack exactly as `make plan` does, so every request goes
 through the same code as the CLI's several-stack path. A request may run `tools.preview.plan_diff.main(args)`
 instead, which renders each git ref in a child forked after its `preload_providers` (here: finding them loaded).
-The session's main plan (conftest `plan_root`) and tests/test_plan_diff.py's end-to-end `python -m tools diff` still
+The session's main plan (conftest `plan_root`) and tests/tools/preview/test_plan_diff.py's end-to-end `python -m
+tools diff` still
 run as fresh processes, the way users start them.
 """
 

@@ -9,7 +9,7 @@ copy in place. Register both with the row id:
     def _x(objs):
         ...
 
-tests/test_engine_preconditions.py holds the table to the registry (no row without a check, no check without a
+tests/serving/test_engine_preconditions.py holds the table to the registry (no row without a check, no check without a
 row) and, for every row, runs the check on the rendered pods (must pass) and on the broken copy (must fail with an
 error naming the row)."""
 
@@ -32,7 +32,7 @@ COLUMNS = ("id", "feature", "precondition", "source (file:line at the pinned rel
 ROW_ID = re.compile(r"^(GPU|TPU)-[A-Z0-9]+(?:-[A-Z0-9]+)*-[0-9]+$")
 SOURCE = re.compile(r"[\w./-]+\.\w+:[0-9]+")
 """At least one `path/file.ext:line` in the source column."""
-CHECK_MODULES = ("tests.test_engine_preconditions_gpu", "tests.test_engine_preconditions_tpu")
+CHECK_MODULES = ("tests.serving.test_engine_preconditions_gpu", "tests.serving.test_engine_preconditions_tpu")
 """Where the rows' checks live; a module not written yet holds no checks (its rows then fail as unchecked)."""
 
 Objects = list[dict[str, Any]]

@@ -1,7 +1,8 @@
 """One stack's render (`tools.preview.render.run`) that reports, as its last stderr line (JSON), every class whose
 property types pulumi resolved during the render rather than finding them in its per-class cache: a request to the
 session's plan process (tests/plan_server.py), whose preload (`tools.preview.render.preload`) is what should have
-resolved them, as it does for `make plan`'s and the variants' forked renders (tests/test_lazy_packages.py).
+resolved them, as it does for `make plan`'s and the variants' forked renders
+(tests/tools/preview/test_lazy_packages.py).
 
     main([STACK_FILE]) -> the render's exit code"""
 

@@ -29,7 +29,8 @@ CORE_GROUPS = {"", "apps", "batch", "rbac.authorization.k8s.io", "storage.k8s.io
 NO_SCHEMA_ALLOWED: dict[tuple[str, str], str] = {
     # (apiVersion, kind): reason. A kind rendered without a schema fails unless it is listed here.
     ("datalayer.gke.io/v1", "GCPDataSource"): "GKE-managed CRD with no published schema file; its shape is "
-                                              "checked by tests/test_platform.py against the GCPDataSource reference",
+                                              "checked by tests/platform/test_platform.py against the GCPDataSource "
+                                              "reference",
 }
 
 OBJECT_META_FIELDS = {"name", "namespace", "labels", "annotations", "finalizers", "ownerReferences",

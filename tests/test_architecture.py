@@ -431,3 +431,23 @@ def test_the_path_check_catches_a_dead_citation(tmp_path):
                                             "https://example.com/docs/y.md\n")
     assert cited_paths(tmp_path) == {("docs/x.md", "components/plan/cost.py"): [1],
                                      ("docs/x.md", "components/cost.py"): [1]}
+
+
+TEST_FOLDERS = {*LAYERS, "policy", "tools/preview", "tools/live"}
+"""Where a test of one part sits: the folder named after its layer of components/, the policy pack or a room of
+tools/."""
+WHOLE_PROGRAM = {"test_architecture.py", "test_citations.py", "test_cli.py", "test_crd_cel.py",
+                 "test_manifest_schemas.py", "test_user_path.py", "test_workflows.py", "test_fuzz.py",
+                 "test_locks.py"}
+"""Tests of the whole program, at the top of tests/."""
+
+
+def test_tests_are_laid_out_like_the_code():
+    tests = ROOT / "tests"
+    misplaced = [str(p.relative_to(tests)) for p in sorted(tests.rglob("test_*.py"))
+                 if p.parent == tests and p.name not in WHOLE_PROGRAM
+                 or p.parent != tests and str(p.parent.relative_to(tests)) not in TEST_FOLDERS
+                 and p.parent.relative_to(tests).parts[0] not in {"engine", "engine_tpu"}]
+    assert not misplaced, f"tests outside the folder of what they test (docs/architecture.md, Tests): {misplaced}"
+    fakes = [str(p.relative_to(tests)) for p in sorted(tests.rglob("fake*.py")) if p.parent.name != "fakes"]
+    assert not fakes, f"fakes outside tests/fakes/: {fakes}"

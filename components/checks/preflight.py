@@ -8,10 +8,16 @@ check), so no client library per API (compute, quotas, org policy, billing, serv
 dependencies, and a test can assert that only GETs were made. The Hub is read with huggingface_hub, the copier's
 own client. Credentials: GOOGLE_OAUTH_ACCESS_TOKEN when set (the variable the Pulumi Google provider also reads,
 https://www.pulumi.com/registry/packages/gcp/installation-configuration/), else Application Default Credentials.
+
+An answer counts only as far as it has the shape its API documents: every field read is checked for its type
+(`Answer`), a list must answer what was asked (every API, the asked project, region and zone), pages must end, and
+anything else is a failed check saying what was odd, never OK and never a traceback.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -81,7 +87,8 @@ class Check:
     """Logical name (prefix) of the resource `pulumi up` would fail on, for the cost of a failed up."""
 
     def line(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}"
+        """One line, whatever an answer put into the detail."""
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {' '.join(self.detail.split())}"
 
 
 class ApiError(Exception):
@@ -114,6 +121,9 @@ class Google:
         return cls(AuthorizedSession(credentials), os.environ.get(API_ROOT_ENV), timeout)
 
     def get(self, host: str, path: str, params: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+        """The JSON object Google answered, or ApiError: no answer, an error status, or an answer that is not a
+        JSON object (a proxy's page, a cut-off body)."""
+        import google.auth.exceptions
         import requests
 
         url = f"{self.root}/{host}/{path}" if self.root else f"https://{host}/{path}"
@@ -122,37 +132,170 @@ class Google:
                 response = self.session.get(url, params=params, timeout=self.timeout)
             except requests.Timeout:
                 raise ApiError(0, "TIMEOUT", f"no answer from {host} within {self.timeout:g} s") from None
-            except requests.ConnectionError as err:
-                raise ApiError(0, "UNREACHABLE", f"cannot reach {host}: {str(err).splitlines()[0][:120]}") from None
+            except requests.exceptions.ChunkedEncodingError as err:
+                raise ApiError(0, "UNREACHABLE", f"the answer from {host} was cut off before its end "
+                                                 f"({_first_line(err)})") from None
+            except requests.RequestException as err:  # refused, reset, TLS, a proxy, a malformed URL
+                raise ApiError(0, "UNREACHABLE", f"cannot reach {host}: {_first_line(err)}") from None
+            except google.auth.exceptions.GoogleAuthError as err:  # the credentials could not be refreshed
+                raise ApiError(0, "CREDENTIALS", f"the credentials were refused before asking {host}: "
+                                                 f"{_first_line(err)}") from None
             if response.status_code in (429, 503) and attempt + 1 < RETRIES:
-                try:
-                    wait = float(response.headers.get("Retry-After", 1))
-                except ValueError:
-                    wait = 1.0
-                self.sleep(min(max(wait, 0.0), RETRY_CAP_S))
+                self.sleep(retry_after(response.headers.get("Retry-After")))
                 continue
             if response.status_code >= 400:
                 raise _api_error(host, response)
-            return response.json()
+            try:
+                answer = response.json()
+            except ValueError:
+                kind = response.headers.get("Content-Type", "no Content-Type")
+                raise ApiError(response.status_code, "UNEXPECTED", f"the answer from {host} is not JSON ({kind}; "
+                                                                   "a proxy's page?)") from None
+            if not isinstance(answer, dict):
+                raise ApiError(response.status_code, "UNEXPECTED",
+                               f"the answer from {host} is {_kind(answer)}, not a JSON object")
+            return answer
         raise AssertionError("unreachable")
 
 
-def _api_error(host: str, response: Any) -> ApiError:
-    """google.rpc.Status as Google's JSON APIs return it (https://cloud.google.com/apis/design/errors)."""
+def retry_after(header: Optional[str]) -> float:
+    """Seconds to wait for a Retry-After header: its number of seconds within [0, RETRY_CAP_S]; 1 s for anything
+    else (an HTTP-date, nan, garbage: RFC 9110 allows a date, which a 10 s cap makes moot)."""
     try:
-        error = response.json().get("error") or {}
+        wait = float(header) if header is not None else 1.0
     except ValueError:
-        error = {}
+        wait = 1.0
+    return min(max(wait, 0.0), RETRY_CAP_S) if math.isfinite(wait) else 1.0
+
+
+def _first_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text[:160]
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a JSON object", list: "a JSON list", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else f"{text[:45]}...{text[-10:]}"
+
+
+class Answer:
+    """Typed reads of one answer (or part of one) against its documented shape: each raises ApiError
+    (UNEXPECTED) naming the field, what it holds and what the API documents. Compute's int64 fields come as
+    JSON strings of digits (the JSON mapping of int64), int32 ones as numbers; proto3 omits a false boolean and a
+    zero or empty field, so an absent field reads as that default."""
+
+    def __init__(self, value: Any, what: str, source: str = ""):
+        if not isinstance(value, dict):
+            raise ApiError(200, "UNEXPECTED", f"{what} is {_kind(value)}, not a JSON object{_source(source)}")
+        self.value, self.what, self.source = value, what, source
+
+    def _bad(self, key: str, expected: str) -> ApiError:
+        value = self.value[key]
+        return ApiError(200, "UNEXPECTED", f"{self.what}.{key} is {_kind(value)} {_shown(value)}, not {expected}"
+                                           f"{_source(self.source)}")
+
+    def has(self, key: str) -> bool:
+        return self.value.get(key) is not None
+
+    def text(self, key: str, default: str = "", allowed: Optional[Iterable[str]] = None) -> str:
+        value = self.value.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self._bad(key, "a string")
+        if allowed is not None and value not in allowed:
+            raise self._bad(key, f"one of {', '.join(allowed)}")
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self.value.get(key, False)
+        if not isinstance(value, bool):
+            raise self._bad(key, "a boolean")
+        return value
+
+    def count(self, key: str) -> int:
+        value = self.value.get(key, 0)
+        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
+            return int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        if isinstance(value, float) and value.is_integer() and 0 <= value < 2**63:
+            return int(value)
+        raise self._bad(key, "a whole number")
+
+    def number(self, key: str) -> float:
+        value = self.value.get(key, 0.0)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        raise self._bad(key, "a finite number")
+
+    def part(self, key: str) -> Answer:
+        value = self.value.get(key)
+        return Answer({} if value is None else value, f"{self.what}.{key}", self.source)
+
+    def parts(self, key: str) -> list[Answer]:
+        value = self.value.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self._bad(key, "a list")
+        return [Answer(item, f"{self.what}.{key}[{i}]", self.source) for i, item in enumerate(value)]
+
+    def texts(self, key: str) -> list[str]:
+        value = self.value.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise self._bad(key, "a list of strings")
+        return value
+
+    def labels(self, key: str) -> dict[str, str]:
+        value = self.value.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise self._bad(key, "a map of strings")
+        return value
+
+    def items(self, key: str) -> list[tuple[str, Answer]]:
+        """A map of objects (aggregatedList's `items`)."""
+        value = self.value.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, dict):
+            raise self._bad(key, "a map")
+        return [(name, Answer(item, f"{self.what}.{key}[{name!r}]", self.source)) for name, item in value.items()]
+
+
+def _source(source: str) -> str:
+    return f" ({source})" if source else ""
+
+
+def _api_error(host: str, response: Any) -> ApiError:
+    """google.rpc.Status as Google's JSON APIs return it (https://cloud.google.com/apis/design/errors); any other
+    body (a proxy's page, garbage) leaves the status code and its reason phrase."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    error = body.get("error") if isinstance(body, dict) else None
+    error = error if isinstance(error, dict) else {}
     reason, service = str(error.get("status") or response.status_code), ""
-    for detail in error.get("details") or []:
-        if str(detail.get("@type", "")).endswith("google.rpc.ErrorInfo"):
-            reason = detail.get("reason") or reason
-            service = (detail.get("metadata") or {}).get("service", "")
+    details = error.get("details")
+    for detail in details if isinstance(details, list) else []:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.ErrorInfo"):
+            reason = str(detail.get("reason") or reason)
+            metadata = detail.get("metadata")
+            service = str((metadata if isinstance(metadata, dict) else {}).get("service", ""))
     if response.status_code == 429:
         reason = "THROTTLED"
-    message = str(error.get("message") or response.reason or "").splitlines()[0][:160] if error or response.reason \
-        else ""
-    return ApiError(response.status_code, reason, message, service)
+    message = " ".join(str(error.get("message") or response.reason or "").split())[:160]
+    return ApiError(response.status_code, reason[:60], message, service[:80])
 
 
 def explain(err: ApiError, what: str, permission: str, project: str) -> str:
@@ -165,8 +308,10 @@ def explain(err: ApiError, what: str, permission: str, project: str) -> str:
         return f"permission denied reading {what}: the identity needs {permission} on project {project}"
     if err.reason == "THROTTLED" or err.status == 503:
         return f"throttled reading {what} after {RETRIES} tries ({err.status}): run preflight again in a minute"
-    if err.reason in ("TIMEOUT", "UNREACHABLE"):
+    if err.reason in ("TIMEOUT", "UNREACHABLE", "CREDENTIALS"):
         return f"could not read {what}: {err.message}"
+    if err.reason == "UNEXPECTED":
+        return f"could not read {what}: the answer is not what the API documents: {err.message}"
     return f"could not read {what}: HTTP {err.status} {err.reason} {err.message}".rstrip()
 
 
@@ -219,16 +364,28 @@ def check_project(g: Google, cfg: StackConfig) -> list[Check]:
             return [Check("project", False, f"project {p} is not readable (HTTP {err.status}): check gcp.project and "
                                             "that the identity has resourcemanager.projects.get on it", "apis")]
         return [Check("project", False, explain(err, "the project", "resourcemanager.projects.get", p), "apis")]
-    state = project.get("state", "")
+    try:
+        answer = Answer(project, "project", PROJECTS_GET)
+        found, state = answer.text("projectId"), answer.text("state")
+    except ApiError as err:
+        return [Check("project", False, explain(err, "the project", "resourcemanager.projects.get", p), "apis")]
+    if found != p:
+        return [Check("project", False, f"projects.get answered for project {found or '(none)'}, not {p}: check "
+                                        "gcp.project (or a proxy rewriting answers)", "apis")]
     checks = [Check("project", state == "ACTIVE", f"{p} is {state or 'in an unknown state'}"
                     + ("" if state == "ACTIVE" else ": restore it or set gcp.project"), "apis")]
     try:
-        billing = g.get("cloudbilling.googleapis.com", f"v1/projects/{p}/billingInfo")
+        billing = Answer(g.get("cloudbilling.googleapis.com", f"v1/projects/{p}/billingInfo"), "billingInfo",
+                         BILLING_GET)
+        enabled, owner, account = billing.flag("billingEnabled"), billing.text("projectId"), \
+            billing.text("billingAccountName")
     except ApiError as err:
         return [*checks, Check("billing", False, explain(err, "the billing link", "resourcemanager.projects.get "
                                                               "(roles/billing.viewer)", p), "apis")]
-    enabled = bool(billing.get("billingEnabled"))
-    checks.append(Check("billing", enabled, f"billing account {billing.get('billingAccountName', '')}" if enabled
+    if owner and owner != p:
+        return [*checks, Check("billing", False, f"getBillingInfo answered for project {owner}, not {p}: run "
+                                                 "preflight again (or check a proxy rewriting answers)", "apis")]
+    checks.append(Check("billing", enabled, f"billing account {account}" if enabled
                         else f"project {p} has no billing enabled: gcloud billing projects link {p} "
                              "--billing-account=<ACCOUNT_ID>", "apis"))
     return checks
@@ -242,8 +399,17 @@ def check_apis(g: Google, cfg: StackConfig) -> list[Check]:
         answer = g.get("serviceusage.googleapis.com", f"v1/projects/{p}/services:batchGet", {"names": names})
     except ApiError as err:
         return [Check("apis", False, explain(err, "the project's APIs", "serviceusage.services.get", p), "apis")]
-    states = {s.get("config", {}).get("name") or s.get("name", "").rsplit("/", 1)[-1]: s.get("state")
-              for s in answer.get("services", [])}
+    try:
+        states = {s.part("config").text("name") or s.text("name").rsplit("/", 1)[-1]:
+                  s.text("state", allowed=("STATE_UNSPECIFIED", "DISABLED", "ENABLED"))
+                  for s in Answer(answer, "batchGet", SERVICES_BATCH_GET).parts("services")}
+    except ApiError as err:
+        return [Check("apis", False, explain(err, "the project's APIs", "serviceusage.services.get", p), "apis")]
+    missing = [api for api in apis if api not in states]
+    if missing:
+        return [Check("apis", False, f"services.batchGet answered {len(apis) - len(missing)} of the {len(apis)} APIs "
+                                     f"asked (not {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): an "
+                                     "API left out is not known to be enabled; run preflight again", "apis")]
     checks = []
     for api in apis:
         state = states.get(api, "DISABLED")
@@ -261,12 +427,13 @@ def check_apis(g: Google, cfg: StackConfig) -> list[Check]:
 
 def _reservation_where(g: Google, a: Ask) -> Optional[str]:
     """The zone a reservation of that name is in, from the project's aggregated list, or None."""
-    answer = g.get(COMPUTE, f"compute/v1/projects/{a.reservation_project}/aggregated/reservations",
-                   {"filter": f'name = "{a.reservation}"'})
-    for scope, listed in (answer.get("items") or {}).items():
-        for reservation in listed.get("reservations") or []:
-            if reservation.get("name") == a.reservation:
-                return scope.removeprefix("zones/")
+    pages = _pages(g, f"compute/v1/projects/{a.reservation_project}/aggregated/reservations",
+                   {"filter": f'name = "{a.reservation}"'}, RESERVATIONS_AGGREGATED)
+    for page in pages:
+        for scope, listed in page.items("items"):
+            for reservation in listed.parts("reservations"):
+                if reservation.text("name") == a.reservation:
+                    return scope.removeprefix("zones/")
     return None
 
 
@@ -302,12 +469,13 @@ def held(g: Google, cfg: StackConfig) -> Held:
     nodes: dict[str, int] = {}
     sub_blocks: set[str] = set()
     pools = 0
-    for pool in answer.get("nodePools") or []:
-        config = pool.get("config") or {}
-        count = int(pool.get("initialNodeCount", 0)) * max(1, len(pool.get("locations") or []))
-        nodes[config.get("machineType", "")] = nodes.get(config.get("machineType", ""), 0) + count
-        pools += config.get("machineType") == machine
-        for value in (config.get("reservationAffinity") or {}).get("values") or []:
+    for pool in Answer(answer, "nodePools.list", NODE_POOLS_LIST).parts("nodePools"):
+        config = pool.part("config")
+        count = pool.count("initialNodeCount") * max(1, len(pool.texts("locations")))
+        kind = config.text("machineType")
+        nodes[kind] = nodes.get(kind, 0) + count
+        pools += kind == machine
+        for value in config.part("reservationAffinity").texts("values"):
             if "/reservationSubBlocks/" in value:
                 sub_blocks.add(value.rsplit("/", 1)[-1])
     return Held(nodes, frozenset(sub_blocks), pools)
@@ -336,22 +504,36 @@ def check_reservation(g: Google, cfg: StackConfig, mine: Held = NOTHING_HELD) ->
                                                 f"{a.zone}: pulumi config set gcp.zone {where}", pool)]
         return [Check("reservation", False, f"no reservation {a.reservation} in project {a.reservation_project}: "
                                             f"check {key} and {cfg.track}.reservationProject", pool)]
-    spec = reservation.get("specificReservation") or {}
-    machine = (spec.get("instanceProperties") or {}).get("machineType", "")
-    count, used = int(spec.get("count", 0)), int(spec.get("inUseCount", 0))
+    try:
+        answer = Answer(reservation, "reservation", RESERVATIONS_GET)
+        spec = answer.part("specificReservation")
+        machine = spec.part("instanceProperties").text("machineType")
+        count, used = spec.count("count"), spec.count("inUseCount")
+        status, specific = answer.text("status"), answer.flag("specificReservationRequired")
+        zone = answer.text("zone").rsplit("/", 1)[-1]
+        shared = _shared_with(answer, a.project)
+    except ApiError as err:
+        return [Check("reservation", False, explain(err, f"reservation {a.reservation}", "compute.reservations.get",
+                                                    a.reservation_project), pool)]
+    if zone and zone != a.zone:
+        return [Check("reservation", False, f"reservations.get answered for zone {zone}, not {a.zone}: run preflight "
+                                            "again (or check a proxy rewriting answers)", pool)]
+    if used > count:
+        return [Check("reservation", False, f"reservation {a.reservation} reports {used} hosts in use of {count}: the "
+                                            "answer contradicts itself; run preflight again", pool)]
     free = count - used + mine.nodes.get(a.machine_type, 0)
     problems = []
-    if reservation.get("status") != "READY":
-        problems.append(f"reservation {a.reservation} is {reservation.get('status')}, not READY: wait for it or ask "
+    if status != "READY":
+        problems.append(f"reservation {a.reservation} is {status or 'in no state'}, not READY: wait for it or ask "
                         "your account team")
-    if not reservation.get("specificReservationRequired"):
+    if not specific:
         problems.append(f"reservation {a.reservation} is not SPECIFIC (specificReservationRequired false); GKE "
                         f"consumes it by name only when it is ({SPECIFIC_CONSUMPTION}): recreate it with "
                         "--require-specific-reservation")
     if machine and machine != a.machine_type:
         problems.append(f"reservation {a.reservation} holds {machine}, the stack asks for {a.machine_type}: set "
                         f"{key} to a reservation of {a.machine_type}")
-    if a.reservation_project != a.project and not _shared_with(reservation, a.project):
+    if a.reservation_project != a.project and not shared:
         problems.append(f"reservation {a.reservation} of {a.reservation_project} is not shared with {a.project}: "
                         "share it (shareSettings SPECIFIC_PROJECTS) with this project")
     if free < a.hosts:
@@ -374,25 +556,42 @@ MAX_PAGES = 20
 """Pages of a list call read at most (500 items each by default): a bound, not a limit any reservation reaches."""
 
 
-def _list(g: Google, path: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    token = None
+def _pages(g: Google, path: str, params: Optional[dict[str, Any]], source: str) -> list[Answer]:
+    """Every page of a Compute list call; ApiError when the pages do not end within MAX_PAGES or a token repeats
+    (a partial list is never read as the whole)."""
+    pages: list[Answer] = []
+    token, seen = "", set()
     for _ in range(MAX_PAGES):
-        answer = g.get(COMPUTE, path, {"pageToken": token} if token else None)
-        items += answer.get("items") or []
-        token = answer.get("nextPageToken")
+        page = Answer(g.get(COMPUTE, path, {**(params or {}), **({"pageToken": token} if token else {})}),
+                      path.rsplit("/", 1)[-1], source)
+        pages.append(page)
+        token = page.text("nextPageToken")
         if not token:
-            break
-    return items
+            return pages
+        if token in seen:
+            raise ApiError(200, "UNEXPECTED", f"the list's page token {_shown(token)} came back again: the pages "
+                                              f"never end ({source})")
+        seen.add(token)
+    raise ApiError(200, "UNEXPECTED", f"the list has more than {MAX_PAGES} pages, more than any reservation holds: "
+                                      f"not read as a partial list ({source})")
+
+
+def _list(g: Google, path: str, source: str = RESERVATIONS_GET) -> list[Answer]:
+    return [item for page in _pages(g, path, None, source) for item in page.parts("items")]
 
 
 def _check_racks(g: Google, a: Ask, base: str, slices: int) -> list[Check]:
     """No sub-blocks named: Compute Engine picks a rack per slice, so the reservation (or the named block) must hold
     `slices` healthy sub-blocks with a slice's hosts free each (reservationBlocks.list, reservationSubBlocks.list)."""
     try:
-        blocks = [a.block] if a.block else [b["name"] for b in _list(g, f"{base}/reservationBlocks")]
+        blocks = [a.block] if a.block else [b.text("name") for b in _list(g, f"{base}/reservationBlocks",
+                                                                          "https://cloud.google.com/compute/docs/"
+                                                                          "reference/rest/v1/reservationBlocks/list")]
         racks = [(block, sub) for block in blocks
-                 for sub in _list(g, f"{base}/reservationBlocks/{block}/reservationSubBlocks")]
+                 for sub in _list(g, f"{base}/reservationBlocks/{block}/reservationSubBlocks",
+                                  "https://cloud.google.com/compute/docs/reference/rest/v1/reservationSubBlocks/list")]
+        usable = [sub for _, sub in racks if sub.part("healthInfo").text("healthStatus") == "HEALTHY"
+                  and sub.count("count") - sub.count("inUseCount") >= a.slice_hosts]
     except ApiError as err:
         if err.status == 404 and a.block:
             return [Check("reservation block", False, f"reservation {a.reservation} has no block {a.block}: check "
@@ -402,8 +601,6 @@ def _check_racks(g: Google, a: Ask, base: str, slices: int) -> list[Check]:
     if not racks:
         return [Check("reservation racks", True, f"{a.reservation} lists no blocks or sub-blocks (not a dense "
                                                  "deployment): free hosts checked above")]
-    usable = [sub for _, sub in racks if (sub.get("healthInfo") or {}).get("healthStatus") == "HEALTHY"
-              and int(sub.get("count", 0)) - int(sub.get("inUseCount", 0)) >= a.slice_hosts]
     if slices <= 0:
         return [Check("reservation racks", True, "every slice's pool already holds its rack")]
     if len(usable) < slices:
@@ -416,11 +613,12 @@ def _check_racks(g: Google, a: Ask, base: str, slices: int) -> list[Check]:
                                              f"{slices} needed")]
 
 
-def _shared_with(reservation: dict[str, Any], project: str) -> bool:
-    share = reservation.get("shareSettings") or {}
-    if share.get("shareType") == "ORGANIZATION":
+def _shared_with(reservation: Answer, project: str) -> bool:
+    share = reservation.part("shareSettings")
+    kind = share.text("shareType")
+    if kind == "ORGANIZATION":
         return True
-    return share.get("shareType") == "SPECIFIC_PROJECTS" and project in (share.get("projectMap") or {})
+    return kind == "SPECIFIC_PROJECTS" and project in [name for name, _ in share.items("projectMap")]
 
 
 def _check_blocks(g: Google, a: Ask, base: str, pool: str, mine: Held = NOTHING_HELD) -> list[Check]:
@@ -433,7 +631,13 @@ def _check_blocks(g: Google, a: Ask, base: str, pool: str, mine: Held = NOTHING_
                                                       "gpu.reservationBlock", pool)]
         return [Check("reservation block", False, explain(err, f"block {a.block}", "compute.reservations.get",
                                                           a.reservation_project), pool)]
-    block = block.get("resource", block)  # reservationBlocks.get wraps it: {"resource": ReservationBlock}
+    try:  # reservationBlocks.get wraps it: {"resource": ReservationBlock}
+        block_answer = Answer(block, "reservationBlocks.get", BLOCKS_GET)
+        block_answer = block_answer.part("resource") if block_answer.has("resource") else block_answer
+        block_state = f"{block_answer.text('status')} {block_answer.part('healthInfo').text('healthStatus')}"
+    except ApiError as err:
+        return [Check("reservation block", False, explain(err, f"block {a.block}", "compute.reservations.get",
+                                                          a.reservation_project), pool)]
     checks = []
     for index, name in enumerate(a.sub_blocks):
         try:
@@ -444,9 +648,17 @@ def _check_blocks(g: Google, a: Ask, base: str, pool: str, mine: Held = NOTHING_
                                                         a.reservation_project))
             checks.append(Check("reservation sub-block", False, reason, f"gpu-{index}"))
             continue
-        sub = sub.get("resource", sub)
-        health = (sub.get("healthInfo") or {}).get("healthStatus", "HEALTH_STATUS_UNSPECIFIED")
-        free = int(sub.get("count", 0)) - int(sub.get("inUseCount", 0))
+        try:
+            answer = Answer(sub, "reservationSubBlocks.get", SUB_BLOCKS_GET)
+            answer = answer.part("resource") if answer.has("resource") else answer
+            health = answer.part("healthInfo").text("healthStatus", "HEALTH_STATUS_UNSPECIFIED")
+            count, used = answer.count("count"), answer.count("inUseCount")
+        except ApiError as err:
+            checks.append(Check("reservation sub-block", False, explain(err, f"sub-block {name}",
+                                                                        "compute.reservations.get",
+                                                                        a.reservation_project), f"gpu-{index}"))
+            continue
+        free = count - used
         if health != "HEALTHY":
             checks.append(Check("reservation sub-block", False,
                                 f"sub-block {name} (slice {index}) is {health}: name a healthy sub-block in "
@@ -459,8 +671,7 @@ def _check_blocks(g: Google, a: Ask, base: str, pool: str, mine: Held = NOTHING_
         else:
             checks.append(Check("reservation sub-block", True, f"{name}: HEALTHY, {free} free, slice {index} needs "
                                                                f"{a.slice_hosts}"))
-    return checks or [Check("reservation block", True, f"{a.block}: {block.get('status', '')} "
-                                                       f"{(block.get('healthInfo') or {}).get('healthStatus', '')}")]
+    return checks or [Check("reservation block", True, f"{a.block}: {block_state}")]
 
 
 def quota_demand(cfg: StackConfig) -> list[tuple[str, float, str, str]]:
@@ -549,7 +760,10 @@ def check_quotas(g: Google, cfg: StackConfig, mine: Held = NOTHING_HELD) -> list
         answer = g.get(COMPUTE, f"compute/v1/projects/{p}/regions/{region}")
     except ApiError as err:
         return [Check("quota", False, explain(err, f"region {region}'s quotas", "compute.regions.get", p), "cpu")]
-    quotas = {q.get("metric"): q for q in answer.get("quotas") or []}
+    try:
+        quotas = _quotas(Answer(answer, "region", REGIONS_GET), region)
+    except ApiError as err:
+        return [Check("quota", False, explain(err, f"region {region}'s quotas", "compute.regions.get", p), "cpu")]
     credit = _held_quota(cfg, mine)
     checks = []
     for metric, amount, driver, step in quota_demand(cfg) + _hdml_rows(cfg, quotas, region, checks):
@@ -562,9 +776,9 @@ def check_quotas(g: Google, cfg: StackConfig, mine: Held = NOTHING_HELD) -> list
         if step == HDML_STEP:  # a later up: the stack's volume has what its running slices were given
             held = _held_hdml(cfg, mine)
             held_volume = held.mibps if metric.endswith("_THROUGHPUT") else held.gib
-        free = float(quota.get("limit", 0)) - float(quota.get("usage", 0)) + credit.get(metric, 0) + held_volume
+        free = quota[0] - quota[1] + credit.get(metric, 0) + held_volume
         if free < amount:
-            checks.append(Check("quota", False, f"{metric} in {region}: {free:g} free of {quota.get('limit', 0):g}, "
+            checks.append(Check("quota", False, f"{metric} in {region}: {free:g} free of {quota[0]:g}, "
                                                 f"the stack needs {amount:g} for {driver}: request more "
                                                 "(https://cloud.google.com/docs/quotas/view-manage) or lower it",
                                 step))
@@ -572,6 +786,23 @@ def check_quotas(g: Google, cfg: StackConfig, mine: Held = NOTHING_HELD) -> list
             checks.append(Check("quota", True, f"{metric} in {region}: {free:g} free, {amount:g} needed"))
     checks += _nat_ports(cfg) + _tpu_quota(cfg)
     return checks
+
+
+def _quotas(region_answer: Answer, region: str) -> dict[str, tuple[float, float]]:
+    """regions.get's quotas as metric -> (limit, usage): the asked region's, at least one, each metric once."""
+    name = region_answer.text("name")
+    if name != region:
+        raise ApiError(200, "UNEXPECTED", f"regions.get answered for region {name or '(none)'}, not {region}")
+    quotas: dict[str, tuple[float, float]] = {}
+    for quota in region_answer.parts("quotas"):
+        metric, values = quota.text("metric"), (quota.number("limit"), quota.number("usage"))
+        if metric in quotas and quotas[metric] != values:
+            raise ApiError(200, "UNEXPECTED", f"regions.get lists {metric} twice, with limits {quotas[metric][0]:g} "
+                                              f"and {values[0]:g}")
+        quotas[metric] = values
+    if not quotas:
+        raise ApiError(200, "UNEXPECTED", f"regions.get answered no quotas for {region} (every region has some)")
+    return quotas
 
 
 def _hdml_rows(cfg: StackConfig, quotas: dict[str, Any], region: str,
@@ -659,8 +890,8 @@ def _location_allowed(value: str, region: str, zone: str) -> bool:
     return name in (region, zone)
 
 
-def _rules(policy: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for r in (policy.get("spec") or {}).get("rules") or [] if not r.get("condition")]
+def _rules(policy: dict[str, Any]) -> list[Answer]:
+    return [r for r in Answer(policy, "policy", EFFECTIVE_POLICY).part("spec").parts("rules") if not r.has("condition")]
 
 
 def check_org_policies(g: Google, cfg: StackConfig) -> list[Check]:
@@ -681,9 +912,9 @@ def check_org_policies(g: Google, cfg: StackConfig) -> list[Check]:
     locations = effective("gcp.resourceLocations")
     if locations is not None:
         for rule in _rules(locations):
-            allowed = (rule.get("values") or {}).get("allowedValues") or []
-            denied = (rule.get("values") or {}).get("deniedValues") or []
-            if rule.get("denyAll") or (allowed and not any(_location_allowed(v, region, zone) for v in allowed)) \
+            allowed = rule.part("values").texts("allowedValues")
+            denied = rule.part("values").texts("deniedValues")
+            if rule.flag("denyAll") or (allowed and not any(_location_allowed(v, region, zone) for v in allowed)) \
                     or any(_location_allowed(v, region, zone) for v in denied):
                 checks.append(Check("org policy", False, f"constraints/gcp.resourceLocations does not allow "
                                                          f"{region}/{zone}: set gcp.region and gcp.zone to an allowed "
@@ -692,10 +923,10 @@ def check_org_policies(g: Google, cfg: StackConfig) -> list[Check]:
     services = effective("gcp.restrictServiceUsage")
     if services is not None:
         for rule in _rules(services):
-            allowed = (rule.get("values") or {}).get("allowedValues") or []
-            denied = set((rule.get("values") or {}).get("deniedValues") or [])
+            allowed = rule.part("values").texts("allowedValues")
+            denied = set(rule.part("values").texts("deniedValues"))
             refused = [api for api in apis_for(cfg)
-                       if rule.get("denyAll") or api in denied or (allowed and api not in allowed)]
+                       if rule.flag("denyAll") or api in denied or (allowed and api not in allowed)]
             if refused:
                 checks.append(Check("org policy", False, f"constraints/gcp.restrictServiceUsage refuses "
                                                          f"{', '.join(refused)}, which the stack enables: ask your "
@@ -703,7 +934,7 @@ def check_org_policies(g: Google, cfg: StackConfig) -> list[Check]:
                 break
     if not a.shielded:
         shielded = effective("compute.requireShieldedVm")
-        if shielded is not None and any(r.get("enforce") for r in _rules(shielded)):
+        if shielded is not None and any(r.flag("enforce") for r in _rules(shielded)):
             checks.append(Check("org policy", False, f"constraints/compute.requireShieldedVm is enforced, and "
                                                      f"{a.machine_type} nodes run without Shielded GKE Nodes "
                                                      "(components/facts/catalog.py shielded_gke_nodes): ask your org "
@@ -726,7 +957,11 @@ def check_bucket(g: Google, cfg: StackConfig, stack: str) -> list[Check]:
                                            "set storage.bucketName to a free name", "weights-bucket")]
         return [Check("bucket", False, explain(err, f"gs://{name}", "storage.buckets.get", cfg.gcp.project),
                       "weights-bucket")]
-    labels = bucket.get("labels") or {}
+    try:
+        labels = Answer(bucket, "bucket", BUCKETS_GET).labels("labels")
+    except ApiError as err:
+        return [Check("bucket", False, explain(err, f"gs://{name}", "storage.buckets.get", cfg.gcp.project),
+                      "weights-bucket")]
     ours = labels.get("llm-d-guide") == catalog.GUIDE_NAME and labels.get("pulumi-stack") in (label_value(stack), None)
     if cfg.storage.bucketExists or ours:
         return [Check("bucket", True, f"gs://{name} exists and is this stack's"
@@ -737,7 +972,8 @@ def check_bucket(g: Google, cfg: StackConfig, stack: str) -> list[Check]:
 
 def check_google(g: Google, cfg: StackConfig, stack: str) -> list[Check]:
     """Every Google question, in the order `pulumi up` would meet the answer."""
-    checks = check_project(g, cfg) + check_apis(g, cfg)
+    checks = _guarded("project", "apis", lambda: check_project(g, cfg), cfg.gcp.project) \
+        + _guarded("apis", "apis", lambda: check_apis(g, cfg), cfg.gcp.project)
     if any(not c.ok for c in checks if c.name in ("project", "apis") and COMPUTE in c.detail) or \
             any(not c.ok and c.name == "project" for c in checks):
         return checks  # without the project or the Compute API the other answers would all be the same refusal
@@ -746,8 +982,21 @@ def check_google(g: Google, cfg: StackConfig, stack: str) -> list[Check]:
     except ApiError as err:
         return [*checks, Check("cluster", False, explain(err, f"the node pools of cluster {cfg.cluster_name}",
                                                          "container.clusters.get", cfg.gcp.project), "cluster")]
-    return checks + check_org_policies(g, cfg) + check_quotas(g, cfg, mine) + check_reservation(g, cfg, mine) \
-        + check_bucket(g, cfg, stack)
+    for name, step, ask_it in (("org policy", "apis", lambda: check_org_policies(g, cfg)),
+                               ("quota", "cpu", lambda: check_quotas(g, cfg, mine)),
+                               ("reservation", f"{cfg.track}-0", lambda: check_reservation(g, cfg, mine)),
+                               ("bucket", "weights-bucket", lambda: check_bucket(g, cfg, stack))):
+        checks += _guarded(name, step, ask_it, cfg.gcp.project)
+    return checks
+
+
+def _guarded(name: str, step: str, ask_it: Callable[[], list[Check]], project: str) -> list[Check]:
+    """A check's own lines; an answer it could not read (ApiError past its own handling) is its failed line."""
+    try:
+        return ask_it()
+    except ApiError as err:
+        return [Check(name, False, explain(err, f"the {name} answers", "(the permission its reference names)",
+                                           project), step)]
 
 
 # --------------------------------------------------------------------------- this machine
@@ -806,8 +1055,16 @@ def check_hub(cfg: StackConfig, token: Optional[str], endpoint: Optional[str] = 
               timeout: float = REQUEST_TIMEOUT_S) -> list[Check]:
     """The token reads the pinned repo at its revision, and the revision's config.json is one the pinned engine
     registers with the geometry the plan was computed with (components/weights/geometry.py's rule)."""
+    import httpx2
     from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        HTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     from ..plan.engines import registered_architectures
     from ..weights.geometry import _CheckGeometry, expected_geometry
@@ -827,22 +1084,61 @@ def check_hub(cfg: StackConfig, token: Optional[str], endpoint: Optional[str] = 
     except RepositoryNotFoundError:
         return [Check("hub", False, f"repository {repo} was not found with this token: check model.repoId and "
                                     "hfToken (a gated or private repository answers this way without one)", step)]
+    except EntryNotFoundError:
+        return [Check("hub", False, f"{repo}@{revision} has no config.json: check model.repoId and model.revision",
+                      step)]
     except HfHubHTTPError as err:
-        return [Check("hub", False, f"could not read {repo}@{revision}: {str(err).splitlines()[0][:160]}", step)]
-    except OSError as err:  # timeouts and refused connections (requests' errors are OSErrors)
-        return [Check("hub", False, f"could not reach the Hub for {repo}@{revision}: {str(err)[:160]}", step)]
-    import json
-
-    with open(path, encoding="utf-8") as handle:
-        config = json.load(handle)
-    engine, registered = registered_architectures(cfg)
-    problem = _CheckGeometry.compare(config, expected_geometry(cfg), sorted(registered), engine)
+        return [Check("hub", False, f"could not read {repo}@{revision}: {_first_line(err)}", step)]
+    except (httpx2.HTTPError, HTTPError, OSError) as err:
+        # huggingface_hub 2.4 talks httpx2: a refused connection is httpx2.ConnectError, a timeout
+        # httpx2.TimeoutException (neither is an OSError); its cache and offline errors are OSErrors
+        return [Check("hub", False, f"could not reach the Hub ({api.endpoint}) for {repo}@{revision}: "
+                                    f"{type(err).__name__}: {_first_line(err)}", step)]
+    except ValueError as err:  # an answer huggingface_hub could not parse
+        return [Check("hub", False, f"could not read {repo}@{revision}: the Hub's answer is not what huggingface_hub "
+                                    f"expects ({_first_line(err)})", step)]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError, RecursionError) as err:
+        return [Check("hub", True, f"the token reads {repo}@{(info.sha or revision)[:12]}"),
+                Check("checkpoint", False, f"config.json of {repo}@{revision} is not JSON ({_first_line(err)}): "
+                                           "check model.repoId", step)]
+    problem = _config_shape(config)
+    if problem is None:
+        engine, registered = registered_architectures(cfg)
+        problem = _CheckGeometry.compare(config, expected_geometry(cfg), sorted(registered), engine)
     if problem:
         return [Check("hub", True, f"the token reads {repo}@{(info.sha or revision)[:12]}"),
                 Check("checkpoint", False, problem, step)]
     return [Check("hub", True, f"the token reads {repo}@{(info.sha or revision)[:12]}"),
-            Check("checkpoint", True, f"config.json: {config.get('architectures', ['?'])[0]}, which {engine} "
+            Check("checkpoint", True, f"config.json: {(config.get('architectures') or ['?'])[0]}, which {engine} "
                                       "registers, with the plan's geometry")]
+
+
+def _config_shape(config: Any) -> Optional[str]:
+    """Why a config.json is not one the geometry rule can read (components/weights/geometry.py observed), or None."""
+    if not isinstance(config, dict):
+        return f"config.json is {_kind(config)}, not a JSON object: check model.repoId"
+    architectures = config.get("architectures")
+    if architectures is not None and not (isinstance(architectures, list)
+                                          and all(isinstance(a, str) for a in architectures)):
+        return f"config.json's architectures is {_kind(architectures)} {_shown(architectures)}, not a list of names"
+    text = config.get("text_config") or config
+    if not isinstance(text, dict) or not isinstance(text.get("linear_attn_config") or {}, dict):
+        return "config.json's text_config or linear_attn_config is not a JSON object: check model.repoId"
+    numbers = [("text_config", k) for k in ("kv_lora_rank", "qk_rope_head_dim", "num_nextn_predict_layers")] + \
+              [("linear_attn_config", k) for k in ("num_heads", "head_dim", "short_conv_kernel_size")]
+    for where, key in numbers:
+        holder = text if where == "text_config" else (text.get("linear_attn_config") or {})
+        value = holder.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return f"config.json's {key} is {_kind(value)} {_shown(value)}, not a whole number"
+    for key in ("kda_layers", "full_attn_layers"):
+        value = (text.get("linear_attn_config") or {}).get(key)
+        if value is not None and not isinstance(value, list):
+            return f"config.json's {key} is {_kind(value)} {_shown(value)}, not a list of layers"
+    return None
 
 
 # --------------------------------------------------------------------------- the gate in `pulumi up`

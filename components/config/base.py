@@ -24,7 +24,8 @@ EXPLICIT_PROVIDERS = {
     "kubernetes": "kubernetes from the kubeconfig of the cluster the stack creates",
 }
 """Provider namespaces whose stack keys this program never reads: stacks/base.py and components/cloud/cluster.py pass
-every resource and invoke an explicit provider (tests/test_config_mistakes.py checks the plan has no default one)."""
+every resource and invoke an explicit provider (tests/config/test_config_mistakes.py checks the plan has no default
+one)."""
 DEFAULT_PROVIDER_CONFIG = "https://www.pulumi.com/docs/iac/concepts/resources/providers/#default-provider-configuration"
 
 SECRET_KEYS = ("hfToken",)
@@ -38,9 +39,18 @@ class ConfigError(Exception):
 
     def __init__(self, key: str, value: Any, problem: str):
         self.key, self.value, self.problem = key, value, problem
-        shown = "(unset)" if value is None else json.dumps(value) if not isinstance(value, str) else repr(value)
+        shown = "(unset)" if value is None else json.dumps(value, default=str) if not isinstance(value, str) \
+            else repr(value)
         full = key if ":" in key else f"{PROJECT}:{key}"
-        super().__init__(f"{full} = {shown}: {problem}")
+        super().__init__(f"{_shorten(full, 120)} = {_shorten(shown, SHOWN_CHARS)}: {_shorten(problem, 500)}")
+
+
+SHOWN_CHARS = 80
+"""A value longer than this is shortened in the middle in a message (a pasted file, a runaway script's output)."""
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit // 2]}...({len(text):,} characters)...{text[-(limit // 4):]}"
 
 
 def _fail(key: str, value: Any, problem: str) -> None:

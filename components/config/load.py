@@ -133,7 +133,16 @@ def raw_project_config() -> dict[str, Any]:
     """
     from pulumi.runtime import config as runtime_config
 
-    merged = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    try:
+        from_env = runtime_config.get_config_env()
+    except ValueError as err:  # PULUMI_CONFIG is the CLI's JSON; set by hand it may be anything
+        raise ConfigError("environment:PULUMI_CONFIG", None, f"the environment variable is not JSON ({err}): unset "
+                                                             'it, or set a JSON object of "project:key": "value" '
+                                                             "pairs") from None
+    if not isinstance(from_env, dict):
+        raise ConfigError("environment:PULUMI_CONFIG", None, "the environment variable must hold a JSON object of "
+                                                             '"project:key": "value" pairs: unset it')
+    merged = {str(k): v for k, v in {**from_env, **runtime_config.CONFIG.get()}.items()}
     check_namespaces(merged)
     prefix = f"{PROJECT}:"
     return {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}

@@ -119,8 +119,9 @@ IMAGES: dict[str, Image] = {
                  "is recorded (the controller runs on the system pool)"),
     **{name: Image(versions.KEDA_IMAGES[name], key, (AMD64, ARM64),
                    "KEDA's release workflow publishes every image for linux/amd64, linux/arm64 and linux/s390x "
-                   "(BUILD_PLATFORMS in https://github.com/kedacore/keda/blob/v2.20.2/Makefile, `make publish-multiarch` "
-                   "in https://github.com/kedacore/keda/blob/v2.20.2/.github/workflows/release-build.yml)")
+                   "(BUILD_PLATFORMS in https://github.com/kedacore/keda/blob/v2.20.2/Makefile, "
+                   "`make publish-multiarch` in "
+                   "https://github.com/kedacore/keda/blob/v2.20.2/.github/workflows/release-build.yml)")
        for name, key in (("keda", "kedaDigest"), ("keda-metrics-apiserver", "kedaMetricsApiServerDigest"),
                          ("keda-webhooks", "kedaWebhooksDigest"))},
     "dra-driver": Image(versions.NVIDIA_DRA_DRIVER_IMAGE, "draDriverDigest", (AMD64, ARM64),

@@ -23,7 +23,7 @@ MACHINE_TYPE = "n2-standard-8"
 address is the pod's."""
 COPIER_MBPS_PER_CPU = 450
 """Measured: MB/s the copier moves per CPU-second on loopback through hf_xet, the path the Job takes for
-Xet-backed files and the costlier one (tests/bench_staging.py --xet, 2026-12-01: 2.22 CPU seconds per GB with
+Xet-backed files and the costlier one (tests/weights/bench_staging.py --xet, 2026-12-01: 2.22 CPU seconds per GB with
 start-up, 3 GiB file; over HTTP 1.52); without TLS, so an upper bound; docs/weights.md has the runs."""
 HUB_PER_ADDRESS_MBPS = 2200
 """Measured elsewhere: one large host downloads from the Hub with hf_xet at about 2.2 GB/s
@@ -87,7 +87,7 @@ def staging_model(cfg: StackConfig, checkpoint_bytes: int = catalog.KIMI.checkpo
         sources={
             "pod rate": f"min({workers} streams x {catalog.HUB_STREAM_ASSUMED_MBPS} MB/s assumed "
                         f"(catalog.HUB_STREAM_ASSUMED_MBPS), {POD_CPU} CPU x {COPIER_MBPS_PER_CPU} MB/s measured "
-                        "(tests/bench_staging.py))",
+                        "(tests/weights/bench_staging.py))",
             "target": f"{checkpoint_bytes / 1e12:.2f} TB in {TARGET_SECONDS // 60} min (design target)",
             "Hub per-address limit": f"min({pods} pods, {addresses} NAT addresses) x {HUB_PER_ADDRESS_MBPS} MB/s "
                                      "(unsloth-zoo#972)",

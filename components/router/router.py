@@ -215,7 +215,7 @@ def base_layer() -> dict[str, Any]:
 def monitoring_layer() -> dict[str, Any]:
     """Metrics without auth so the PodMonitoring of components.observe.monitoring can scrape the EPP; the chart's own
     scrape object stays off so nothing is scraped twice. (Its `interval` and `provider` only shape that scrape
-    object, so they are not passed: tests/test_charts.py fails on values the chart does not read.)"""
+    object, so they are not passed: tests/tools/preview/test_charts.py fails on values the chart does not read.)"""
     return {"router": {"monitoring": {"prometheus": {"enabled": False, "auth": {"enabled": False}}}}}
 
 

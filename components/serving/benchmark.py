@@ -2,7 +2,8 @@
 multi-turn, long-context sessions against the router and writes its reports to the bucket.
 
 The config is the schema of the inference-perf release the Job image carries (requirements-dev.txt pins the same
-release; tests/test_benchmark_config.py loads it with inference-perf's own loader and builds its data generator).
+release; tests/serving/test_benchmark_config.py loads it with inference-perf's own loader and builds its data
+generator).
 It follows upstream's conversation-replay preset (https://github.com/llm-d/llm-d/blob/a2b33d4/guides/models/
 qwen3-coder-480b/benchmark-templates/guide.yaml); docs/upstream-alignment.md lists every difference.
 Keys are checked by the release's strict loader (unknown keys fail).

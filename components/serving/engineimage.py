@@ -40,6 +40,10 @@ SOURCE_PREFIX = "engine-image/"
 """Where `gcloud builds submit` stages the build's source (the lock and the Dockerfile) in the stack's bucket."""
 LOCK_LABEL = "kimi-k3-1.lock-sha256"
 """The image label that carries the lock's sha256 (components/locks/Dockerfile)."""
+INPUTS_LABEL = "kimi-k3-1.inputs-sha256"
+"""The image label that carries the sha256 of `build_inputs` (the tag's hex), for whoever inspects the image; what
+the build command trusts is Cloud Build's own record of the build (`build_script`), which a registry writer cannot
+forge."""
 
 POD_COMMANDS = ("bash", "getent", "awk", "vllm")
 """What the TPU pods' script runs (components/serving/modelservers.py: `/bin/bash -c`, the leader lookup with getent and
@@ -103,8 +107,17 @@ FAILURE_PREFIX = "engine image build failed: "
 
 
 def build_script() -> str:
-    """The build command: reuse the lock's tag if it exists, else submit the build; print the digest only (the
-    command's stdout is the digest the pods run; gcloud's own output goes to stderr). Flags:
+    """The build command: reuse the lock's tag if it exists and provably is this stack's build of these inputs,
+    else submit the build; print the digest only (the command's stdout is the digest the pods run; gcloud's own
+    output goes to stderr).
+
+    Provenance: a digest is adopted (the tag found before a build, or pushed meanwhile by an interrupted earlier
+    build) only if Cloud Build's record says a SUCCESS build of this project and region, run as the stack's builder
+    account with substitution _INPUTS_SHA256 = the tag's hex (the sha256 of the lock, Dockerfile, build config and
+    base: `build_inputs`), produced that digest (https://cloud.google.com/sdk/gcloud/reference/builds/list; Build
+    `results.images[].digest`, `substitutions`, `serviceAccount`: https://cloud.google.com/build/docs/api/reference/
+    rest/v1/projects.builds). An image pushed under the tag by anything else (a registry writer, another build) is
+    refused with one line naming it; the tag is immutable, so it is not rebuilt over. Flags:
     https://cloud.google.com/sdk/gcloud/reference/builds/submit (`--service-account` takes
     `projects/PROJECT/serviceAccounts/EMAIL`; `--suppress-logs`), https://cloud.google.com/sdk/gcloud/reference/
     artifacts/docker/images/describe (`image_summary.digest`) and `--quiet` (never prompt: the command has no
@@ -114,7 +127,8 @@ def build_script() -> str:
     as not created): the tag is looked up again first, and a submission that fails because an earlier build pushed
     the tag meanwhile (the repository's tags are immutable) takes that build's digest. Every failure exits non-zero
     with one line, FAILURE_PREFIX + gcloud's own last ERROR line + what to do; gcloud's other output is dropped
-    (it would land in the command's recorded stderr). tests/test_supply_chain.py runs it against a fake gcloud."""
+    (it would land in the command's recorded stderr). tests/serving/test_supply_chain.py runs it against a fake
+    gcloud."""
     return "\n".join([
         "set -euo pipefail",
         'image="$REPOSITORY/' + IMAGE_NAME + ':$TAG"',
@@ -123,7 +137,19 @@ def build_script() -> str:
         "(https://cloud.google.com/sdk/docs/install) and run pulumi up again'",
         'digest() { gcloud artifacts docker images describe "$image" --project "$PROJECT" --quiet '
         "--format='value(image_summary.digest)' 2>/dev/null; }",
+        'want="${TAG#inputs-} projects/$PROJECT/serviceAccounts/$BUILDER"',
+        'built_here() { got=$(gcloud builds list --project "$PROJECT" --region "$REGION" --quiet --limit 1 '
+        '--filter "status=SUCCESS AND results.images.digest:$1" '
+        """--format 'value[separator=" "](substitutions._INPUTS_SHA256,serviceAccount)' 2>/dev/null) || got=""; """
+        '[ "$got" = "$want" ]; }',
+        'adopt() { case "$1" in sha256:????????????????????????????????????????????????????????????????) ;; '
+        '*) fail "no digest for $image: $1";; esac',
+        '  built_here "$1" || fail "$image exists with digest $1, but no successful Cloud Build of project '
+        '$PROJECT in $REGION, run as $BUILDER from these inputs (_INPUTS_SHA256=${TAG#inputs-}), produced it: it was '
+        'pushed by something else and is not run; delete it (gcloud artifacts docker images delete $image --project '
+        '$PROJECT --delete-tags) and run pulumi up again"; }',
         'found=$(digest) || found=""',
+        'if [ -n "$found" ]; then adopt "$found"; fi',
         "log=$(mktemp); trap 'rm -f \"$log\"' EXIT",
         "try=0",
         'while [ -z "$found" ]; do',
@@ -131,10 +157,11 @@ def build_script() -> str:
         '  gcloud builds submit . --project "$PROJECT" --region "$REGION" --config cloudbuild.yaml '
         '--service-account "projects/$PROJECT/serviceAccounts/$BUILDER" '
         '--gcs-source-staging-dir "gs://$BUCKET/' + SOURCE_PREFIX + 'source" --suppress-logs --quiet '
-        '--substitutions "_IMAGE=$image,_BASE=$BASE,_LOCK_SHA256=$LOCK_SHA256" >"$log" 2>&1 || status=$?',
+        '--substitutions "_IMAGE=$image,_BASE=$BASE,_LOCK_SHA256=$LOCK_SHA256,_INPUTS_SHA256=${TAG#inputs-}" '
+        '>"$log" 2>&1 || status=$?',
         "  why=$(grep '^ERROR:' \"$log\" | tail -n 1 | cut -c1-300) || why=''",
         '  found=$(digest) || found=""',
-        '  [ -n "$found" ] && break',
+        '  if [ -n "$found" ]; then adopt "$found"; break; fi',
         '  if [ "$status" = 0 ]; then fail "the build succeeded but $image has no digest: '
         'gcloud artifacts docker images list $REPOSITORY --project $PROJECT"; fi',
         f'  if [ "$try" -ge {SUBMIT_TRIES} ] || [ $((SECONDS - start)) -ge {SUBMIT_RETRY_WINDOW_S} ]; then',

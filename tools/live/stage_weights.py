@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shards", type=int, default=1,
                         help="copiers started together on this folder, e.g. the pods of an Indexed Job (default 1); "
                              "each proves its own share of the file list (balanced by bytes)")
-    parser.add_argument("--shard-index", type=int, default=int(os.environ.get("JOB_COMPLETION_INDEX", "0") or 0),
+    parser.add_argument("--shard-index", type=int, default=os.environ.get("JOB_COMPLETION_INDEX") or "0",
                         help="this copier's index among --shards (default: JOB_COMPLETION_INDEX, else 0)")
     parser.add_argument("--progress-seconds", type=float, default=10.0, metavar="SECONDS",
                         help="time between progress lines (default 10)")

@@ -8,7 +8,8 @@ pods and router configs, flattened to `key -> value`, held against the tables th
 
 A row is `| setting | ours | upstream | verdict |`; the verdict starts with `same`, `adopted`, `differs`,
 `ours only` or `upstream only` and then says why and from which upstream file (ids in the doc's source table).
-tests/test_upstream_alignment.py fails on any row this prints, so a new unexplained difference, or an adopted
+tests/tools/preview/test_upstream_alignment.py fails on any row this prints, so a new unexplained difference, or an
+adopted
 setting deleted from the generated objects, fails the suite.
 """
 

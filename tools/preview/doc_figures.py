@@ -1,6 +1,6 @@
 """Write the generated figures blocks of README.md and docs/weights.md from the offline plan's summaries, so the
-documents show what the program computes for the committed stacks (tests/test_doc_figures.py and
-tests/test_loading.py fail when a block differs from the plan).
+documents show what the program computes for the committed stacks (tests/tools/preview/test_doc_figures.py and
+tests/plan/test_loading.py fail when a block differs from the plan).
 
     make plan && python -m tools doc-figures
 """

@@ -125,7 +125,11 @@ def find_source(chart: str, version: str) -> Source:
     looked = []
     for root in search_roots():
         folder = root / name
-        if not (folder / "Chart.yaml").is_file():
+        try:
+            present = (folder / "Chart.yaml").is_file()
+        except OSError:  # a name too long for the file system, a folder it may not read: no copy there
+            present = False
+        if not present:
             looked.append(str(root))
             continue
         meta = yaml.load((folder / "Chart.yaml").read_text(), Loader=_LOADER)

@@ -31,7 +31,8 @@ folder that cannot be written just means no cache. The same holds for the words 
 runs `from ._inputs import *`.
 
 Every object handed out is the one a plain import defines, from the same module object `pulumi up` would get it
-from (tests/test_lazy_packages.py holds that for every name the program uses). Used only by the offline plan
+from (tests/tools/preview/test_lazy_packages.py holds that for every name the program uses). Used only by the
+offline plan
 (tools.preview.render); `pulumi up` imports the packages as they are.
 """
 
@@ -121,7 +122,7 @@ class _LazyInit(importlib.abc.Loader):
 
 ANCHORED_CLASS = re.compile(r"^((?:@[^\n]*\n)*)class (\w+)\b(?:\(([^()\n]*)\))?:", re.MULTILINE)
 """What a class statement of a generated module is; `_class_statements` finds the same matches faster
-(tests/test_lazy_packages.py holds them equal over every data module the loader reads)."""
+(tests/tools/preview/test_lazy_packages.py holds them equal over every data module the loader reads)."""
 _CLASS_LINE = re.compile(r"\nclass (\w+)\b(?:\(([^()\n]*)\))?:")
 """A class statement at column 0 (after a newline: a pattern that starts with a literal is searched for with a fast
 scan, about three times faster over these multi-megabyte modules than a `^` anchored one tried at every offset)."""

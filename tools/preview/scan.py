@@ -6,10 +6,10 @@
 
 Kubernetes scanners only read kinds they know, so the pod templates inside custom resources (DisaggregatedSet
 roles, LeaderWorkerSet leader and worker templates) are written out as Pods beside the manifests
-(`expand()`); tests/test_netpol.py walks pod templates with the same `pod_templates()`. checkov is pinned in
+(`expand()`); tests/platform/test_netpol.py walks pod templates with the same `pod_templates()`. checkov is pinned in
 requirements-checkov.txt and lives in its own virtualenv (`make checkov`), because its dependencies pin versions
 the project's own .venv cannot take. A failed check not in `EXCEPTIONS` (or, with --with-benchmark, an exception no
-scanned failure needs) fails the run; tests/test_scan.py holds docs/security.md's tables to a real run.
+scanned failure needs) fails the run; tests/tools/preview/test_scan.py holds docs/security.md's tables to a real run.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Write or check Pulumi.yaml's `config:` block and README's config table from the typed config models.
 
 The models in components/config/ are the single source; without `--write` it checks, failing if
-Pulumi.yaml or the README table has drifted from them (`make schema`, and tests/test_project_file.py).
+Pulumi.yaml or the README table has drifted from them (`make schema`, and tests/config/test_project_file.py).
 """
 
 from __future__ import annotations

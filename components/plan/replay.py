@@ -1,0 +1,657 @@
+"""Session replay: where the router sends each turn of a session, and what the engine it lands on has cached.
+
+Replays session shapes (the committed benchmark, agentic sessions, long single sessions, short chat) through a
+Python restatement of the llm-d router's released scoring and through an engine cache (a rule here, or the engine's
+own `KVCacheManager` in the engine-code tier, which drives the same replay), and reports per shape the share of
+turns 2..N routed to the engine holding the longest cached prefix and the hit tokens against the ideal.
+
+No Pulumi here: plain inputs in (`Deployment`, `Shape`), a `Report` out. `deployment_for` builds the inputs from a
+stack's typed config.
+
+The router (llm-d-router v0.10.0, tag object 0b43c18, commit 71f4f09; paths under pkg/epp/framework/plugins/):
+- block hashes: requestcontrol/dataproducer/prefixhash/hashing.go L60-117 (one chained hash per block of
+  `blockSizeTokens` tokens, the trailing partial block included, L132-146; at most maxBlocks, L102-104);
+- prefix match: requestcontrol/dataproducer/approximateprefix/plugin.go L228-254 (`Produce`: match, total),
+  L316-332 (`matchLongestPrefix`: walk the request's hashes, stop at the first no endpoint has, count per
+  endpoint), L258-288 (`PreRequest`: the picked endpoint's LRU records the request's hashes), L359-375
+  (`resolveMaxBlocks`); approximateprefix/indexer.go L55-86 (one LRU per endpoint of `lruCapacityPerServer`
+  entries; an eviction drops the endpoint from that hash, L108-118);
+- affinity: scheduling/filter/prefixcacheaffinity/plugin.go L165-211 (sticky = matched/total >= threshold, 0.80
+  by default L93-101; none sticky keeps all; if the best sticky endpoint's TTFT estimate exceeds the best
+  non-sticky one's by more than maxTTFTPenaltyMs, 18000 by default, keeps all), L256-265 (TTFT estimate = in-flight
+  tokens / peakPrefillThroughput x 1000);
+- load: scheduling/scorer/tokenload/token_load.go L93-130 (score = 1 - min(in-flight + this request's uncached
+  tokens, queueThresholdTokens) / queueThresholdTokens, threshold 4194304 L34);
+  requestcontrol/dataproducer/inflightload/producer.go L393-460 (the picked endpoint gains the request's uncached
+  tokens), L610-639 (uncached = (total - matched) x block + the tail past the indexed blocks), L511-526 (released
+  at the first response chunk when output tokens are not estimated, the default L73-75);
+- pick: scheduling/picker/maxscore/picker.go L87-115 (highest score, ties broken by a shuffle: a seeded one here).
+
+The engine behind a GPU endpoint: with `--data-parallel-hybrid-lb` one API server fronts a pod's engines and picks
+one by load alone (vLLM 0.33.0 vllm/v1/engine/core_client.py L1751-1800, `DPLBAsyncMPClient
+.get_core_engine_for_request`: least waiting + running, starting from a rotating index); with
+`--data-parallel-multi-port-external-lb` each engine is its own endpoint.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+# --------------------------------------------------------------------------- router defaults (v0.10.0)
+AFFINITY_THRESHOLD = 0.80
+"""prefixcacheaffinity/plugin.go L93-101 `DefaultConfig.AffinityThreshold`."""
+MAX_TTFT_PENALTY_MS = 18000.0
+"""prefixcacheaffinity/plugin.go L93-101 `DefaultConfig.MaxTTFTPenaltyMs`."""
+QUEUE_THRESHOLD_TOKENS = 4194304
+"""tokenload/token_load.go L34 `tokenQueueThresholdDefault`."""
+MIN_BLOCK_TOKENS = 64
+"""approximateprefix/plugin.go L52 `minBlockSizeTokens`: a smaller configured block is raised to it (L344-357)."""
+
+
+# --------------------------------------------------------------------------- shapes
+@dataclass(frozen=True)
+class Shape:
+    """A closed-loop session workload: `concurrency` slots, each running its sessions one after another, each turn
+    sent when the previous one finished (inference-perf's conversation replay does the same)."""
+
+    name: str
+    sessions: int
+    concurrency: int
+    turns: int
+    system_tokens: int
+    system_shared: bool
+    first_input_tokens: int
+    input_tokens: int
+    output_tokens: int
+    description: str = ""
+    first_input_spread: tuple[int, ...] = ()
+    """Per-session first-turn sizes, cycled (long sessions); empty: `first_input_tokens` for all."""
+
+    def first_input(self, session: int) -> int:
+        spread = self.first_input_spread
+        return spread[session % len(spread)] if spread else self.first_input_tokens
+
+    def scaled(self, factor: int) -> Shape:
+        """The same sessions at `factor` x the concurrency (and as many more sessions)."""
+        return replace(self, name=f"{self.name}@{factor}x", sessions=self.sessions * factor,
+                       concurrency=self.concurrency * factor)
+
+
+def shapes(benchmark_sessions: int, benchmark_concurrency: int, turns: int, system_tokens: int, input_tokens: int,
+           output_tokens: int, context_length: int) -> list[Shape]:
+    """The shapes docs/capacity.md reports, from the committed benchmark's keys (`benchmark.*`)."""
+    bench = Shape("benchmark", benchmark_sessions, benchmark_concurrency, turns, system_tokens, True, input_tokens,
+                  input_tokens, output_tokens, "the committed benchmark: one shared system prompt, fixed turns")
+    agentic = Shape("agentic", benchmark_sessions, benchmark_concurrency, 16, 32768, True, 2048, 4096, 256,
+                    "shared 32K system prompt, a 2K task, then tool turns: 256 generated (a tool call), 4K of tool "
+                    "result back")
+    top = min(context_length, 1_048_576) - 8 * 4096
+    long = Shape("long", max(8, benchmark_concurrency // 4), max(4, benchmark_concurrency // 8), 4, 2048, True,
+                 200_000, 2048, 1024, "single long sessions: a 200K-1M document, then follow-up turns",
+                 first_input_spread=(200_000, 500_000, top))
+    chat = Shape("chat", benchmark_sessions, benchmark_concurrency, 6, 256, True, 200, 200, 150,
+                 "short chat: a 256-token system prompt, 200-token turns, 150-token answers")
+    return [bench, bench.scaled(2), agentic, agentic.scaled(2), long, chat]
+
+
+# --------------------------------------------------------------------------- requests
+class Tokens:
+    """A prompt's token ids with its chained prefix hashes per unit, computed once and shared by every engine."""
+
+    def __init__(self, ids: list[int]):
+        self.ids = ids
+        self._chains: dict[int, list[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def chain(self, unit: int) -> list[int]:
+        """h[k] = hash of the first (k + 1) x unit tokens (full units only)."""
+        if unit not in self._chains:
+            ids, out, prev = self.ids, [], 0
+            for end in range(unit, len(ids) + 1, unit):
+                prev = hash((prev, tuple(ids[end - unit:end])))
+                out.append(prev)
+            self._chains[unit] = out
+        return self._chains[unit]
+
+
+def router_hashes(tokens: Sequence[int], block: int, max_blocks: int) -> list[int]:
+    """prefixhash/hashing.go L88-146: one chained hash per block, the trailing partial block included."""
+    out, prev = [], hash("kimi")  # the model name seeds the chain (L94); one model here
+    for start in range(0, len(tokens), block):
+        if len(out) >= max_blocks:
+            break
+        prev = hash((prev, tuple(tokens[start:start + block])))
+        out.append(prev)
+    return out
+
+
+# --------------------------------------------------------------------------- engines
+class EngineCache(Protocol):
+    """One engine's prefix cache. `peek` is the hit a prompt would get now; `serve` runs a request through it
+    (lookup, compute, cache) and returns the hit tokens the engine counted."""
+
+    def peek(self, prompt: Tokens) -> int: ...
+
+    def serve(self, prompt: Tokens, output: list[int]) -> int: ...
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    block_tokens: int
+    """The engine's KV block (components/plan/kvblocks.py)."""
+    hash_unit: int
+    """Where a hit can land: vLLM's hash block (`--prefix-match-unit`, else the block;
+    vllm/v1/core/kv_cache_utils.py `resolve_kv_cache_block_sizes`)."""
+    pool_blocks: int
+    """Usable blocks of one engine's pool (the null block excluded)."""
+    attention_groups: int
+    state_groups: int
+    retention_interval: int | None
+    """`prefix_cache_retention_interval`: 0 keeps KDA states only at replay boundaries and shared-prefix junctions,
+    None at every block (vllm/config/cache.py; vllm/v1/core/single_type_kv_cache_manager.py
+    `MambaManager.reachable_block_mask`)."""
+    computes_output: bool
+    """Whether the engine also generates (TPU) or only prefills (a GPU prefill engine: max_tokens 1)."""
+
+
+class RuleEngine:
+    """The vLLM 0.33.0 hybrid prefix cache as a rule, which tests/engine/test_vllm_replay.py holds equal to the
+    released KVCacheManager on the replayed shapes:
+
+    - a hit lands on a multiple of the hash unit, at most the prompt length - 1 (kv_cache_manager.py
+      `get_computed_blocks`), where the MLA group holds every block below it (a partial tail block when the unit is
+      finer than the block) and a KDA group holds the state at exactly that position (MambaManager
+      `find_longest_cache_hit`);
+    - KDA states are kept at the replay boundary (prompt length - 1, floored to the unit;
+      kv_cache_coordinator.py `replay_boundaries`), at a shared-prefix junction (where the MLA hit ran past the
+      last state, kv_cache_manager.py L319-326), and with retention None at every block;
+    - a cached MLA block costs one pool block per attention group, a kept state one per KDA group; the least
+      recently used go first when the pool is full."""
+
+    def __init__(self, settings: EngineSettings):
+        self.s = settings
+        # One LRU over everything cached, as vLLM's free-block queue is: ("m", h) an MLA block (a full block's end
+        # or a partial tail), ("s", h) a kept KDA state, by the prefix hash at its position.
+        self.lru: OrderedDict[tuple[str, int], int] = OrderedDict()
+        self.used = 0
+
+    @property
+    def mla(self) -> _Kind:
+        return _Kind(self.lru, "m")
+
+    @property
+    def states(self) -> _Kind:
+        return _Kind(self.lru, "s")
+
+    def _hit(self, prompt: Tokens) -> tuple[int, int]:
+        """(hit tokens, how far the MLA group alone reaches)."""
+        s, n = self.s, len(prompt)
+        chain = prompt.chain(s.hash_unit)
+        reach = self._mla_reach(chain)
+        for units in range(min(reach, (n - 1) // s.hash_unit), 0, -1):
+            if chain[units - 1] in self.states and self._mla_covers(chain, units):
+                return units * s.hash_unit, reach * s.hash_unit
+        return 0, reach * s.hash_unit
+
+    def _mla_reach(self, chain: list[int]) -> int:
+        """Units from the start the MLA group holds: whole blocks, then a partial tail inside the next block."""
+        per = self.s.block_tokens // self.s.hash_unit
+        b = 0
+        while (b + 1) * per <= len(chain) and chain[(b + 1) * per - 1] in self.mla:
+            b += 1
+        for units in range(min(len(chain), (b + 1) * per - 1), b * per, -1):
+            if chain[units - 1] in self.mla:
+                return units
+        return b * per
+
+    def _mla_covers(self, chain: list[int], units: int) -> bool:
+        per_block = self.s.block_tokens // self.s.hash_unit
+        full = units // per_block
+        if any(chain[b * per_block + per_block - 1] not in self.mla for b in range(full)):
+            return False
+        return units % per_block == 0 or chain[units - 1] in self.mla
+
+    def peek(self, prompt: Tokens) -> int:
+        return self._hit(prompt)[0]
+
+    def serve(self, prompt: Tokens, output: list[int]) -> int:
+        s = self.s
+        hit, mla_reach = self._hit(prompt)
+        seq = Tokens(prompt.ids + output[:-1]) if s.computes_output and output else prompt
+        chain = seq.chain(s.hash_unit)
+        per_block = s.block_tokens // s.hash_unit
+        computed_units = len(seq) // s.hash_unit
+        for b in range(computed_units // per_block):
+            self._add(self.mla, chain[b * per_block + per_block - 1], s.attention_groups)
+        boundaries = {(len(prompt) - 1) // s.hash_unit}
+        if mla_reach > hit:
+            boundaries.add(mla_reach // s.hash_unit)
+        if s.retention_interval is None:
+            boundaries |= {b * per_block for b in range(1, computed_units // per_block + 1)}
+        elif s.retention_interval:
+            step = s.retention_interval // s.hash_unit
+            boundaries |= set(range(step, computed_units + 1, step))
+        for units in sorted(boundaries):
+            if units <= 0 or units > computed_units:
+                continue
+            if units % per_block:
+                self._add(self.mla, chain[units - 1], s.attention_groups)  # the partial tail block
+            self._add(self.states, chain[units - 1], s.state_groups)
+        if hit:
+            self._touch(prompt.chain(s.hash_unit), hit // s.hash_unit)
+        return hit
+
+    def _touch(self, chain: list[int], units: int) -> None:
+        for key in chain[:units]:
+            if ("m", key) in self.lru:
+                self.lru.move_to_end(("m", key))
+        if ("s", chain[units - 1]) in self.lru:
+            self.lru.move_to_end(("s", chain[units - 1]))
+
+    def _add(self, kind: _Kind, key: int, cost: int) -> None:
+        entry = (kind.tag, key)
+        if entry in self.lru:
+            self.lru.move_to_end(entry)
+            return
+        self.lru[entry] = cost
+        self.used += cost
+        while self.used > self.s.pool_blocks and self.lru:
+            _, freed = self.lru.popitem(last=False)
+            self.used -= freed
+
+
+class _Kind:
+    """A view of one kind of RuleEngine entry."""
+
+    def __init__(self, lru: OrderedDict[tuple[str, int], int], tag: str):
+        self.lru, self.tag = lru, tag
+
+    def __contains__(self, key: int) -> bool:
+        return (self.tag, key) in self.lru
+
+
+# --------------------------------------------------------------------------- router
+@dataclass(frozen=True)
+class RouterSettings:
+    block_tokens: int
+    lru_capacity_per_server: int
+    max_prefix_tokens: int
+    peak_prefill_throughput: float
+    affinity_threshold: float = AFFINITY_THRESHOLD
+    max_ttft_penalty_ms: float = MAX_TTFT_PENALTY_MS
+    queue_threshold_tokens: int = QUEUE_THRESHOLD_TOKENS
+
+    @property
+    def block(self) -> int:
+        return max(self.block_tokens, MIN_BLOCK_TOKENS)
+
+    @property
+    def max_blocks(self) -> int:
+        return self.max_prefix_tokens // self.block  # plugin.go L367-375
+
+
+class ApproxPrefixIndex:
+    """approximateprefix/indexer.go: per-endpoint LRU of block hashes and the reverse map."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.lru: dict[int, OrderedDict[int, None]] = {}
+        self.pods: dict[int, set[int]] = {}
+
+    def add(self, hashes: list[int], endpoint: int) -> None:
+        lru = self.lru.setdefault(endpoint, OrderedDict())
+        for h in hashes:  # L73-75: each Add may evict the oldest
+            if h in lru:
+                lru.move_to_end(h)
+            else:
+                lru[h] = None
+                if len(lru) > self.capacity:
+                    old, _ = lru.popitem(last=False)
+                    pods = self.pods.get(old)
+                    if pods is not None:
+                        pods.discard(endpoint)
+                        if not pods:
+                            del self.pods[old]
+            self.pods.setdefault(h, set()).add(endpoint)
+
+    def match(self, hashes: list[int]) -> dict[int, int]:
+        """plugin.go L316-332."""
+        res: dict[int, int] = {}
+        for h in hashes:
+            servers = self.pods.get(h)
+            if not servers:
+                break
+            for server in servers:
+                res[server] = res.get(server, 0) + 1
+        return res
+
+
+@dataclass
+class Decision:
+    endpoint: int
+    sticky: bool
+    gate_broken: bool
+    matched: int
+    total: int
+
+
+class Router:
+    """The prefill profile of components/router/router.py's EndpointPickerConfig: prefix-cache-affinity-filter, then
+    token-load-scorer and the max-score picker, over the approx-prefix-cache-producer and inflight-load-producer."""
+
+    def __init__(self, settings: RouterSettings, endpoints: int, seed: int = 0):
+        self.s = settings
+        self.endpoints = endpoints
+        self.index = ApproxPrefixIndex(settings.lru_capacity_per_server)
+        self.inflight = [0] * endpoints
+        self.rng = random.Random(seed)
+
+    def route(self, prompt: Sequence[int]) -> tuple[Decision, list[int], int]:
+        s = self.s
+        hashes = router_hashes(prompt, s.block, s.max_blocks)
+        total = len(hashes)
+        matches = self.index.match(hashes)
+        score = [matches.get(e, 0) / total if total else 0.0 for e in range(self.endpoints)]
+        candidates = list(range(self.endpoints))
+        sticky = [e for e in candidates if score[e] >= s.affinity_threshold]
+        kept, gate_broken = candidates, False
+        if sticky and self.endpoints > 1:
+            others = [e for e in candidates if score[e] < s.affinity_threshold]
+            kept = sticky
+            if s.max_ttft_penalty_ms > 0 and others:
+                ttft = lambda e: self.inflight[e] / s.peak_prefill_throughput * 1000  # noqa: E731
+                if min(map(ttft, sticky)) - min(map(ttft, others)) > s.max_ttft_penalty_ms:
+                    kept, gate_broken = candidates, True
+        uncached = {e: self._uncached(len(prompt), matches.get(e, 0), total) for e in kept}
+        load = {e: 1.0 - min(self.inflight[e] + uncached[e], s.queue_threshold_tokens) / s.queue_threshold_tokens
+                for e in kept}
+        order = list(kept)
+        self.rng.shuffle(order)
+        best = max(order, key=lambda e: load[e])  # the first of the highest after the shuffle
+        self.index.add(hashes, best)
+        self.inflight[best] += uncached[best]
+        return (Decision(best, bool(sticky) and not gate_broken, gate_broken, matches.get(best, 0), total),
+                hashes, uncached[best])
+
+    def _uncached(self, prompt_tokens: int, matched: int, total: int) -> int:
+        """inflightload/producer.go L610-639."""
+        block = self.s.block
+        indexed = total * block
+        return max(indexed - matched * block, 0) + max(prompt_tokens - indexed, 0)
+
+    def release(self, endpoint: int, tokens: int) -> None:
+        self.inflight[endpoint] = max(self.inflight[endpoint] - tokens, 0)
+
+
+# --------------------------------------------------------------------------- deployment and replay
+@dataclass(frozen=True)
+class Deployment:
+    """What the replay needs of a stack."""
+
+    track: str
+    endpoints: tuple[tuple[int, ...], ...]
+    """Engines behind each router endpoint: one each, or a GPU pod's data-parallel engines."""
+    router: RouterSettings
+    engine: EngineSettings
+    prefill_tokens_per_s: float
+    """One engine's prefill rate in the replay's clock (the router's peakPrefillThroughput: the calibration it
+    assumes)."""
+    seconds_per_output_token: float = 0.02
+    """Pacing of generation in the replay's clock (ASSUMED: it only spaces a session's turns)."""
+    pacing_jitter: float = 0.25
+    """Each answer's pace varies by up to this share (seeded), so sessions do not march in lockstep."""
+
+    @property
+    def engines(self) -> int:
+        return sum(len(e) for e in self.endpoints)
+
+
+@dataclass
+class TurnRecord:
+    session: int
+    turn: int
+    engine: int
+    hit: int
+    best: int
+    ideal: int
+    prompt: int
+    sticky: bool
+    gate_broken: bool
+    ttft_s: float
+
+
+@dataclass
+class ShapeResult:
+    shape: Shape
+    records: list[TurnRecord] = field(default_factory=list)
+
+    def _later(self) -> list[TurnRecord]:
+        return [r for r in self.records if r.turn >= 1]
+
+    @property
+    def on_best_share(self) -> float:
+        """Turns 2..N that landed on an engine whose hit equals the longest any engine could give."""
+        later = self._later()
+        return sum(r.hit >= r.best for r in later) / len(later) if later else 1.0
+
+    @property
+    def hit_share(self) -> float:
+        """Hit tokens of turns 2..N over the ideal (the previous turn's prompt and answer: every reusable token)."""
+        later = self._later()
+        ideal = sum(r.ideal for r in later)
+        return sum(r.hit for r in later) / ideal if ideal else 1.0
+
+    @property
+    def gate_broken_share(self) -> float:
+        later = self._later()
+        return sum(r.gate_broken for r in later) / len(later) if later else 0.0
+
+    @property
+    def ttft_p95_s(self) -> float:
+        ttfts = sorted(r.ttft_s for r in self.records)
+        return ttfts[min(len(ttfts) - 1, int(0.95 * len(ttfts)))] if ttfts else 0.0
+
+
+class _Ids:
+    def __init__(self) -> None:
+        self.next = 1 << 20
+
+    def take(self, n: int) -> list[int]:
+        start, self.next = self.next, self.next + n
+        return list(range(start, start + n))
+
+
+def replay(deployment: Deployment, shape: Shape, engines: Sequence[EngineCache], seed: int = 0) -> ShapeResult:
+    """Closed-loop replay in a simulated clock: routing at arrival, one prefill queue per engine at
+    `prefill_tokens_per_s` on its uncached tokens, the router's in-flight tokens released at the first token."""
+    router = Router(deployment.router, len(deployment.endpoints), seed)
+    pacing = random.Random(seed + 1)
+    engine_of = [list(e) for e in deployment.endpoints]
+    busy_until = [0.0] * deployment.engines
+    running = [0] * deployment.engines  # requests an engine has not finished (the DP balancer's count)
+    ids = _Ids()
+    system_shared = ids.take(shape.system_tokens)
+    result = ShapeResult(shape)
+    histories: dict[int, list[int]] = {}
+    events: list[tuple[float, int, str, tuple]] = []
+    seq = 0
+
+    def push(t: float, kind: str, payload: tuple) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (t, seq, kind, payload))
+
+    for slot in range(min(shape.concurrency, shape.sessions)):
+        push(0.0, "turn", (slot, 0))
+    while events:
+        t, _, kind, payload = heapq.heappop(events)
+        if kind == "release":
+            endpoint, tokens = payload
+            router.release(endpoint, tokens)
+            continue
+        if kind == "free":
+            running[payload[0]] -= 1
+            continue
+        if kind == "done":
+            session, turn = payload
+            if turn + 1 < shape.turns:
+                push(t, "turn", (session, turn + 1))
+            elif session + shape.concurrency < shape.sessions:
+                push(t, "turn", (session + shape.concurrency, 0))
+            continue
+        session, turn = payload
+        if turn == 0:
+            system = system_shared if shape.system_shared else ids.take(shape.system_tokens)
+            history, new = list(system), ids.take(shape.first_input(session))
+            ideal = shape.system_tokens if shape.system_shared and session > 0 else 0
+        else:
+            history = histories[session]
+            new = ids.take(shape.input_tokens)
+            ideal = len(history)
+        prompt = Tokens(history + new)
+        output = ids.take(shape.output_tokens)
+        histories[session] = prompt.ids + output
+        decision, _, uncached_estimate = router.route(prompt.ids)
+        members = engine_of[decision.endpoint]
+        if len(members) == 1:
+            engine = members[0]
+        else:  # core_client.py L1762-1797: the first engine, in rank order, with the fewest requests in flight
+            engine = min(members, key=lambda e: running[e])
+        best = max(cache.peek(prompt) for cache in engines)
+        hit = engines[engine].serve(prompt, output)
+        begin = max(t, busy_until[engine])
+        first_token = begin + (len(prompt) - hit) / deployment.prefill_tokens_per_s
+        busy_until[engine] = first_token
+        running[engine] += 1
+        push(first_token, "release", (decision.endpoint, uncached_estimate))
+        pace = deployment.seconds_per_output_token * (1 + deployment.pacing_jitter * (2 * pacing.random() - 1))
+        finished = first_token + shape.output_tokens * pace
+        # A prefill-only engine (GPU P/D) is done with the request at its first token; the session's next turn
+        # waits for the decode side.
+        push(finished if deployment.engine.computes_output else first_token, "free", (engine,))
+        push(finished, "done", (session, turn))
+        result.records.append(TurnRecord(session, turn, engine, hit, best, min(ideal, len(prompt) - 1),
+                                         len(prompt), decision.sticky, decision.gate_broken, first_token - t))
+    return result
+
+
+@dataclass(frozen=True)
+class Report:
+    track: str
+    rows: tuple[tuple[str, float, float, float, float], ...]
+    """(shape, on-best share, hit share, gate-broken share, TTFT p95 s)."""
+
+    def table(self) -> str:
+        lines = [f"{'shape':<16} {'on best engine':>15} {'hit / ideal':>12} {'gate broken':>12} {'TTFT p95 s':>11}"]
+        for name, on_best, hits, broken, ttft in self.rows:
+            lines.append(f"{name:<16} {on_best:>14.1%} {hits:>12.1%} {broken:>12.1%} {ttft:>11.1f}")
+        return "\n".join(lines)
+
+
+def run(deployment: Deployment, shape_list: Sequence[Shape], make_engine=None, seed: int = 0) -> Report:
+    """Every shape on fresh engines (RuleEngine unless `make_engine(engine_index)` gives another cache)."""
+    rows = []
+    for shape in shape_list:
+        factory = make_engine or (lambda _i: RuleEngine(deployment.engine))
+        engines = [factory(i) for i in range(deployment.engines)]
+        r = replay(deployment, shape, engines, seed)
+        rows.append((shape.name, r.on_best_share, r.hit_share, r.gate_broken_share, r.ttft_p95_s))
+    return Report(deployment.track, tuple(rows))
+
+
+# --------------------------------------------------------------------------- from a stack
+@dataclass(frozen=True)
+class RoutingChoice:
+    """The knobs the replay compares: how router endpoints map to engines, where prefix hits land, the router's block
+    and the affinity filter's TTFT penalty."""
+
+    layout: str
+    """"engine": one router endpoint per engine (`--data-parallel-multi-port-external-lb`, one InferencePool
+    target port per engine); "pod": a pod's data-parallel engines behind one port (`--data-parallel-hybrid-lb`)."""
+    hash_unit: int
+    """Engine hit granularity: vLLM's `--prefix-match-unit` (the block when unset)."""
+    router_block: int
+    """The approximate producer's `blockSizeTokens`."""
+    retention: int | None
+    """vLLM's `prefix_cache_retention_interval` (0, its default: sparse KDA states)."""
+    penalty_ms: float
+    """The affinity filter's `maxTTFTPenaltyMs`."""
+
+
+def rendered_choice(cfg) -> RoutingChoice:
+    """What the stack renders today (components/plan/engines.py, components/router/router.py)."""
+    from . import kvblocks
+
+    block = kvblocks.block_rule(cfg).block_tokens
+    return RoutingChoice("pod" if cfg.track == "gpu" else "engine", block, block, 0, MAX_TTFT_PENALTY_MS)
+
+
+GPU_PREFIX_MATCH_UNIT = 128
+"""The largest unit finer than the GPU block that vLLM 0.33.0 accepts: it must divide every prefix-cacheable group's
+block (vllm/v1/core/kv_cache_utils.py `resolve_kv_cache_block_sizes`), and 11,392 = 128 x 89 with 89 prime, so the
+choices are 128 or a power of two below it; the router's floor is 64 (approximateprefix/plugin.go L52). NVIDIA
+Dynamo's GB300 Kimi K3 recipe runs its KV router at 128 too."""
+TTFT_PENALTY_MS = 2000.0
+"""A shared 32K system prompt makes every new session sticky to the endpoint that saw it first (GPU at 128-token
+router blocks; TPU at 1,024); at the default 18 s the gate lets that endpoint queue 18 s of prefill before
+spilling, and its pool evicts the sessions it holds (replayed: GPU agentic 44 % of ideal hits and TTFT p95 143 s;
+TPU agentic 59 % on vLLM-TorchTPU's own manager). At 2 s the spill starts early and sessions stay put afterwards."""
+
+
+def chosen_choice(cfg) -> RoutingChoice:
+    """The routing this replay argues for (docs/capacity.md): one endpoint per engine, a 2 s TTFT penalty, and on
+    GPU 128-token prefix matching in engine and router; TPU keeps its 1,024-token block (one engine per slice
+    already)."""
+    if cfg.track == "gpu":
+        return RoutingChoice("engine", GPU_PREFIX_MATCH_UNIT, GPU_PREFIX_MATCH_UNIT, 0, TTFT_PENALTY_MS)
+    return replace(rendered_choice(cfg), penalty_ms=TTFT_PENALTY_MS)
+
+
+def deployment_for(cfg, choice: RoutingChoice | None = None, lru_capacity: int | None = None,
+                   threshold: float | None = None) -> Deployment:
+    """The replay's inputs from a stack's typed config (components.config StackConfig) under `choice` (the
+    rendered one by default): the prefill engines the router picks from (GPU: every prefill group's data-parallel
+    engines; TPU: one engine per slice), grouped into router endpoints, and the router and engine settings."""
+    from . import capacity as cap
+
+    choice = choice or rendered_choice(cfg)
+    c = cap.serving_capacity(cfg)
+    block = c.block_tokens
+    if cfg.track == "gpu":
+        pods = cfg.gpu.slices * cfg.gpu.prefillGroups * cfg.gpu.prefillNodesPerGroup
+        per_pod = c.kv_groups // cfg.gpu.prefillNodesPerGroup
+    else:
+        pods, per_pod = cfg.tpu.slices, 1
+    engines = pods * per_pod
+    if choice.layout == "pod":
+        endpoints = tuple(tuple(range(p * per_pod, (p + 1) * per_pod)) for p in range(pods))
+    else:
+        endpoints = tuple((e,) for e in range(engines))
+    # The engines here model HBM only, so the router's index is sized to what one endpoint's engines can hold in
+    # HBM (every pool block an MLA block); the rendered lruCapacityPerServer also counts the host tier.
+    tokens_per_endpoint = c.blocks_per_engine * block * engines // len(endpoints)
+    router = RouterSettings(block_tokens=choice.router_block,
+                            lru_capacity_per_server=lru_capacity or tokens_per_endpoint // choice.router_block,
+                            max_prefix_tokens=cfg.context_length,
+                            peak_prefill_throughput=float(cfg.router.peakPrefillThroughput),
+                            affinity_threshold=AFFINITY_THRESHOLD if threshold is None else threshold,
+                            max_ttft_penalty_ms=choice.penalty_ms)
+    g = c.groups
+    engine = EngineSettings(block_tokens=block, hash_unit=choice.hash_unit, pool_blocks=c.blocks_per_engine,
+                            attention_groups=g.attention_groups, state_groups=g.state_groups,
+                            retention_interval=choice.retention, computes_output=cfg.track != "gpu")
+    return Deployment(cfg.track, endpoints, router, engine,
+                      prefill_tokens_per_s=float(cfg.router.peakPrefillThroughput))
+
+
+def stack_shapes(cfg) -> list[Shape]:
+    b = cfg.benchmark
+    return shapes(b.conversations, b.concurrency, b.turnsPerConversation, b.systemPromptTokens,
+                  b.inputTokensPerTurn, b.outputTokensPerTurn, cfg.context_length)

@@ -1,0 +1,88 @@
+"""The replay's engine cache as the engine counts it, shared by the two engine-code tiers: the pinned vLLM's own
+Scheduler and KVCacheManager (vLLM 0.33.0 in .venv-engines, the vLLM 0.29.0 core vLLM-TorchTPU ships in
+.venv-engines-tpu) on one engine's KVCacheConfig, driven step by step as the engine core drives them
+(vllm/v1/engine/core.py `step`: `schedule`, the model's output, `update_from_output`), with the model's forward pass
+replaced by the next token of the replayed answer. The hit a request gets is the scheduler's own: the tokens computed
+before its first scheduled step."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+from components.plan import replay
+
+
+class VllmEngine:
+    """One engine: a released Scheduler over its own copy of the KVCacheConfig (components/plan/replay.py
+    EngineCache)."""
+
+    _ids = itertools.count()
+
+    def __init__(self, vllm_config, kv_cache_config, computes_output: bool):
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core import kv_cache_utils
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        config = copy.deepcopy(kv_cache_config)
+        vllm_config.cache_config.num_gpu_blocks = config.num_blocks  # core.py `_initialize_kv_caches` L335
+        # The planner copies the retention into the KVCacheConfig the coordinator reads (vLLM 0.33.0
+        # kv_cache_planning.py L665, L738; kv_cache_coordinator.py L189).
+        config.prefix_cache_retention_interval = vllm_config.cache_config.prefix_cache_retention_interval
+        scheduler_block, hash_block = kv_cache_utils.resolve_kv_cache_block_sizes(config, vllm_config)
+        # as vllm/v1/engine/core.py `_initialize_kv_caches` sets them (vLLM 0.33.0; 0.29.0 has neither field)
+        if hasattr(kv_cache_utils, "resolve_cache_hit_alignment_tokens"):
+            config.hash_block_size = hash_block
+            config.cache_hit_alignment_tokens = kv_cache_utils.resolve_cache_hit_alignment_tokens(
+                config, vllm_config, scheduler_block, hash_block)
+        self.scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=config,
+                                   structured_output_manager=StructuredOutputManager(vllm_config),
+                                   block_size=scheduler_block, hash_block_size=hash_block, log_stats=False)
+        hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
+        init_none_hash(hash_fn)
+        lookahead = getattr(vllm_config, "num_hash_lookahead_tokens", None)  # vLLM 0.33.0 only
+        self.hasher = get_request_block_hasher(hash_block, hash_fn, *([] if lookahead is None else [lookahead]))
+        self.computes_output = computes_output
+        self.hash_block = hash_block
+
+    def _request(self, ids: list[int], max_tokens: int):
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        return Request(f"r{next(self._ids)}", ids, SamplingParams(max_tokens=max_tokens, ignore_eos=True), None,
+                       block_hasher=self.hasher)
+
+    def peek(self, prompt: replay.Tokens) -> int:
+        """The hit the engine's manager finds now (`get_computed_blocks`, which allocates nothing). The request and
+        its block hashes are made once per prompt and hash unit and shared by every engine of the replay."""
+        probes = prompt.__dict__.setdefault("_vllm_probes", {})
+        if self.hash_block not in probes:
+            probes[self.hash_block] = self._request(prompt.ids, 1)
+        _, hit, _ = self.scheduler.kv_cache_manager.get_computed_blocks(probes[self.hash_block])
+        return hit
+
+    def serve(self, prompt: replay.Tokens, output: list[int]) -> int:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        answer = output if self.computes_output and output else output[:1] or [0]
+        request = self._request(prompt.ids, len(answer))
+        self.scheduler.add_request(request)
+        hit = None
+        for _ in range(1_000_000):  # bounded: one step per chunk and per generated token
+            scheduled = self.scheduler.schedule()
+            ids = list(scheduled.num_scheduled_tokens)
+            if hit is None and request.request_id in ids:
+                # schedule() advances num_computed_tokens by the step's tokens: what came before is the hit
+                hit = request.num_computed_tokens - scheduled.num_scheduled_tokens[request.request_id]
+            sampled = []
+            for rid in ids:
+                r = self.scheduler.requests[rid]
+                done_prompt = r.num_computed_tokens >= r.num_tokens
+                sampled.append([answer[len(r.output_token_ids)]] if done_prompt else [])
+            self.scheduler.update_from_output(scheduled, ModelRunnerOutput(
+                req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)}, sampled_token_ids=sampled))
+            if request.is_finished():
+                return hit or 0
+        raise RuntimeError("request did not finish")

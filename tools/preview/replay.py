@@ -1,0 +1,114 @@
+"""Replay session shapes through a stack's router scoring and its engines' prefix caches (components/plan/replay.py)
+and print, per shape, the share of turns 2..N routed to the engine holding the longest cached prefix, the hit tokens
+against the ideal, how often the TTFT gate broke stickiness, and the TTFT p95 in the replay's clock. Offline.
+
+The engines here are the replay's rule for vLLM 0.33.0's hybrid prefix cache, which the engine-code tier holds
+equal to the released KVCacheManager turn by turn on the GPU track (tests/engine/test_vllm_replay.py); the TPU
+engine's own figures (its vLLM 0.29.0 core keeps fewer KDA states) are the TPU tier's
+(tests/engine_tpu/test_torchtpu_replay.py).
+
+    python -m tools replay --stack gpu                          # every shape, the routing the stack renders
+    python -m tools replay --stack gpu --choice chosen --shape benchmark --check
+    python -m tools replay --stack-file tests/stacks/Pulumi.tpu.yaml --shapes my-shapes.yaml
+
+A shape file is a YAML list of shapes with the fields of components.plan.replay.Shape (name, sessions, concurrency,
+turns, system_tokens, system_shared, first_input_tokens, input_tokens, output_tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import yaml
+
+from components.config import ConfigError
+from components.plan import replay
+from tools import prog
+from tools.preview.plan import ROOT, stack_name
+from tools.preview.scaling import load
+
+BAR_SHAPES = ("benchmark", "agentic")
+"""The shapes the bar applies to, at the benchmark's concurrency (docs/capacity.md "Prefix routing")."""
+
+
+def read_shapes(path: Path) -> list[replay.Shape]:
+    """A shape file, refused with one line naming the entry and the field."""
+    known = {f.name for f in fields(replay.Shape)}
+    document = yaml.safe_load(path.read_text())
+    if not isinstance(document, list):
+        raise ValueError(f"{path}: a YAML list of shapes is expected")
+    shapes = []
+    for i, entry in enumerate(document):
+        unknown = set(entry or {}) - known if isinstance(entry, dict) else {"<not a mapping>"}
+        if unknown:
+            raise ValueError(f"{path}: shape {i}: unknown field(s) {', '.join(sorted(unknown))}; "
+                             f"valid: {', '.join(sorted(known))}")
+        if "first_input_spread" in entry:
+            entry["first_input_spread"] = tuple(entry["first_input_spread"])
+        try:
+            shape = replay.Shape(**entry)
+        except TypeError as err:
+            raise ValueError(f"{path}: shape {i}: {err}") from None
+        ints = [f.name for f in fields(replay.Shape) if f.type == "int"]
+        bad = [n for n in ints if not isinstance(getattr(shape, n), int) or getattr(shape, n) < 0]
+        if bad or shape.sessions < 1 or shape.concurrency < 1 or shape.turns < 1:
+            raise ValueError(f"{path}: shape {i} ({shape.name}): sessions, concurrency and turns must be >= 1 and "
+                             f"token counts whole numbers >= 0 ({', '.join(bad) or 'sessions/concurrency/turns'})")
+        shapes.append(shape)
+    return shapes
+
+
+def below_bar(report: replay.Report, on_best: float, hits: float) -> list[str]:
+    return [f"{name}: {share:.1%} on the best engine (bar {on_best:.0%}), {hit:.1%} of ideal hits (bar {hits:.0%})"
+            for name, share, hit, _, _ in report.rows
+            if name in BAR_SHAPES and (share < on_best or hit < hits)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog("replay"), description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stack", action="append", default=[], metavar="NAME", help="stack (repeatable)")
+    parser.add_argument("--stack-file", action="append", default=[], type=Path, help="stack file (repeatable)")
+    parser.add_argument("--shapes", type=Path, metavar="FILE", help="a YAML list of shapes (default: the stack's)")
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME", help="only this shape (repeatable)")
+    parser.add_argument("--choice", choices=("rendered", "chosen"), default="rendered",
+                        help="the routing the stack renders, or the one docs/capacity.md argues for")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when the benchmark or agentic shape is below the bar (95 %% / 90 %%)")
+    args = parser.parse_args(argv)
+    stacks = [ROOT / f"Pulumi.{name}.yaml" for name in args.stack] + [p.resolve() for p in args.stack_file]
+    if not stacks:
+        parser.error("name a stack (--stack or --stack-file)")
+    missing = [str(p) for p in stacks if not p.is_file()]
+    if missing:
+        print(f"{parser.prog}: error: no stack file {', '.join(missing)}", file=sys.stderr)
+        return 2
+    failed = 0
+    for path in stacks:
+        name = stack_name(path)
+        try:
+            cfg = load(path)
+            shapes = read_shapes(args.shapes) if args.shapes else replay.stack_shapes(cfg)
+        except (ConfigError, ValueError, OSError, yaml.YAMLError) as err:
+            print(f"{name}: {err}", file=sys.stderr)
+            failed = 2
+            continue
+        if args.shape:
+            shapes = [s for s in shapes if s.name in args.shape]
+        choice = getattr(replay, f"{args.choice}_choice")(cfg)
+        report = replay.run(replay.deployment_for(cfg, choice), shapes)
+        print(f"{name} ({cfg.track}, {args.choice}: {choice.layout} endpoints, prefix unit {choice.hash_unit}, "
+              f"router block {choice.router_block}, TTFT penalty {choice.penalty_ms:.0f} ms)")
+        print(report.table())
+        short = below_bar(report, 0.95, 0.90)
+        if args.check and short:
+            print(f"{name}: below the bar: " + "; ".join(short), file=sys.stderr)
+            failed = max(failed, 1)
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
