@@ -442,6 +442,8 @@ DRA_CONTROLLER = frozenset({("nvidia-dra-driver-gpu", "gpu-devices-dra-driver-nv
                                                       "controller")})
 DRA_PLUGIN = frozenset({("nvidia-dra-driver-gpu", "gpu-devices-dra-driver-nvidia-dra-driver-gpu-service-account-"
                                                   "kubeletplugin")})
+KEDA_OPERATOR = frozenset({(catalog.KEDA_NAMESPACE, "keda-operator")})
+KEDA_METRICS = frozenset({(catalog.KEDA_NAMESPACE, "keda-metrics-server")})
 BINDINGS: tuple[BindingDecl, ...] = (
     BindingDecl("platform-lws-manager-rolebinding", LWS_CONTROLLER, "the LWS controller (lws chart config/rbac)"),
     BindingDecl("platform-lws-proxy-rolebinding", LWS_CONTROLLER, "the LWS controller's metrics auth proxy"),
@@ -462,10 +464,25 @@ BINDINGS: tuple[BindingDecl, ...] = (
                 "the NVIDIA DRA driver's kubelet plugin"),
     BindingDecl("nvidia-dra-driver-gpu-role-binding-kubeletplugin", DRA_PLUGIN,
                 "the NVIDIA DRA driver's kubelet plugin"),
+    # KEDA 2.20.2's chart (components/platform/autoscaler.py): templates/manager/, metrics-server/, webhooks/.
+    BindingDecl("keda-operator", KEDA_OPERATOR, "KEDA's operator: its role in its namespace and, with "
+                "watchNamespace, in the model namespace where the ScaledObjects are"),
+    BindingDecl("keda-operator-certs", KEDA_OPERATOR, "KEDA's operator rotates its serving certificates"),
+    BindingDecl("keda-operator-minimal", KEDA_OPERATOR, "KEDA's operator's cluster-wide minimum (CRDs, webhooks)"),
+    BindingDecl("keda-operator-system-auth-delegator", KEDA_METRICS,
+                "KEDA's metrics API server delegates authentication to the kube-apiserver"),
+    BindingDecl("keda-operator-auth-reader", KEDA_METRICS,
+                "KEDA's metrics API server reads the apiserver's authentication config (kube-system)"),
+    BindingDecl("keda-operator-hpa-controller-external-metrics",
+                frozenset({("kube-system", "horizontal-pod-autoscaler")}),
+                "the HPA controller reads KEDA's external metrics (the ScaledObjects' HPAs)"),
+    BindingDecl("keda-operator-webhook", frozenset({(catalog.KEDA_NAMESPACE, "keda-webhook")}),
+                "KEDA's admission webhooks read the objects they validate"),
 )
 """Every binding the plans hold and exactly whom it binds: an extra subject, from any namespace, is refused."""
 
-WEBHOOK_SERVICES = frozenset({("lws-system", "lws-webhook-service")})
+WEBHOOK_SERVICES = frozenset({("lws-system", "lws-webhook-service"),
+                              (catalog.KEDA_NAMESPACE, "keda-admission-webhooks")})
 """The in-cluster Services an admission webhook may call (the LWS controller's): never a URL, never another Service."""
 
 ENGINE_BASE = images.IMAGES["tpu-engine"].reference

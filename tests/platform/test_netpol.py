@@ -112,9 +112,11 @@ def api_server_cidrs(found: set[tuple]) -> set[str]:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_default_deny_then_the_contract_matrix(plans, stack):
-    manifests = plans[stack].manifests
-    policies = [m for m in manifests if m["kind"] == NETPOL]
     namespace = config(stack).kubernetes.namespace
+    # The model namespace's policies (KEDA's own namespace has its own: test_keda_namespace_is_default_deny).
+    manifests = [m for m in plans[stack].manifests
+                 if m["kind"] != NETPOL or m["metadata"]["namespace"] == namespace]
+    policies = [m for m in manifests if m["kind"] == NETPOL]
     deny = [p for p in policies if p["spec"]["podSelector"] == {} and p["spec"]["policyTypes"] == ["Ingress"]
             and not p["spec"].get("ingress")]
     assert len(deny) == 1 and all(p["metadata"]["namespace"] == namespace for p in policies)
@@ -190,8 +192,28 @@ def test_gateway_mode_admits_the_gateway_proxies_and_health_checks(variants):
 
 
 def test_prebuilt_tpu_engines_have_no_internet_egress_and_monitoring_off_drops_scrapes(variants):
-    public = [row for row in matrix(variants["sglang"].manifests) if row[2][:2] == ("cidr", "0.0.0.0/0")]
+    # The model namespace's pods (KEDA's operator reaches Google's APIs from its own namespace, tested above).
+    model = [m for m in variants["sglang"].manifests if m["kind"] != NETPOL or m["metadata"]["namespace"] != "keda"]
+    public = [row for row in matrix(model) if row[2][:2] == ("cidr", "0.0.0.0/0")]
     assert [row[1] for row in public] == [labels({**contract.LOAD_CLIENT_LABELS, **contract.BENCHMARK_NAME_LABEL})]
     quiet = matrix(variants["quiet"].manifests)
     assert not [row for row in quiet if row[2][1] == "gmp-system"]
     assert {m["metadata"]["namespace"] for m in variants["quiet"].manifests if m["kind"] == NETPOL} == {"llm-d-kimi"}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_keda_namespace_is_default_deny_with_one_allow_per_component(plans, stack):
+    """KEDA's namespace: ingress denied, then the control plane to the metrics API (6443) and the webhooks (9443),
+    the metrics API to the operator's gRPC (9666); egress to the API server and DNS, the operator also to the
+    metadata server and Google's APIs (Managed Prometheus) over 443 (components/platform/autoscaler.py)."""
+    policies = {m["metadata"]["name"]: m["spec"] for m in plans[stack].manifests
+                if m["kind"] == NETPOL and m["metadata"]["namespace"] == "keda"}
+    assert sorted(policies) == ["keda-default-deny", "keda-metrics-apiserver", "keda-operator", "keda-webhooks"]
+    assert policies["keda-default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    ports = {name: sorted(p["port"] for r in spec.get("ingress", []) for p in r["ports"])
+             for name, spec in policies.items() if name != "keda-default-deny"}
+    assert ports == {"keda-metrics-apiserver": [6443], "keda-operator": [9666], "keda-webhooks": [9443]}
+    egress = {name: sorted({p["port"] for r in spec["egress"] for p in r["ports"]})
+              for name, spec in policies.items() if name != "keda-default-deny"}
+    assert egress == {"keda-operator": [53, 80, 443, 988],
+                      "keda-metrics-apiserver": [53, 443, 9666], "keda-webhooks": [53, 443]}

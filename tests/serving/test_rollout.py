@@ -26,7 +26,10 @@ def gpu_plans(plans, variants) -> dict[str, Plan]:
 
 
 def _dset(plan: Plan) -> dict:
-    [found] = [m for m in plan.manifests if m["kind"] == "DisaggregatedSet"]
+    """The set with each autoscaled role at its ScaledObject's maximum, the most a rollout step can meet."""
+    from tools.preview.scheduling import at_maximum
+
+    [found] = [m for m in at_maximum(plan.manifests) if m["kind"] == "DisaggregatedSet"]
     return found
 
 
