@@ -1038,7 +1038,7 @@ def test_stack_policies_run_through_the_analyzer_wrapper(plan_resources):
     broken = copy.deepcopy(plan_resources["tpu"])
     _drop_default_deny(broken)
     policy.validate(StackValidationArgs(policy_resources(broken)), report)
-    assert reported == ['namespace "keda" has no default-deny ingress NetworkPolicy (podSelector {}, policyTypes '
+    assert sorted(reported) == ['namespace "keda" has no default-deny ingress NetworkPolicy (podSelector {}, policyTypes '
                         "[Ingress], no ingress rules): its allow policies (declared.NETWORK_POLICIES) are all that may "
                         "reach its pods",
                         'namespace "kimi-k3-1" has no default-deny ingress NetworkPolicy (podSelector {}, '
