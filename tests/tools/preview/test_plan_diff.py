@@ -346,13 +346,14 @@ def test_end_to_end_on_two_commits(two_commits):
     assert proc.returncode == 0, proc.stderr
     report = proc.stdout
     assert report.startswith("# Offline plan diff: `main~1 (")
-    assert "| `spec.roles[name=prefill].spec.replicas` | `3` | `2` |  |" in report
+    # The prefill role is autoscaled: its most replicas are its ScaledObject's (the set leaves them to its RoleScaler).
+    assert "| `spec.maxReplicaCount` | `3` | `2` |  |" in report
     pool = report.split("`gcp:container/nodePool:NodePool` **gpu-0**", 1)[1].split("**", 1)[0]
     assert "| `nodeCount` | `16` | `12` |  |" in pool
     for row in ("| accelerator nodes | 16 | 12 | -4 (-25%) |", "| model replicas | 4 | 3 | -1 (-25%) |",
                 "| hourly cost | "):
         assert row in report
-    assert "DisaggregatedSet kimi-k3-1/kimi-k3-1-vllm" in report
+    assert "ScaledObject kimi-k3-1/kimi-k3-1-prefill" in report
     assert "plan-only-secret-value" not in report
 
 
