@@ -75,6 +75,9 @@ def run(google, hub, variants, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    # tests/engine_support.py turns the Hub offline for the whole process that imports it (a worker may have)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     plan = variants["gpu3"].folder
 
     def go(*extra: str, stack: Path = STACK, plan: Path = plan, timeout: float = 10) -> tuple[int, list[str]]:
