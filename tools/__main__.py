@@ -43,7 +43,7 @@ COMMANDS: dict[str, Command] = {
     "replay": Command("tools.preview.replay", "replay session shapes through the router and the engines' caches"),
     "charts": Command("tools.preview.helm_render", "fetch the pinned Helm charts or print a chart's digest"),
     "lock-tpu-engine": Command("tools.preview.lock_tpu_engine", "write the TPU engine image's hash-pinned lock"),
-    "release-notes": Command("tools.preview.release_notes", "check a release tag against pyproject.toml and print its CHANGELOG notes"),
+    "release-notes": Command("tools.preview.release_notes", "check a release tag and print its CHANGELOG notes"),
     "lock": Command("tools.preview.lock", "regenerate every Python lock (requirements*.txt) from its intents"),
     # against a live stack (tools.live)
     "preflight": Command("tools.live.preflight", "ask Google Cloud and the Hub, read-only, whether a stack can come up",

@@ -75,8 +75,8 @@ def run(google, hub, variants, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    # tests/engine_support.py turns the Hub offline for the whole process that imports it (a worker may have)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    # Online to loopback whatever the worker imported before (tests/engine_support.py sets HF_HUB_OFFLINE at import,
+    # and huggingface_hub reads it once, at its own import).
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     plan = variants["gpu3"].folder
 

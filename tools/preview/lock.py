@@ -13,7 +13,7 @@ existing output's pins), so a refresh is a reviewable diff, not a drift.
 | -dev | -dev.in (+ requirements.in) | universal, CPython >= 3.11 |
 | requirements.txt | .in, inside -dev | universal: what Pulumi's pip toolchain installs |
 | -uv | uv, inside -dev | what pip installs before uv installs the rest |
-| components/weights/copier/requirements.lock | the copier's libraries, inside requirements.txt | CPython 3.11, linux x86_64 |
+| the staging Job's (components/weights/copier/) | its libraries, inside requirements.txt | CPython 3.11, x86_64 |
 | -checkov | -checkov.in | universal, CPython >= 3.11 |
 | -inference-perf | -inference-perf.in | universal, CPython >= 3.12 |
 | -engines, -engines-tpu | their .in, as listed (no resolver) | CPython 3.11, linux x86_64 |
