@@ -18,6 +18,7 @@ from .base import (
     _check_name,
     _fail,
     check_bucket_name,
+    default_cluster_name,
 )
 from .cloud import ClusterConfig, GcpConfig, NetworkConfig, SystemPoolConfig, TransferPoolConfig, _check_ranges
 from .gpu import GpuConfig
@@ -41,7 +42,7 @@ SESSION_SHAPE = ("systemPromptTokens", "turnsPerConversation", "inputTokensPerTu
 """The benchmark keys that size one session, which must fit the served context."""
 
 class StackConfig(BaseModel):
-    """The whole stack's settings. `track` picks the composition; the stack's name plays no part."""
+    """The whole stack's settings. `track` picks the composition; the stack's name only names things (`stack`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     track: Literal["gpu", "tpu"] = Field(
@@ -62,6 +63,9 @@ class StackConfig(BaseModel):
     lifecycle: LifecycleConfig = LifecycleConfig()
     cost: CostConfig = CostConfig()
     images: ImagesConfig = ImagesConfig()
+    stack: Optional[str] = Field(
+        None, description="The Pulumi stack's name (not a config key): every cloud name derives from it "
+                          "(default_cluster_name); None, as in tests of one stack alone, stands for the track.")
 
     @model_validator(mode="after")
     def _check(self) -> StackConfig:
@@ -194,7 +198,9 @@ class StackConfig(BaseModel):
 
     @property
     def cluster_name(self) -> str:
-        return self.cluster.name or f"{catalog.GUIDE_NAME}-{self.track}"
+        """cluster.name, else derived from the stack's name: the network, subnets, routers, NATs, addresses, service
+        accounts, resource policies and image repository are named after it, so two stacks never share one."""
+        return self.cluster.name or default_cluster_name(self.stack or self.track)
 
     @property
     def bucket_name(self) -> str:
