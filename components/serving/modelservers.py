@@ -14,7 +14,7 @@ import pulumi_kubernetes as k8s
 from ..cloud.base import Args, Component, StrInput
 from ..config import StackConfig
 from ..facts import catalog, contract
-from ..plan import engines, images, loading
+from ..plan import engines, images, loading, parallel
 from ..platform import hardening
 from ..platform.dra import NVIDIA_DRIVER_ROOT
 
@@ -184,7 +184,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
               k8s.core.v1.PodResourceClaimArgs(name="rdma", resource_claim_template_name=contract.RDMA_CLAIM_TEMPLATE)]
     ports = [k8s.core.v1.ContainerPortArgs(name="http", container_port=port)]
     ports += [k8s.core.v1.ContainerPortArgs(name=f"nixl-{i}", container_port=contract.NIXL_SIDE_CHANNEL_PORT + i)
-              for i in range(cfg.gpu.data_parallel_local)]
+              for i in range(parallel.layout(cfg).engines_per_node)]
     engine = k8s.core.v1.ContainerArgs(
         name="vllm",
         image=images.ref(cfg.images, "vllm"),
