@@ -18,6 +18,8 @@ import yaml
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
+from policy import common, inventory, pods
+from policy import stack as stack_rules
 from tests import mutations
 from tests.conftest import VARIANTS, rendered
 
@@ -518,7 +520,7 @@ def test_every_rule_has_a_passing_and_a_failing_case():
 
 
 def test_reservation_only_machines_match_fact_sheet():
-    assert rules.RESERVATION_ONLY_MACHINE_TYPES == {"a4x-maxgpu-4g-metal", "a4x-highgpu-4g"}
+    assert common.RESERVATION_ONLY_MACHINE_TYPES == {"a4x-maxgpu-4g-metal", "a4x-highgpu-4g"}
 
 
 # --------------------------------------------------------------------------- the runtime wrapper
@@ -602,12 +604,12 @@ def test_committed_stacks_exercise_every_policy(plan_resources):
     resources = [r for stack in STACKS for r in plan_resources[stack]]
     types = {r["type"] for r in resources}
     assert {BUCKET, CLUSTER, NODE_POOL, SECRET, "gcp:storage/bucketIAMMember:BucketIAMMember"} <= types
-    assert any(list(rules.image_references(r["inputs"])) for r in resources if r["type"].startswith("kubernetes:"))
+    assert any(list(pods.image_references(r["inputs"])) for r in resources if r["type"].startswith("kubernetes:"))
     machines = {r["inputs"]["nodeConfig"]["machineType"] for r in resources if r["type"] == NODE_POOL}
-    assert machines & rules.RESERVATION_ONLY_MACHINE_TYPES
+    assert machines & common.RESERVATION_ONLY_MACHINE_TYPES
 
     gpu_pool = next(r for r in plan_resources["gpu"] if r["type"] == NODE_POOL
-                    and r["inputs"]["nodeConfig"]["machineType"] in rules.RESERVATION_ONLY_MACHINE_TYPES)
+                    and r["inputs"]["nodeConfig"]["machineType"] in common.RESERVATION_ONLY_MACHINE_TYPES)
     broken = copy.deepcopy(gpu_pool["inputs"])
     del broken["nodeConfig"]["reservationAffinity"]
     assert len(rules.check_reservation_affinity(NODE_POOL, broken)) == 2
@@ -712,7 +714,7 @@ def _privileged_pod(resources):
 
 def _privileged_sidecar(resources):
     serving = next(r for r in resources if r["type"].endswith((":DisaggregatedSet", ":LeaderWorkerSet")))
-    spec = next(path for path, mapping in rules._mappings(serving["inputs"]) if "containers" in mapping)
+    spec = next(path for path, mapping in common._mappings(serving["inputs"]) if "containers" in mapping)
     pod = serving["inputs"]
     for part in spec.replace("]", "").replace("[", ".").split("."):
         pod = pod[int(part)] if part.isdigit() else pod[part]
@@ -727,13 +729,14 @@ def _ssh_from_internet(resources):
 
 def _drop_default_deny(resources):
     resources[:] = [r for r in resources if not (
-        r["type"] == "kubernetes:networking.k8s.io/v1:NetworkPolicy" and rules._is_default_deny_ingress(r["inputs"]))]
+        r["type"] == "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+        and stack_rules._is_default_deny_ingress(r["inputs"]))]
 
 
 def _spec_of(resources, type_suffix: str, index: int = 0) -> dict[str, Any]:
     """The `index`-th pod spec of the first resource whose type ends with `type_suffix`."""
     resource = next(r for r in resources if r["type"].endswith(type_suffix))
-    path = [p for p, _ in rules._pod_specs(resource["inputs"])][index]
+    path = [p for p, _ in pods._pod_specs(resource["inputs"])][index]
     node = resource["inputs"]
     for part in [p for p in path.replace("]", "").replace("[", ".").split(".") if p]:
         node = node[int(part)] if part.isdigit() else node[part]
@@ -952,7 +955,7 @@ def test_unsafe_change_to_a_real_plan_is_caught(plans, plan_resources, stack, ch
 def test_gpu_cluster_turns_shielded_nodes_off_only_for_bare_metal(plan_resources):
     gke = {stack: _one(plan_resources[stack], CLUSTER) for stack in STACKS}
     assert gke["gpu"]["enableShieldedNodes"] is False and gke["tpu"]["enableShieldedNodes"] is True
-    assert rules.SHIELDED_NODES_UNSUPPORTED == {"a4x-maxgpu-4g-metal"}
+    assert common.SHIELDED_NODES_UNSUPPORTED == {"a4x-maxgpu-4g-metal"}
 
 
 def test_every_declared_privilege_is_used_by_a_committed_plan(plans, variants):
@@ -966,12 +969,12 @@ def test_every_declared_privilege_is_used_by_a_committed_plan(plans, variants):
     for resource in committed + variants["sglang"].resources:  # the SGLang profile's pods: a configured variant
         if not resource["type"].startswith("kubernetes:") or resource["type"].startswith("kubernetes:helm.sh/"):
             continue
-        kind = rules._kind(resource["type"], resource["inputs"])
-        name, namespace = rules._object_name(resource["inputs"])
-        for _, spec in rules._pod_specs(resource["inputs"]):
+        kind = pods._kind(resource["type"], resource["inputs"])
+        name, namespace = inventory._object_name(resource["inputs"])
+        for _, spec in pods._pod_specs(resource["inputs"]):
             workload = next(iter(declared.workloads(kind, name, namespace)))
-            volumes = rules._host_paths(spec)
-            for container in rules._containers(spec):
+            volumes = pods._host_paths(spec)
+            for container in pods._containers(spec):
                 key = (workload.kind, workload.name, container["name"])
                 found = used.setdefault(key, set())
                 found |= {f for f in declared.HOST_FIELDS if spec.get(f) is True}
