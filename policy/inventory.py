@@ -149,17 +149,25 @@ def _context_violations(context: Any, allowed: declared.Container, level: str) -
     return found
 
 
+DECLARED = "components/checks/declared.py"
+"""Where every declaration lives: each refusal below names it and the entry a change would need."""
+
+
+def _at(entry: str) -> str:
+    return f" ({DECLARED} {entry})"
+
+
 def _pod_violations(kind: str, name: str, namespace: str, spec: Mapping[str, Any]) -> list[str]:
     candidates = declared.workloads(kind, name, namespace)
     if not candidates:
-        return [f"{kind} {name!r} in namespace {namespace!r} is not a declared workload "
-                f"(components/checks/declared.py)"]
+        return [f"{kind} {name!r} in namespace {namespace!r} is not a declared workload" + _at("WORKLOADS")]
     best: list[str] | None = None
     for workload in candidates:  # an object may fit one of several declarations (the engine choice of a profile)
         found = _workload_violations(workload, spec)
         if not found:
             return []
-        best = found if best is None or len(found) < len(best) else best
+        if best is None or len(found) < len(best):
+            best = [v + _at(f"WORKLOADS {workload.kind} {workload.name!r}") for v in found]
     return best or []
 
 
@@ -339,12 +347,13 @@ def check_declared_config_maps(resource_type: str, props: Mapping[str, Any]) -> 
     expected = _expected_code(decl.name)
     found = []
     if props.get("binaryData"):
-        found.append(f"ConfigMap {name!r} carries binaryData; it is declared to hold only {sorted(expected)}")
+        found.append(f"ConfigMap {name!r} carries binaryData; it is declared to hold only {sorted(expected)}"
+                     + _at(f"CONFIGMAPS {decl.name!r}"))
     for key in sorted(set(data) | set(expected)):
         if key not in expected:
-            found.append(f"ConfigMap {name!r} key {key!r} is not a declared file")
+            found.append(f"ConfigMap {name!r} key {key!r} is not a declared file" + _at(f"CONFIGMAPS {decl.name!r}"))
         elif key not in data:
-            found.append(f"ConfigMap {name!r} lacks the declared file {key!r}")
+            found.append(f"ConfigMap {name!r} lacks the declared file {key!r}" + _at(f"CONFIGMAPS {decl.name!r}"))
         elif is_unknown(data[key]):
             continue
         elif hashlib.sha256(str(data[key]).encode()).hexdigest() != expected[key]:
@@ -377,9 +386,9 @@ def check_declared_grants(resource_type: str, props: Mapping[str, Any]) -> list[
         elif all(g.folder and not _within_folder(props, g.folder) for g in matching):
             found.append(f"{path}: role {_show(role)} to {_show(member)} is declared only within the folder "
                          f"{matching[0].folder!r} of its bucket, and its condition "
-                         f"{_show(_get(props, 'condition', 'expression'))} does not limit it so")
+                         f"{_show(_get(props, 'condition', 'expression'))} does not limit it so" + _at("GRANTS"))
     if not _grant_members(resource_type, props):
-        found.append(f"{resource_type}: a grant with no single member is not declared")
+        found.append(f"{resource_type}: a grant with no single member is not declared" + _at("GRANTS"))
     return found
 
 
@@ -409,11 +418,11 @@ def check_declared_commands(resource_type: str, props: Mapping[str, Any]) -> lis
         return []
     for decl in declared.commands():
         if create == decl.script and list(interpreter or []) == list(decl.interpreter) and where == decl.dir:
-            found = [f"runs a {key} command ({_show(props[key])}), which the declaration has none of"
+            found = [f"runs a {key} command ({_show(props[key])}), which the declaration has none of" + _at("commands")
                      for key in ("delete", "update") if props.get(key)]
             extra = sorted(set(environment) - decl.environment) if isinstance(environment, Mapping) else ["?"]
             if extra:
-                found.append(f"sets environment {extra}, which the declaration does not name")
+                found.append(f"sets environment {extra}, which the declaration does not name" + _at("commands"))
             return found
     first = str(create).splitlines()[0] if create else ""
     return [f"a local command that is not declared (components/checks/declared.py commands): interpreter "
@@ -438,9 +447,9 @@ def check_declared_rbac(resource_type: str, props: Mapping[str, Any]) -> list[st
                         found.append(f"{name}: rules[{i}] grants {verb!r} on {resource!r}, not declared for this "
                                      "role (components/checks/declared.py ROLES)")
             if _get(rule, "nonResourceURLs") and "*" in (_get(rule, "nonResourceURLs") or []):
-                found.append(f"{name}: rules[{i}] grants every non-resource URL")
+                found.append(f"{name}: rules[{i}] grants every non-resource URL" + _at("ROLES"))
         if props.get("aggregationRule"):
-            found.append(f"{name}: an aggregated role takes whatever other roles grant; not declared")
+            found.append(f"{name}: an aggregated role takes whatever other roles grant; not declared" + _at("ROLES"))
     elif resource_type == "kubernetes:core/v1:ServiceAccount":
         annotations = _get(props, "metadata", "annotations")
         for key in annotations if isinstance(annotations, Mapping) else {}:
@@ -453,7 +462,7 @@ def check_declared_rbac(resource_type: str, props: Mapping[str, Any]) -> list[st
             kind = _get(subject, "kind")
             if kind not in declared.ALLOWED_SUBJECT_KINDS:
                 found.append(f"{name}: subjects[{i}] is a {kind} ({_show(_get(subject, 'name'))}); bindings bind "
-                             "service accounts only")
+                             "service accounts only" + _at("ALLOWED_SUBJECT_KINDS"))
             elif _get(subject, "name") == "default":
                 found.append(f"{name}: subjects[{i}] binds a namespace's default service account")
     return found
@@ -490,8 +499,10 @@ def check_declared_network_policies(resource_type: str, props: Mapping[str, Any]
     else:
         policy_types = _get(props, "spec", "policyTypes")
         if not is_unknown(policy_types) and tuple(policy_types or ()) != types:
-            found.append(f"{name}: policyTypes {_show(policy_types)}, declared {list(types)}")
-    for direction, key, table in (("egress", "to", declared.EGRESS), ("ingress", "from", declared.INGRESS_ADDRESSES)):
+            found.append(f"{name}: policyTypes {_show(policy_types)}, declared {list(types)}"
+                         + _at(f"NETWORK_POLICIES {name!r}"))
+    for direction, key, table, entry in (("egress", "to", declared.EGRESS, "EGRESS"),
+                                         ("ingress", "from", declared.INGRESS_ADDRESSES, "INGRESS_ADDRESSES")):
         peers_allowed = next((v for k, v in table.items() if declared.matches(k, name)), ())
         rules_ = _get(props, "spec", direction)
         for i, rule in enumerate(rules_ if _is_list(rules_) else []):
@@ -505,7 +516,7 @@ def check_declared_network_policies(resource_type: str, props: Mapping[str, Any]
                 if not _cidr_ok(_get(block, "cidr"), _get(block, "except"), ports, peers_allowed):
                     found.append(f"{name}: {direction}[{i}].{key}[{j}] ipBlock {_show(_get(block, 'cidr'))} "
                                  f"(except {_show(_get(block, 'except'))}, ports {sorted(map(str, ports)) or 'all'}) "
-                                 "is not a declared address peer of this policy (components/checks/declared.py)")
+                                 "is not a declared address peer of this policy" + _at(f"{entry} {name!r}"))
     return found
 
 
@@ -517,31 +528,33 @@ def check_declared_storage(resource_type: str, props: Mapping[str, Any]) -> list
     if resource_type == "kubernetes:core/v1:PersistentVolumeClaim":
         decl = next((c for c in declared.CLAIMS if declared.matches(c.name, name)), None)
         if decl is None:
-            return [f"PersistentVolumeClaim {name!r} is not declared"]
+            return [f"PersistentVolumeClaim {name!r} is not declared" + _at("CLAIMS")]
         modes = _get(props, "spec", "accessModes")
         if not is_unknown(modes) and tuple(modes or ()) != decl.access_modes:
-            return [f"PersistentVolumeClaim {name!r} access modes {_show(modes)}, declared {list(decl.access_modes)}"]
+            return [f"PersistentVolumeClaim {name!r} access modes {_show(modes)}, declared {list(decl.access_modes)}"
+                    + _at(f"CLAIMS {decl.name!r}")]
     elif resource_type == "kubernetes:storage.k8s.io/v1:StorageClass":
         decl = next((v for k, v in declared.STORAGE_CLASSES.items() if declared.matches(k, name)), None)
         shape = (props.get("provisioner"), _get(props, "parameters", "type"))
         if decl is None or shape != decl:
-            return [f"StorageClass {name!r} ({shape}) is not declared"]
+            return [f"StorageClass {name!r} ({shape}) is not declared" + _at("STORAGE_CLASSES")]
     elif resource_type == "kubernetes:storage.k8s.io/v1:VolumeAttributesClass":
         decl = next((v for k, v in declared.VOLUME_ATTRIBUTES_CLASSES.items() if declared.matches(k, name)), None)
         parameters = props.get("parameters")
         keys = tuple(sorted(parameters)) if isinstance(parameters, Mapping) else ()
         if decl is None or props.get("driverName") != decl[0] or not set(keys) <= set(decl[1]):
-            return [f"VolumeAttributesClass {name!r} ({props.get('driverName')}, {list(keys)}) is not declared"]
+            return [f"VolumeAttributesClass {name!r} ({props.get('driverName')}, {list(keys)}) is not declared"
+                    + _at("VOLUME_ATTRIBUTES_CLASSES")]
     elif resource_type == "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate":
         device_class = declared.CLAIM_TEMPLATES.get(name)
-        found = [] if device_class else [f"ResourceClaimTemplate {name!r} is not declared"]
+        found = [] if device_class else [f"ResourceClaimTemplate {name!r} is not declared" + _at("CLAIM_TEMPLATES")]
         for path, mapping in _mappings(props.get("spec")):
             if mapping.get("adminAccess") is True:
                 found.append(f"ResourceClaimTemplate {name!r} {path}: adminAccess gives access to devices in use "
                              "by others")
             if "deviceClassName" in mapping and mapping["deviceClassName"] != device_class:
                 found.append(f"ResourceClaimTemplate {name!r} {path}: device class "
-                             f"{_show(mapping['deviceClassName'])}, declared {device_class!r}")
+                             f"{_show(mapping['deviceClassName'])}, declared {device_class!r}" + _at("CLAIM_TEMPLATES"))
         return found
     return []
 
@@ -574,24 +587,25 @@ def check_declared_network(resource_type: str, props: Mapping[str, Any]) -> list
         source = props.get("sourceSubnetworkIpRangesToNat")
         if source != declared.NAT_SOURCE and not is_unknown(source):
             found.append(f"sourceSubnetworkIpRangesToNat {_show(source)}: NAT only the declared subnets "
-                         f"({declared.NAT_SOURCE})")
+                         f"({declared.NAT_SOURCE})" + _at("NAT_SOURCE"))
         subnets = props.get("subnetworks")
         for i, subnet in enumerate(subnets if _is_list(subnets) else []):
             name = _get(subnet, "name")
             if is_unknown(name):
                 continue
             if not any(declared.matches(p, _last_segment(name)) for p in declared.NAT_SUBNETS):
-                found.append(f"subnetworks[{i}] {_show(name)} is not a declared NAT subnet")
+                found.append(f"subnetworks[{i}] {_show(name)} is not a declared NAT subnet" + _at("NAT_SUBNETS"))
     elif resource_type == "gcp:compute/subnetwork:Subnetwork":
         purpose = props.get("purpose")
         if purpose not in (None, "PRIVATE") and purpose not in declared.SUBNET_PURPOSES:
-            found.append(f"subnet purpose {_show(purpose)} is not declared")
+            found.append(f"subnet purpose {_show(purpose)} is not declared" + _at("SUBNET_PURPOSES"))
         ranges = [("ipCidrRange", props.get("ipCidrRange"))] + [
             (f"secondaryIpRanges[{i}]", _get(r, "ipCidrRange"))
             for i, r in enumerate(props.get("secondaryIpRanges") or [])]
         for path, cidr in ranges:
             if not is_unknown(cidr) and not _private(cidr):
-                found.append(f"{path} {_show(cidr)} is not a private range ({list(declared.PRIVATE_SUBNET_RANGES)})")
+                found.append(f"{path} {_show(cidr)} is not a private range ({list(declared.PRIVATE_SUBNET_RANGES)})"
+                             + _at("PRIVATE_SUBNET_RANGES"))
         if purpose is None and props.get("privateIpGoogleAccess") is not True:
             found.append("privateIpGoogleAccess is not true: private nodes reach Google APIs through it")
         if props.get("ipv6AccessType") == "EXTERNAL" or props.get("stackType") not in (None, "IPV4_ONLY"):
@@ -601,7 +615,8 @@ def check_declared_network(resource_type: str, props: Mapping[str, Any]) -> list
         kind = props.get("addressType", "EXTERNAL")
         if kind != "INTERNAL" and not is_unknown(name) and not any(
                 declared.matches(p, str(name)) for p in declared.EXTERNAL_ADDRESSES):
-            found.append(f"address {_show(name)} is external ({_show(kind)}): only the staging NAT's are declared")
+            found.append(f"address {_show(name)} is external ({_show(kind)}): only the staging NAT's are declared"
+                         + _at("EXTERNAL_ADDRESSES"))
         if props.get("purpose") not in (None, "NAT_AUTO") and kind != "INTERNAL":
             found.append(f"address purpose {_show(props.get('purpose'))} is not declared")
     elif resource_type == CLUSTER:
@@ -631,16 +646,18 @@ def check_declared_nodes(resource_type: str, props: Mapping[str, Any]) -> list[s
             continue
         scopes = config.get("oauthScopes")
         if not is_unknown(scopes) and _is_list(scopes) and not set(scopes) <= declared.NODE_SCOPES:
-            found.append(f"{path}.oauthScopes {_show(scopes)}: only {sorted(declared.NODE_SCOPES)} is declared")
+            found.append(f"{path}.oauthScopes {_show(scopes)}: only {sorted(declared.NODE_SCOPES)} is declared"
+                         + _at("NODE_SCOPES"))
         metadata = config.get("metadata")
         if isinstance(metadata, Mapping):
             for key, value in metadata.items():
                 if declared.NODE_METADATA.get(key) != value:
-                    found.append(f"{path}.metadata {key}={_show(value)} is not declared")
+                    found.append(f"{path}.metadata {key}={_show(value)} is not declared" + _at("NODE_METADATA"))
         account = config.get("serviceAccount")
         if isinstance(account, str) and not is_unknown(account) and not re.fullmatch(
                 declared.NODE_SA, f"serviceAccount:{account}"):
-            found.append(f"{path}.serviceAccount {account!r} is not the declared node service account")
+            found.append(f"{path}.serviceAccount {account!r} is not the declared node service account"
+                         + _at("NODE_SA"))
         mode = _get(config, "workloadMetadataConfig", "mode")
         if mode != GKE_METADATA and not is_unknown(mode):
             found.append(f"{path}.workloadMetadataConfig.mode {_show(mode)}: nodes serve pods the GKE metadata server "
