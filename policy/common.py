@@ -66,7 +66,8 @@ the router selects (contract.SERVING_LABELS)."""
 ENGINE_REPOSITORIES = frozenset({hardening.repository(versions.VLLM.image)})
 """Image repositories of the engines (components/facts/versions.py): a pod running one is a model server too. The TPU
 engine runs in a plain Python image the Jobs share, so its pods are known by their labels alone."""
-CREDENTIAL_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
+CREDENTIAL_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD", "PASSPHRASE", "CREDENTIAL",
+                              "CREDENTIALS", "APIKEY", "KEY", "HMAC", "PRIVATE"})
 CREDENTIAL_PAIRS = frozenset({"API_KEY", "ACCESS_KEY", "PRIVATE_KEY", "SECRET_KEY", "AUTH_KEY"})
 """Words (between `_`, `-` or `.`) of an env var name that holds a credential (`CHUNK_TOKENS` is not one)."""
 PRIVATE_KEY_PATTERN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")

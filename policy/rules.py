@@ -57,6 +57,7 @@ from policy.gke import (  # noqa: E402
 )
 from policy.grants import check_bucket_writes_prefixed, check_no_cluster_admin, check_no_escalation_grants  # noqa: E402
 from policy.inventory import (  # noqa: E402
+    check_declared_artifacts,
     check_declared_commands,
     check_declared_config_maps,
     check_declared_grants,
@@ -193,6 +194,9 @@ CHECKS: dict[str, tuple[Check, str]] = {
         check_declared_nodes, "Node pools: declared service account and scopes, no metadata or tags of their own."),
     "declared-commands": (
         check_declared_commands, "Local commands `pulumi up` runs are the declared ones exactly (the engine build)."),
+    "declared-artifacts": (
+        check_declared_artifacts, "The checkpoint bucket without lifecycle rules, the engine repository's tags "
+                                  "immutable, the engine build's base and identity as declared."),
 }
 """Policy name -> (pure check, description). `POLICIES` below and the tests are built from this."""
 
