@@ -34,7 +34,8 @@ def load(stack_file: Path) -> StackConfig:
 
     values, _ = render.stack_config(stack_file, render.project_file())
     prefix = f"{PROJECT}:"
-    return parse_config({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)})
+    return parse_config({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)},
+                        stack_file.name[len("Pulumi."):-len(".yaml")])
 
 
 def plan_resources(stack_file: Path, plan: Optional[Path]) -> list[dict[str, Any]]:
