@@ -322,7 +322,7 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
         usable = hbm * gpu.gpuMemoryPercent / 100
         kv_groups = devices // gpu.tensorParallel
         host_per_node = gpu.spec.host_memory_gb * 1e9 * gpu.hostOffloadPercent / 100
-        endpoints = nodes
+        endpoints = kv_groups  # one router endpoint per engine (components/plan/engines.py vllm_engine_ports)
         size_keys = f"gpu.{role}NodesPerGroup or gpu.gpuMemoryPercent"
     else:
         tpu = cfg.tpu
