@@ -94,7 +94,8 @@ the router selects (contract.SERVING_LABELS)."""
 ENGINE_REPOSITORIES = frozenset({hardening.repository(versions.VLLM.image)})
 """Image repositories of the engines (components/facts/versions.py): a pod running one is a model server too. The TPU
 engine runs in a plain Python image the Jobs share, so its pods are known by their labels alone."""
-CREDENTIAL_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
+CREDENTIAL_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD", "PASSPHRASE", "CREDENTIAL",
+                              "CREDENTIALS", "APIKEY", "KEY", "HMAC", "PRIVATE"})
 CREDENTIAL_PAIRS = frozenset({"API_KEY", "ACCESS_KEY", "PRIVATE_KEY", "SECRET_KEY", "AUTH_KEY"})
 """Words (between `_`, `-` or `.`) of an env var name that holds a credential (`CHUNK_TOKENS` is not one)."""
 PRIVATE_KEY_PATTERN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
@@ -1390,6 +1391,39 @@ def _within_folder(props: Mapping[str, Any], folder: str) -> bool:
 COMMAND = "command:local:Command"
 
 
+def check_declared_artifacts(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """The checkpoint bucket keeps its objects (no lifecycle rule: the program declares none, and a Delete rule
+    would drop the staged 1.56 TB); the engine's Artifact Registry repository keeps immutable tags (a moved tag
+    would no longer be the lock it names)."""
+    if resource_type == "gcp:storage/bucket:Bucket":
+        rules_ = props.get("lifecycleRules")
+        if _is_list(rules_) and rules_:
+            actions = [_show(_get(rule, "action", "type")) for rule in rules_]
+            return [f"bucket {_show(props.get('name'))}: lifecycle rules ({', '.join(actions)}) are not declared; the "
+                    "checkpoint is staged once and kept"]
+    elif resource_type == "gcp:artifactregistry/repository:Repository":
+        tags = _get(props, "dockerConfig", "immutableTags")
+        if tags is not True and not is_unknown(tags):
+            return [f"repository {_show(props.get('repositoryId'))}: tags must be immutable (dockerConfig."
+                    "immutableTags true): the engine image's tag names its lock"]
+    elif resource_type == COMMAND:
+        env = props.get("environment")
+        env = env if isinstance(env, Mapping) else {}
+        base, builder, repository, project = (env.get(k) for k in ("BASE", "BUILDER", "REPOSITORY", "PROJECT"))
+        found = []
+        if isinstance(base, str) and not is_unknown(base) and base != declared.ENGINE_BASE and \
+                not re.fullmatch(re.escape(declared.ENGINE_BASE) + r"@sha256:[0-9a-f]{64}", base):
+            found.append(f"the engine image's base is {_show(base)}, declared {declared.ENGINE_BASE} (optionally "
+                         "@sha256:...)")
+        if all(isinstance(v, str) and not is_unknown(v) for v in (builder, repository, project)):
+            cluster = repository.rsplit("/", 1)[-1].removesuffix("-engine")
+            if builder != f"{cluster}-build@{project}.iam.gserviceaccount.com":
+                found.append(f"the engine image is built as {_show(builder)}, not the stack's builder "
+                             f"{cluster}-build@{project}.iam.gserviceaccount.com")
+        return found
+    return []
+
+
 def check_declared_commands(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     """A local command `pulumi up` runs is a declared one exactly: its script, interpreter, directory and environment
     names (components/checks/declared.py `commands`), and no delete or update command of its own."""
@@ -1410,6 +1444,10 @@ def check_declared_commands(resource_type: str, props: Mapping[str, Any]) -> lis
     first = str(create).splitlines()[0] if create else ""
     return [f"a local command that is not declared (components/checks/declared.py commands): interpreter "
             f"{_show(interpreter)}, dir {_show(where)}, script starting {first[:60]!r}"]
+
+
+K8S_MUTATING_WEBHOOKS = "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfiguration"
+K8S_VALIDATING_WEBHOOKS = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
 
 
 def check_declared_rbac(resource_type: str, props: Mapping[str, Any]) -> list[str]:
@@ -1441,13 +1479,40 @@ def check_declared_rbac(resource_type: str, props: Mapping[str, Any]) -> list[st
                              "not declared (Workload Identity principals are granted directly)")
     elif resource_type in (K8S_CLUSTER_ROLE_BINDING, K8S_ROLE_BINDING):
         subjects = props.get("subjects")
+        namespace = _get(props, "metadata", "namespace")
+        namespace = namespace if isinstance(namespace, str) else ""
+        decl = next((b for b in declared.BINDINGS if declared.matches(b.name, name, namespace)), None)
+        if decl is None:
+            found.append(f"binding {name!r} is not declared (components/checks/declared.py BINDINGS)")
         for i, subject in enumerate(subjects if _is_list(subjects) else []):
             kind = _get(subject, "kind")
             if kind not in declared.ALLOWED_SUBJECT_KINDS:
                 found.append(f"{name}: subjects[{i}] is a {kind} ({_show(_get(subject, 'name'))}); bindings bind "
                              "service accounts only")
-            elif _get(subject, "name") == "default":
+                continue
+            if _get(subject, "name") == "default":
                 found.append(f"{name}: subjects[{i}] binds a namespace's default service account")
+            where = _get(subject, "namespace") or (namespace if resource_type == K8S_ROLE_BINDING else "")
+            who = _get(subject, "name")
+            if decl is not None and not any(
+                    isinstance(where, str) and isinstance(who, str) and declared.matches(ns, where, namespace)
+                    and declared.matches(account, who, where) for ns, account in decl.subjects):
+                found.append(f"{name}: subjects[{i}] binds {_show(where)}/{_show(who)}, which the binding does not "
+                             "declare (components/checks/declared.py BINDINGS)")
+    elif resource_type in (K8S_MUTATING_WEBHOOKS, K8S_VALIDATING_WEBHOOKS):
+        webhooks = props.get("webhooks")
+        for i, webhook in enumerate(webhooks if _is_list(webhooks) else []):
+            config = _get(webhook, "clientConfig")
+            if not isinstance(config, Mapping):
+                continue
+            if config.get("url") is not None:
+                found.append(f"{name}: webhooks[{i}] calls the URL {_show(config.get('url'))}; a webhook calls only "
+                             "a declared in-cluster Service (components/checks/declared.py WEBHOOK_SERVICES)")
+            service = config.get("service")
+            if isinstance(service, Mapping) and (service.get("namespace"), service.get("name")) not in \
+                    declared.WEBHOOK_SERVICES and not is_unknown(service.get("name")):
+                found.append(f"{name}: webhooks[{i}] calls Service {_show(service.get('namespace'))}/"
+                             f"{_show(service.get('name'))}, not a declared one")
     return found
 
 
@@ -1838,6 +1903,9 @@ CHECKS: dict[str, tuple[Check, str]] = {
         check_declared_nodes, "Node pools: declared service account and scopes, no metadata or tags of their own."),
     "declared-commands": (
         check_declared_commands, "Local commands `pulumi up` runs are the declared ones exactly (the engine build)."),
+    "declared-artifacts": (
+        check_declared_artifacts, "The checkpoint bucket without lifecycle rules, the engine repository's tags "
+                                  "immutable, the engine build's base and identity as declared."),
 }
 """Policy name -> (pure check, description). `POLICIES` below and the tests are built from this."""
 

@@ -25,7 +25,7 @@ from components.config import StackConfig
 from components.facts import catalog, contract, machines, prices
 from components.observe.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
 from components.observe.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
-from components.plan import capacity, cost, images, kvblocks, limits, loading
+from components.plan import capacity, cost, images, kvblocks, limits, loading, parallel
 from components.plan.loading import MIB
 from components.plan.naming import label_value, resource_labels
 from components.plan.staging import MACHINE_TYPE as STAGING_MACHINE_TYPE
@@ -259,11 +259,11 @@ def summary(cfg: StackConfig) -> list[str]:
               f"{g.prefillNodesPerGroup} + {g.decodeGroups}D x {g.decodeNodesPerGroup} = {g.slice_nodes} nodes "
               "per slice")
     else:
-        t = cfg.tpu
+        t, [slice_] = cfg.tpu, parallel.layout(cfg).roles
         hw = (f"{t.slices} x {t.topology} {catalog.IRONWOOD.generation} slices = {t.slices * t.hosts_per_slice} x "
               f"{catalog.IRONWOOD.machine_type} ({t.slices * t.chips_per_slice} chips), one {t.engine} engine per "
-              f"slice on {t.hosts_per_slice} hosts, TP={t.tensorParallel} "
-              + (f"with expert parallelism over all {t.tensorParallel} ranks" if t.engine == "vllm-torchtpu"
+              f"slice on {t.hosts_per_slice} hosts, TP={slice_.tensor_parallel} "
+              + (f"with expert parallelism over all {slice_.expert_parallel} ranks" if t.engine == "vllm-torchtpu"
                  else f"EP={t.expertParallel}") + " per replica")
     staging = capacity.weight_staging(cfg)
     capacity_cost, throughput_cost = prices.hyperdisk_ml_monthly(staging.volume_gib, staging.throughput_mibps)
@@ -485,9 +485,9 @@ def engine_limit_lines(cfg: StackConfig) -> list[str]:
                          f"per engine x {c.kv_groups} = {c.sequences} per group, one fewer per engine once non-weight "
                          f"HBM passes {c.non_weight_ceiling_bytes / 1e9:.1f} GB per GPU "
                          f"({c.non_weight_bytes_per_device / 1e9:.0f} GB assumed)")
-        offload = capacity.cpu_offload_bytes_per_engine(cfg)
+        offload, engines = capacity.cpu_offload_bytes_per_engine(cfg), parallel.layout(cfg).engines_per_node
         return [f"{head}: {'; '.join(parts)}; host offload cpu_bytes_to_use {offload / 1e9:.0f} GB per engine "
-                f"({cfg.gpu.hostOffloadPercent}% of a node's Grace DRAM / {cfg.gpu.data_parallel_local} engines)"]
+                f"({cfg.gpu.hostOffloadPercent}% of a node's Grace DRAM / {engines} engines)"]
     c = capacity.serving_capacity(cfg)
     return [f"{head}: --max-num-seqs {kvblocks.TPU_MAX_NUM_SEQS} (fixed: the block's page-table floor depends on it; "
             f"the pool runs at most {c.max_running}), {c.sequences_per_engine} full-context requests per slice; "

@@ -356,9 +356,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter) -> None:
     """The fuzz tier's counts (tests/test_fuzz.py records them per surface), so every run shows what was tried."""
-    rows = [value for reports in terminalreporter.stats.values() for report in reports
-            if getattr(report, "when", "") == "call"
-            for name, value in getattr(report, "user_properties", ()) if name == "fuzz"]
+    properties = [(name, value) for reports in terminalreporter.stats.values() for report in reports
+                  if getattr(report, "when", "") == "call" for name, value in getattr(report, "user_properties", ())]
+    mutations = sorted((v for n, v in properties if n == "mutation-summary"), key=lambda v: v["plan"])
+    if mutations:
+        terminalreporter.write_line("policy pack, generated mutations (tests/mutations.py): refused / generated")
+        for row in mutations:
+            terminalreporter.write_line(f"  {row['plan']}: sites {row['sites_refused']}/{row['sites']}, kinds "
+                                        f"{row['kinds_refused']}/{row['kinds']}")
+    rows = [value for name, value in properties if name == "fuzz"]
     if not rows:
         return
     terminalreporter.write_line("fuzz tier (Hypothesis, derandomized, fixed budget): inputs tried per surface")

@@ -30,7 +30,8 @@ PUBLIC = "0.0.0.0/0"
 EVIL_IMAGE = "docker.io/library/debian:13"
 EVIL_INDEX = "http://mirror.example.invalid/simple"
 CREDENTIAL_ENV = ("API_KEY", "OPENAI_API_KEY", "VLLM_API_KEY", "AUTH_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY",
-                  "GITHUB_TOKEN", "SLACK_WEBHOOK_SECRET")
+                  "GITHUB_TOKEN", "SLACK_WEBHOOK_SECRET", "DB_PASS", "GCS_HMAC", "ADMIN_PWD", "SSH_KEY",
+                  "TLS_PRIVATE", "GPG_PASSPHRASE")
 UNSAFE_CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "NET_RAW", "ALL")
 USER_IMAGES = frozenset({"sglang"})
 """Containers whose image the user names in config (`tpu.sglangImage`): swapping it is the user's choice."""
@@ -54,11 +55,17 @@ SENSITIVE_RULES = (
 class Mutant:
     family: str
     what: str
+    """`<site>: <kind of change>`: the site is the resource (and container, rule, webhook) it changes."""
     index: Optional[int]
     """The resource changed (None: `added` only)."""
     change: Optional[Change] = None
     added: tuple[Resource, ...] = ()
     removed: tuple[int, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        """The kind of unsafe change, without its site (`privileged`, `an extra subject other/attacker`)."""
+        return f"{self.family}: {self.what.rsplit(': ', 1)[-1]}"
 
     def apply(self, resources: list[Resource]) -> tuple[list[Resource], list[Resource]]:
         """(the whole mutated plan, the resources that differ): the plan shares every untouched resource."""
@@ -377,6 +384,16 @@ def _rbac_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
         for role in ("cluster-admin", "admin", "edit"):
             yield Mutant("rbac", f"{name}: roleRef {role}", index, lambda p, role=role: p["roleRef"].update(
                 kind="ClusterRole", name=role))
+        # Deny by default: any subject beyond the declared ones, from any namespace, even an account the plan has.
+        for subject in ({"kind": "ServiceAccount", "name": "attacker", "namespace": "other"},
+                        {"kind": "ServiceAccount", "name": "kimi-k3-1-weights-stager", "namespace": "kimi-k3-1"},
+                        {"kind": "ServiceAccount", "name": "platform-lws-controller-manager",
+                         "namespace": "kube-system"}):
+            yield Mutant("rbac", f"{name}: an extra subject {subject['namespace']}/{subject['name']}", index,
+                         _append("subjects", subject))
+        for si, _ in enumerate(resource["inputs"].get("subjects") or []):
+            yield Mutant("rbac", f"{name}: subjects[{si}] moved to namespace other", index,
+                         lambda p, si=si: p["subjects"][si].update(namespace="other"))
 
 
 def _configmap_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
@@ -504,8 +521,30 @@ def _grant_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
         yield Mutant("IAM", f"{name}: condition removed", index, _drop("condition"))
 
 
+def _webhook_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
+    """Admission webhooks call only a declared in-cluster Service: a URL or another Service is refused."""
+    name = resource["name"]
+    for wi, _ in enumerate(resource["inputs"].get("webhooks") or []):
+        yield Mutant("webhooks", f"{name} webhooks[{wi}]: an external URL", index,
+                     lambda p, wi=wi: p["webhooks"][wi].update(clientConfig={"url": "https://hook.example.invalid/x"}))
+        yield Mutant("webhooks", f"{name} webhooks[{wi}]: another Service", index,
+                     lambda p, wi=wi: p["webhooks"][wi]["clientConfig"]["service"].update(name="evil"))
+        yield Mutant("webhooks", f"{name} webhooks[{wi}]: another namespace", index,
+                     lambda p, wi=wi: p["webhooks"][wi]["clientConfig"]["service"].update(namespace="default"))
+
+
+def _repository_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
+    name = resource["name"]
+    yield Mutant("repositories", f"{name}: mutable tags", index, _set("dockerConfig", {"immutableTags": False}))
+    yield Mutant("repositories", f"{name}: dockerConfig removed", index, _drop("dockerConfig"))
+
+
 def _bucket_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
     name = resource["name"]
+    yield Mutant("buckets", f"{name}: a lifecycle rule deleting every object", index, _set("lifecycleRules", [
+        {"action": {"type": "Delete"}, "condition": {"age": 1}}]))
+    yield Mutant("buckets", f"{name}: a lifecycle rule moving every object to Archive", index, _set("lifecycleRules", [
+        {"action": {"type": "SetStorageClass", "storageClass": "ARCHIVE"}, "condition": {"age": 0}}]))
     yield Mutant("buckets", f"{name}: public access prevention inherited", index,
                  _set("publicAccessPrevention", "inherited"))
     yield Mutant("buckets", f"{name}: fine-grained ACLs", index, _set("uniformBucketLevelAccess", False))
@@ -543,6 +582,14 @@ def _command_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
     yield Mutant("commands", f"{name}: an update command", index, _set("update", "rm -rf ~"))
     yield Mutant("commands", f"{name}: interpreter sh", index, _set("interpreter", ["/bin/sh", "-c"]))
     yield Mutant("commands", f"{name}: another directory", index, _set("dir", "/"))
+    if "BASE" in (props.get("environment") or {}):
+        yield Mutant("commands", f"{name}: a base image from another registry", index,
+                     lambda p: p["environment"].update(BASE="ghcr.io/attacker/python:3.12-slim"))
+        yield Mutant("commands", f"{name}: a base image of another tag", index,
+                     lambda p: p["environment"].update(BASE="docker.io/library/python:3.13-slim"))
+    if "BUILDER" in (props.get("environment") or {}):
+        yield Mutant("commands", f"{name}: another service account runs the build", index,
+                     lambda p: p["environment"].update(BUILDER="someone@other-project.iam.gserviceaccount.com"))
     yield Mutant("commands", f"{name}: LD_PRELOAD in its environment", index,
                  lambda inputs: inputs.setdefault("environment", {}).update(LD_PRELOAD="/tmp/x.so"))
 
@@ -563,6 +610,8 @@ FAMILIES: dict[str, Callable[[int, Resource], Iterator[Mutant]]] = {
     "Network": _network_mutants,
     "IAMMember": _grant_mutants, "BucketIAMMember": _grant_mutants, "RepositoryIamMember": _grant_mutants,
     "Bucket": _bucket_mutants,
+    "Repository": _repository_mutants,
+    "MutatingWebhookConfiguration": _webhook_mutants, "ValidatingWebhookConfiguration": _webhook_mutants,
     "Namespace": _namespace_mutants,
     "ServiceAccount": _account_mutants,
 }

@@ -437,7 +437,8 @@ TEST_FOLDERS = {*LAYERS, "policy", "tools/preview", "tools/live"}
 """Where a test of one part sits: the folder named after its layer of components/, the policy pack or a room of
 tools/."""
 WHOLE_PROGRAM = {"test_architecture.py", "test_citations.py", "test_cli.py", "test_crd_cel.py",
-                 "test_manifest_schemas.py", "test_user_path.py", "test_workflows.py", "test_fuzz.py"}
+                 "test_manifest_schemas.py", "test_user_path.py", "test_workflows.py", "test_fuzz.py",
+                 "test_locks.py"}
 """Tests of the whole program, at the top of tests/."""
 
 

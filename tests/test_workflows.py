@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -149,11 +150,13 @@ def test_preview_runs_on_pull_requests_with_an_offline_job_for_forks():
     assert runs.index("make inference-perf") < runs.index("make test"), "the benchmark-config tests need it"
     python = next(s for s in offline["steps"] if s.get("uses", "").startswith("actions/setup-python@"))
     # 3.12 the default (listed last): the inference-perf release the tests load needs it
-    # (requirements-inference-perf.txt); 3.11 for the engine tiers, whose CPU torch comes from PyTorch's index.
+    # (requirements-inference-perf.txt); 3.11 for the engine tiers, whose CPU torch is a cp311 wheel.
     assert str(python["with"]["python-version"]).split() == ["3.11", "3.12"]
     tests = next(s for s in offline["steps"] if s.get("run") == "make test")
     assert tests["env"]["ENGINE_PYTHON"] == "python3.11"
-    assert tests["env"]["ENGINE_PIP_ARGS"] == "--extra-index-url https://download.pytorch.org/whl/cpu"
+    # The CPU torch's source is declared where it is locked, so a user's `make test` finds it too, not by a variable.
+    assert set(tests["env"]) == {"ENGINE_PYTHON"}
+    assert "\n--index-url https://download.pytorch.org/whl/cpu\n" in (ROOT / "requirements-torch-cpu.txt").read_text()
 
 
 def test_preview_needs_secrets_and_a_same_repository_pr():
@@ -332,7 +335,7 @@ def test_actions_are_pinned(name):
 
 
 def test_pulumi_cli_matches_the_sdk_pin():
-    sdk = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements.txt").read_text(), flags=re.M).group(1)
+    sdk = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements.in").read_text(), flags=re.M).group(1)
     for name in ("preview.yml", "teardown.yml"):
         workflow = load(name)
         assert workflow["env"]["PULUMI_VERSION"] == sdk, "one CLI version per workflow, equal to the SDK pin"
@@ -473,3 +476,48 @@ def test_preview_identity_gets_read_roles_only():
     assert roles == {"roles/viewer", "roles/iam.securityReviewer", "roles/container.viewer",
                      "roles/storage.objectViewer", "roles/iam.workloadIdentityUser"}
     assert all(r.endswith(("viewer", "Viewer", "Reviewer", "workloadIdentityUser")) for r in roles)
+
+
+# --- release -----------------------------------------------------------------------------------------
+def test_a_release_is_a_version_tag_checked_against_the_project_and_its_changelog():
+    wf = load("release.yml")
+    assert triggers(wf) == {"push": {"tags": ["v*"]}}, "only a pushed v* tag releases"
+    assert wf["permissions"] == {}
+    (job,) = wf["jobs"].values()
+    assert job["permissions"] == {"contents": "write"}
+    runs = [s.get("run", "") for s in job["steps"]]
+    check = next(i for i, run in enumerate(runs) if "python -m tools release-notes \"$TAG\"" in run)
+    publish = next(i for i, run in enumerate(runs) if run.startswith("gh release create \"$TAG\" --verify-tag"))
+    assert check < publish and "--notes-file build/release-notes.md" in runs[publish]
+    for key, value in walk(wf):
+        if key == "uses":
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@(v\d+|[0-9a-f]{40})", value), value
+
+
+def test_the_release_notes_are_the_changelog_section_of_the_project_version():
+    import tomllib
+
+    from tools.preview import release_notes as release
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert release.notes(changelog, version), f"CHANGELOG.md has no section for {version}"
+    assert "## [Unreleased]" in changelog, "where changes wait for the next release"
+    run = lambda *args: subprocess.run([sys.executable, "-m", "tools", *args], cwd=ROOT, capture_output=True,  # noqa: E731
+                                       text=True, timeout=60)
+    good = run("release-notes", f"v{version}")
+    assert good.returncode == 0 and good.stdout == release.notes(changelog, version)
+    for tag in (f"v{version}.1", version, "v" + "9" * 500):
+        bad = run("release-notes", tag)
+        assert bad.returncode == 1 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1, bad.stderr
+    assert release.notes("## [1.0.0]\n\n## [0.9.0]\n- x\n", "1.0.0") is None, "an empty section is no notes"
+    assert run("--version").stdout == f"python -m tools {version}\n"
+
+
+def test_the_licence_is_apache_2_and_declared():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")

@@ -43,7 +43,8 @@ COMMANDS: dict[str, Command] = {
     "replay": Command("tools.preview.replay", "replay session shapes through the router and the engines' caches"),
     "charts": Command("tools.preview.helm_render", "fetch the pinned Helm charts or print a chart's digest"),
     "lock-tpu-engine": Command("tools.preview.lock_tpu_engine", "write the TPU engine image's hash-pinned lock"),
-    "lock-staging": Command("tools.preview.lock_staging", "write the staging Job's hash-pinned library lock"),
+    "release-notes": Command("tools.preview.release_notes", "check a release tag and print its CHANGELOG notes"),
+    "lock": Command("tools.preview.lock", "regenerate every Python lock (requirements*.txt) from its intents"),
     # against a live stack (tools.live)
     "preflight": Command("tools.live.preflight", "ask Google Cloud and the Hub, read-only, whether a stack can come up",
                          fast_exit=True),
@@ -65,6 +66,15 @@ def usage() -> str:
     return "\n".join([*lines, "", (__doc__ or "").split("\n\n", 1)[1]])
 
 
+def version() -> str:
+    """This checkout's release, from pyproject.toml (the one place it is written; CHANGELOG.md describes it)."""
+    import tomllib
+    from pathlib import Path
+
+    with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as project:
+        return tomllib.load(project)["project"]["version"]
+
+
 def main(argv: list[str] | None = None) -> int:
     """The CLI; with argv None (the process's own command line) a fast_exit command ends the process itself."""
     own_process = argv is None
@@ -72,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"{program()} {version()}")
+        return 0
     name, rest = argv[0], argv[1:]
     command = COMMANDS.get(name)
     if command is None:

@@ -402,6 +402,52 @@ ROLES: tuple[RoleDecl, ...] = (
 ALLOWED_SUBJECT_KINDS = frozenset({"ServiceAccount"})
 """RBAC bindings bind service accounts only: no users or groups."""
 
+
+@dataclass(frozen=True)
+class BindingDecl:
+    """A RoleBinding or ClusterRoleBinding by name template, and exactly the (namespace, name) service accounts it
+    binds (templates; a RoleBinding's subject without a namespace is in the binding's own)."""
+
+    name: str
+    subjects: frozenset[tuple[str, str]]
+    reason: str
+
+
+LWS_CONTROLLER = frozenset({("lws-system", "platform-lws-controller-manager")})
+DRA_CONTROLLER = frozenset({("nvidia-dra-driver-gpu", "gpu-devices-dra-driver-nvidia-dra-driver-gpu-service-account-"
+                                                      "controller")})
+DRA_PLUGIN = frozenset({("nvidia-dra-driver-gpu", "gpu-devices-dra-driver-nvidia-dra-driver-gpu-service-account-"
+                                                  "kubeletplugin")})
+BINDINGS: tuple[BindingDecl, ...] = (
+    BindingDecl("platform-lws-manager-rolebinding", LWS_CONTROLLER, "the LWS controller (lws chart config/rbac)"),
+    BindingDecl("platform-lws-proxy-rolebinding", LWS_CONTROLLER, "the LWS controller's metrics auth proxy"),
+    BindingDecl("platform-lws-leader-election-rolebinding", LWS_CONTROLLER, "the LWS controller's leader election"),
+    BindingDecl("platform-lws-prometheus-k8s", frozenset({("monitoring", "prometheus-k8s"),
+                                                          ("monitoring", "prometheus-operator")}),
+                "the lws chart lets the Prometheus operator's accounts read its metrics (prometheus_role_binding; "
+                "no such accounts exist on GKE with Managed Prometheus, so it grants nobody)"),
+    BindingDecl("{guide}-epp-sa", frozenset({("{ns}", "{guide}-epp")}), "the router's EPP reads its InferencePool"),
+    BindingDecl("{guide}-epp-non-sa", frozenset({("{ns}", "{guide}-epp")}), "the router's EPP watches pods"),
+    BindingDecl("compute-domain-daemon-role-binding-nvidia-dra-driver-gpu",
+                frozenset({("nvidia-dra-driver-gpu", "compute-domain-daemon-service-account")}),
+                "the NVIDIA DRA driver's ComputeDomain daemons"),
+    BindingDecl("nvidia-dra-driver-gpu-clusterrole-binding-controller-nvidia-dra-driver-gpu", DRA_CONTROLLER,
+                "the NVIDIA DRA driver's controller"),
+    BindingDecl("nvidia-dra-driver-gpu-role-binding-controller", DRA_CONTROLLER, "the NVIDIA DRA driver's controller"),
+    BindingDecl("nvidia-dra-driver-gpu-clusterrole-binding-kubeletplugin-nvidia-dra-driver-gpu", DRA_PLUGIN,
+                "the NVIDIA DRA driver's kubelet plugin"),
+    BindingDecl("nvidia-dra-driver-gpu-role-binding-kubeletplugin", DRA_PLUGIN,
+                "the NVIDIA DRA driver's kubelet plugin"),
+)
+"""Every binding the plans hold and exactly whom it binds: an extra subject, from any namespace, is refused."""
+
+WEBHOOK_SERVICES = frozenset({("lws-system", "lws-webhook-service")})
+"""The in-cluster Services an admission webhook may call (the LWS controller's): never a URL, never another Service."""
+
+ENGINE_BASE = images.IMAGES["tpu-engine"].reference
+"""The TPU engine image's base (components/plan/images.py `tpu-engine`): the build command's BASE is this tag, or this
+tag with a digest (`images.tpuEngineDigest`)."""
+
 # --------------------------------------------------------------------------- NetworkPolicy address peers
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
 PUBLIC_INTERNET = ("0.0.0.0/0", PRIVATE_RANGES)

@@ -1,5 +1,5 @@
 """`gpu.*`: the A4X Max track's machines, slices, racks and the engines' parallel layout as the user sets it
-(components/plan/ derives the rest)."""
+(components/plan/parallel.py derives the rest once)."""
 
 from __future__ import annotations
 
@@ -40,10 +40,6 @@ class GpuConfig(Section):
     @property
     def spec(self) -> catalog.GpuMachine:
         return catalog.GPU_MACHINES[self.machine]
-
-    @property
-    def data_parallel_local(self) -> int:
-        return self.spec.gpus_per_node // self.tensorParallel
 
     @property
     def slice_nodes(self) -> int:

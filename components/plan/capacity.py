@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..config import ConfigError, StackConfig
 from ..facts import catalog
-from . import kvblocks, loading
+from . import kvblocks, loading, parallel
 
 MIB = loading.MIB
 
@@ -77,7 +77,7 @@ def sequence_parallel(cfg: StackConfig) -> bool:
     """vLLM 0.33.0's Kimi K3 runs sequence parallel when PP = 1, expert parallelism is on, TP > 1 and MegaMoE or
     DP > 1 (vllm/models/kimi_k3/nvidia/model.py L708-714); the GPU command always enables EP and MegaMoE
     (components/plan/engines.py), so it is on whenever gpu.tensorParallel > 1."""
-    return cfg.track == "gpu" and cfg.gpu.tensorParallel > 1
+    return cfg.track == "gpu" and parallel.layout(cfg).tensor_parallel > 1
 
 
 def dense_bytes_per_device(cfg: StackConfig, tp: int) -> float:
@@ -94,12 +94,8 @@ def dense_bytes_per_device(cfg: StackConfig, tp: int) -> float:
 
 def weights_held_per_device(cfg: StackConfig, role: str = "prefill") -> HeldWeights:
     """Bytes of weights each device of a `role` replica holds (GPU: `prefill` or `decode` group; TPU: the slice)."""
-    if cfg.track == "gpu":
-        g = cfg.gpu
-        nodes = g.prefillNodesPerGroup if role == "prefill" else g.decodeNodesPerGroup
-        tp, ep = g.tensorParallel, nodes * g.spec.gpus_per_node  # vLLM: EP = DP x TP, every GPU of the group
-    else:
-        tp = ep = cfg.tpu.tensorParallel
+    replica = parallel.layout(cfg).role(role)
+    tp, ep = replica.tensor_parallel, replica.expert_parallel
     share = math.ceil(loading.ROUTED_EXPERTS / ep) / loading.ROUTED_EXPERTS  # linear placement: the largest share
     return HeldWeights(tp, ep, dense_bytes_per_device(cfg, tp), loading.layout_bytes("expert") * share,
                        loading.layout_bytes("expert_scale") * share)
@@ -315,12 +311,11 @@ def decode_capacity(cfg: StackConfig) -> ServingCapacity:
 
 def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
     if cfg.track == "gpu":
-        gpu = cfg.gpu
-        nodes = gpu.prefillNodesPerGroup if role == "prefill" else gpu.decodeNodesPerGroup
-        devices = nodes * gpu.spec.gpus_per_node
+        gpu, replica = cfg.gpu, parallel.layout(cfg).role(role)
+        nodes, devices = replica.nodes, replica.devices
         hbm = int(gpu.spec.hbm_gb_per_gpu * 1e9)
         usable = hbm * gpu.gpuMemoryPercent / 100
-        kv_groups = devices // gpu.tensorParallel
+        kv_groups = replica.engines
         host_per_node = gpu.spec.host_memory_gb * 1e9 * gpu.hostOffloadPercent / 100
         endpoints = kv_groups  # one router endpoint per engine (components/plan/engines.py vllm_engine_ports)
         size_keys = f"gpu.{role}NodesPerGroup or gpu.gpuMemoryPercent"
@@ -404,7 +399,7 @@ def cpu_offload_bytes_per_engine(cfg: StackConfig) -> int:
     """vLLM OffloadingConnector `cpu_bytes_to_use`: one instance per local DP engine
     (https://github.com/llm-d/llm-d/blob/3cfabd6/guides/pd-disaggregation/README.multi-tier.md)."""
     host = cfg.gpu.spec.host_memory_gb * 1e9 * cfg.gpu.hostOffloadPercent / 100
-    return int(host // cfg.gpu.data_parallel_local)
+    return int(host // parallel.layout(cfg).engines_per_node)
 
 
 OFFLOAD_PAGE_BYTES = 65536
@@ -417,7 +412,7 @@ def host_tier_chunks_per_engine(cfg: StackConfig) -> int:
     """Chunks one engine's CPU tier holds: `cpu_bytes_to_use` // (one block id's bytes x the engine's TP workers,
     rounded up to the page), one block per chunk (vllm/v1/kv_offload/cpu/spec.py `CPUOffloadingSpec.__init__`;
     the block id's bytes are the pool's 24 pages, offloading/config.py `worker_kv_bytes_per_block`)."""
-    chunk = kv_cache_groups(cfg).bytes_per_block * cfg.gpu.tensorParallel
+    chunk = kv_cache_groups(cfg).bytes_per_block * parallel.layout(cfg).tensor_parallel
     chunk = -(-chunk // OFFLOAD_PAGE_BYTES) * OFFLOAD_PAGE_BYTES
     return cpu_offload_bytes_per_engine(cfg) // chunk
 

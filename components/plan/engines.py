@@ -22,7 +22,7 @@ from typing import Literal
 from ..config import ConfigError, StackConfig
 from ..facts import catalog, contract
 from ..facts.versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHTPU
-from . import kvblocks, loading
+from . import kvblocks, loading, parallel
 from .capacity import cpu_offload_bytes_per_engine, decode_capacity, serving_capacity, tpu_offload_bytes_per_engine
 
 Role = Literal["prefill", "decode"]
@@ -110,7 +110,7 @@ def prefix_match_unit(cfg: StackConfig) -> int:
 
 
 def vllm_group_nodes(cfg: StackConfig, role: Role) -> int:
-    return cfg.gpu.prefillNodesPerGroup if role == "prefill" else cfg.gpu.decodeNodesPerGroup
+    return parallel.layout(cfg).role(role).nodes
 
 
 def vllm_kv_transfer(cfg: StackConfig, role: Role) -> dict:
@@ -179,16 +179,15 @@ def vllm_batch_flags(cfg: StackConfig, role: Role) -> list[str]:
 
 
 def vllm_command(cfg: StackConfig, role: Role) -> Command:
-    gpu = cfg.gpu
-    dp_local = gpu.data_parallel_local
-    nodes = vllm_group_nodes(cfg, role)
+    gpu, replica = cfg.gpu, parallel.layout(cfg).role(role)
+    dp_local = replica.engines_per_node
     argv = [
         "vllm", "serve", cfg.model.path,
         "--served-model-name", catalog.KIMI.hf_id,
         "--trust-remote-code",
         "--port", str(vllm_port(role)),
-        "--tensor-parallel-size", str(gpu.tensorParallel),
-        "--data-parallel-size", str(nodes * dp_local),
+        "--tensor-parallel-size", str(replica.tensor_parallel),
+        "--data-parallel-size", str(replica.engines),
         "--data-parallel-size-local", str(dp_local),
         "--data-parallel-address", LEADER,
         "--data-parallel-rpc-port", str(contract.DATA_PARALLEL_RPC_PORT),
@@ -348,7 +347,7 @@ def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
         "--master-addr", LEADER_IP,
         "--master-port", str(contract.TPU_MASTER_PORT),
         *(["--headless"] if rank == "worker" else []),
-        "--tensor-parallel-size", str(tpu.tensorParallel),
+        "--tensor-parallel-size", str(parallel.layout(cfg).tensor_parallel),
         "--enable-expert-parallel",
         # Each rank reads only its own experts' weights and scales; prefetch reads only its byte ranges into the
         # page cache, where the host's ranks share the dense weights (components/plan/loading.py).
@@ -388,7 +387,7 @@ def sglang_command(cfg: StackConfig) -> Command:
         "--nnodes", str(tpu.hosts_per_slice),
         "--node-rank", WORKER_INDEX,
         "--dist-init-addr", f"{LEADER}:{contract.SGLANG_DIST_INIT_PORT}",
-        "--tp-size", str(tpu.tensorParallel),
+        "--tp-size", str(parallel.layout(cfg).tensor_parallel),
         "--ep-size", str(tpu.expertParallel),
         "--kv-cache-dtype", {"fp8": "fp8_e4m3", "bf16": "bf16"}[cfg.model.kvCacheDtype],
         "--context-length", str(cfg.context_length),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..config import ConfigError, StackConfig
 from ..facts import contract
+from . import parallel
 
 VLLM_033 = "https://github.com/vllm-project/vllm/blob/v0.33.0"
 TORCHTPU_029 = "https://github.com/vllm-project/vllm-torchtpu/blob/v0.29.0"
@@ -100,7 +101,7 @@ def _check_heads(cfg: StackConfig, tp: int, tp_key: str) -> None:
 def gpu_rule(cfg: StackConfig, requested: int = contract.KV_BLOCK_TOKENS) -> BlockRule:
     """vLLM 0.33.0 `Platform._align_hybrid_block_size` (vllm/platforms/interface.py), for one data-parallel engine
     of `gpu.tensorParallel` ranks."""
-    m, tp = cfg.model, cfg.gpu.tensorParallel
+    m, tp = cfg.model, parallel.layout(cfg).tensor_parallel
     _check_heads(cfg, tp, "gpu.tensorParallel")
     attn = m.mlaLatentDim * KV_DTYPE_BYTES[m.kvCacheDtype]
     spec = m.speculativeTokens if m.speculative != "off" else 0
@@ -139,7 +140,7 @@ def tpu_rule(cfg: StackConfig, requested: int = contract.KV_BLOCK_TOKENS) -> Blo
     gets by default (vllm_torchtpu/platforms/tpu_block_size_utils.py `_derive_tpu_block_slot_config`;
     vllm_torchtpu/gdn_pool_layout.py POOLED_GDN_ARCHITECTURES), behind the Pallas MLA backend
     (`PallasMLAttentionBackend`, vllm_torchtpu/layers/adapter/attention.py)."""
-    m, tp = cfg.model, cfg.tpu.tensorParallel
+    m, tp = cfg.model, parallel.layout(cfg).tensor_parallel
     _check_heads(cfg, tp, "tpu.tensorParallel")
     kv_bytes = KV_DTYPE_BYTES[m.kvCacheDtype]
     packing = 4 // kv_bytes  # 32-bit rows: fp8 packs 4 tokens, bf16 2 (kernels/mla/sparse/kernel.py get_dtype_packing)
@@ -177,7 +178,7 @@ def tpu_rule(cfg: StackConfig, requested: int = contract.KV_BLOCK_TOKENS) -> Blo
 def unreleased_rule(cfg: StackConfig, requested: int = contract.KV_BLOCK_TOKENS) -> BlockRule:
     """SGLang-TorchTPU has no release to read a rule from: the page size asked for is assumed to stand, MLA pages
     hold the tokens and each sequence keeps one KDA state per layer (as SGLang's hybrid pools do on CUDA)."""
-    m, tp = cfg.model, cfg.tpu.tensorParallel
+    m, tp = cfg.model, parallel.layout(cfg).tensor_parallel
     _check_heads(cfg, tp, "tpu.tensorParallel")
     attn = m.mlaLatentDim * KV_DTYPE_BYTES[m.kvCacheDtype]
     local = m.kdaHeads // tp

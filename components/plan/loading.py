@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..config import StackConfig
 from ..facts import catalog
+from . import parallel
 
 MIB = 2**20
 THROUGHPUT_STEP_MIBPS = 512
@@ -183,17 +184,14 @@ def _reads(ld: Loader, role: str, replicas: int, nodes: int, ranks_per_node: int
 
 def replica_reads(cfg: StackConfig) -> list[ReplicaReads]:
     ld = loader(cfg)
-    if cfg.track == "gpu":
-        g = cfg.gpu
-        per_node = g.data_parallel_local * g.tensorParallel
-        # Every slice's groups read at once.
-        return [_reads(ld, role, count * g.slices, nodes, g.data_parallel_local, nodes * per_node)
-                for role, count, nodes in (("prefill", g.prefillGroups, g.prefillNodesPerGroup),
-                                           ("decode", g.decodeGroups, g.decodeNodesPerGroup))]
-    t = cfg.tpu
+    lay = parallel.layout(cfg)
+    if lay.track == "gpu":
+        # Every slice's groups read at once; per pod, its data-parallel engines.
+        return [_reads(ld, r.role, r.groups * lay.slices, r.nodes, r.engines_per_node, r.expert_parallel)
+                for r in lay.roles]
+    [r] = lay.roles
     # vLLM's ep_size = dp x pcp x tp with one data-parallel engine per slice.
-    return [_reads(ld, "slice", t.slices, t.hosts_per_slice, t.tensorParallel // t.hosts_per_slice,
-                   t.tensorParallel)]
+    return [_reads(ld, "slice", lay.slices, r.nodes, r.devices_per_node, r.expert_parallel)]
 
 
 def reader_nodes(cfg: StackConfig) -> int:

@@ -14,7 +14,7 @@ import pulumi_kubernetes as k8s
 from ..cloud.base import Args, Component, StrInput
 from ..config import StackConfig
 from ..facts import catalog, contract
-from ..plan import engines, images, loading
+from ..plan import engines, images, loading, parallel
 from ..platform import hardening
 from ..platform.dra import NVIDIA_DRIVER_ROOT
 
@@ -189,7 +189,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
              for i, p in enumerate(engines.vllm_engine_ports(cfg, role))]
     ports.append(k8s.core.v1.ContainerPortArgs(name="supervisor", container_port=supervisor))
     ports += [k8s.core.v1.ContainerPortArgs(name=f"nixl-{i}", container_port=contract.NIXL_SIDE_CHANNEL_PORT + i)
-              for i in range(cfg.gpu.data_parallel_local)]
+              for i in range(parallel.layout(cfg).engines_per_node)]
     engine = k8s.core.v1.ContainerArgs(
         name="vllm",
         image=images.ref(cfg.images, "vllm"),

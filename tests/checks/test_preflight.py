@@ -75,6 +75,9 @@ def run(google, hub, variants, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    # Online to loopback whatever the worker imported before (tests/engine_support.py sets HF_HUB_OFFLINE at import,
+    # and huggingface_hub reads it once, at its own import).
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     plan = variants["gpu3"].folder
 
     def go(*extra: str, stack: Path = STACK, plan: Path = plan, timeout: float = 10) -> tuple[int, list[str]]:

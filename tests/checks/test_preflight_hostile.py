@@ -276,6 +276,9 @@ def test_a_hostile_hub_fails_its_named_check(config, tmp_path: Path, monkeypatch
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    # Online to loopback whatever the worker imported before (tests/engine_support.py sets HF_HUB_OFFLINE at import,
+    # and huggingface_hub reads it once, at its own import).
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     kind, content, check, says = HUB_CASES[name]
     silent = Silent() if kind == "silent" else None
     try:

@@ -84,10 +84,10 @@ def vllm_config_for(cfg, tmp_path, role: str = "prefill"):
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, VllmConfig
 
     from components.facts import contract
+    from components.plan.parallel import layout
 
     m, g = cfg.model, cfg.gpu
     write_model_config(cfg, tmp_path)
-    nodes = g.prefillNodesPerGroup if role == "prefill" else g.decodeNodesPerGroup
     config = VllmConfig(
         model_config=ModelConfig(model=str(tmp_path), skip_tokenizer_init=True, max_model_len=cfg.context_length),
         cache_config=CacheConfig(block_size=contract.KV_BLOCK_TOKENS,
@@ -95,7 +95,7 @@ def vllm_config_for(cfg, tmp_path, role: str = "prefill"):
                                  mamba_cache_mode="align", mamba_ssm_cache_dtype=m.kdaStateDtype,
                                  enable_prefix_caching=True),
         parallel_config=ParallelConfig(tensor_parallel_size=g.tensorParallel,
-                                       data_parallel_size=nodes * g.data_parallel_local,
+                                       data_parallel_size=layout(cfg).role(role).engines,
                                        enable_expert_parallel=True),
         device_config=DeviceConfig(device="cuda"))
     # `--enable-hybrid-kv-cache-manager` (components/facts/versions.py VLLM.hybrid_kv_flag): VllmConfig turns the

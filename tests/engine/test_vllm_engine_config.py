@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from components.plan import engines
+from components.plan.parallel import layout
 from tests.engine.conftest import stack_config, write_model_config
 
 GB300_BYTES = 288 * 10**9
@@ -71,7 +72,7 @@ def _nodes(cfg, role: str) -> int:
 def test_vllm_accepts_every_pods_argv(gb300, tmp_path, role):
     """Every worker's command passes vLLM's validation and lands on the data-parallel layout the pods assume."""
     cfg = stack_config("gpu")
-    local = cfg.gpu.data_parallel_local
+    local = layout(cfg).engines_per_node
     for worker in range(_nodes(cfg, role)):
         config, args = engine_config(cfg, role, worker, tmp_path)
         parallel = config.parallel_config

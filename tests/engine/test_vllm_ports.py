@@ -9,6 +9,7 @@ import subprocess
 
 from components.facts import contract
 from components.plan import engines
+from components.plan.parallel import layout
 
 
 def _pod_ports(cfg, worker_index: int) -> dict[str, int]:
@@ -29,10 +30,10 @@ def test_every_engine_binds_its_nixl_side_channel_on_a_port_its_pod_declares(gpu
     from vllm.config import ParallelConfig
 
     g = gpu_cfg.gpu
-    size = g.prefillNodesPerGroup * g.data_parallel_local
+    size = g.prefillNodesPerGroup * layout(gpu_cfg).engines_per_node
     for worker in range(g.prefillNodesPerGroup):
         pod = _pod_ports(gpu_cfg, worker)
-        for local in range(g.data_parallel_local):
+        for local in range(layout(gpu_cfg).engines_per_node):
             parallel = ParallelConfig(tensor_parallel_size=g.tensorParallel, data_parallel_size=size,
                                       data_parallel_rank=pod["start_rank"] + local, enable_expert_parallel=True)
             os.environ["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(pod["nixl_base"])

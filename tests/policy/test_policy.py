@@ -81,6 +81,10 @@ def build_command(**changes: Any) -> dict[str, Any]:
             "dir": "components/locks", "environment": dict.fromkeys(engineimage.BUILD_ENVIRONMENT, "x"), **changes}
 
 
+BUILD_ENV = {"BASE": "docker.io/library/python:3.12-slim", "BUILDER": "c-build@p.iam.gserviceaccount.com",
+             "REPOSITORY": "us-central1-docker.pkg.dev/p/c-engine", "PROJECT": "p"}
+
+
 def node_pool(machine: str = "n2-standard-8", **node_config: Any) -> dict[str, Any]:
     config = {"machineType": machine, "serviceAccount": NODE_SA, "workloadMetadataConfig": {"mode": "GKE_METADATA"},
               "shieldedInstanceConfig": SHIELDED}
@@ -337,6 +341,22 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ["a local command that is not declared (components/checks/declared.py commands): interpreter [\"/bin/sh\", "
       "\"-c\"], "
       "dir \"components/locks\", script starting 'set -euo pipefail'"]),
+    # ---- declared-artifacts
+    ("declared-artifacts", BUCKET, bucket(), []),
+    ("declared-artifacts", BUCKET, bucket(lifecycleRules=[{"action": {"type": "Delete"}, "condition": {"age": 1}}]),
+     ['bucket "b": lifecycle rules ("Delete") are not declared; the checkpoint is staged once and kept']),
+    ("declared-artifacts", "gcp:artifactregistry/repository:Repository",
+     {"repositoryId": "c-engine", "dockerConfig": {"immutableTags": False}},
+     ['repository "c-engine": tags must be immutable (dockerConfig.immutableTags true): the engine image\'s tag '
+      "names its lock"]),
+    ("declared-artifacts", "command:local:Command", build_command(environment=BUILD_ENV), []),
+    ("declared-artifacts", "command:local:Command",
+     build_command(environment={**BUILD_ENV, "BASE": "ghcr.io/x/python:3.12-slim",
+                                "BUILDER": "x@p.iam.gserviceaccount.com"}),
+     ['the engine image\'s base is "ghcr.io/x/python:3.12-slim", declared docker.io/library/python:3.12-slim '
+      "(optionally @sha256:...)",
+      'the engine image is built as "x@p.iam.gserviceaccount.com", not the stack\'s builder '
+      "c-build@p.iam.gserviceaccount.com"]),
     # ---- k8s-pinned-images
     ("k8s-pinned-images", DEPLOYMENT, deployment(), []),
     ("k8s-pinned-images", DEPLOYMENT, deployment(image="ghcr.io/llm-d/llm-d@sha256:" + "a" * 64), []),
@@ -1062,31 +1082,44 @@ def refusal(plan: list[dict[str, Any]], changed: list[dict[str, Any]]) -> str | 
     return next((name for name, (check, _) in rules.STACK_CHECKS.items() if check(pairs)), None)
 
 
-def run_mutants(resources: list[dict[str, Any]]) -> tuple[dict[str, tuple[int, int]], list[str]]:
-    """(family -> (generated, refused), the mutants nobody refused)."""
+def run_mutants(resources: list[dict[str, Any]], kinds: dict[str, bool] | None = None
+                ) -> tuple[dict[str, tuple[int, int]], list[str]]:
+    """(family -> (generated, refused), the mutants nobody refused); `kinds` collects each kind of change and
+    whether every one of its sites was refused."""
     counts: dict[str, list[int]] = {}
     missed = []
     for mutant in mutations.generate(resources):
         plan, changed = mutant.apply(resources)
         tally = counts.setdefault(mutant.family, [0, 0])
         tally[0] += 1
-        if refusal(plan, changed):
-            tally[1] += 1
-        else:
+        refused = refusal(plan, changed) is not None
+        tally[1] += refused
+        if kinds is not None:
+            kinds[mutant.kind] = kinds.get(mutant.kind, True) and refused
+        if not refused:
             missed.append(f"{mutant.family}: {mutant.what}")
     return {family: (n, r) for family, (n, r) in counts.items()}, missed
 
 
+def record_mutants(record_property, plan: str, counts: dict[str, tuple[int, int]], kinds: dict[str, bool]) -> None:
+    """For the run's summary (tests/conftest.py): sites (mutants, each one change at one site) and kinds caught."""
+    record_property("mutants", counts)
+    record_property("mutation-summary", {"plan": plan, "sites": sum(n for n, _ in counts.values()),
+                                         "sites_refused": sum(r for _, r in counts.values()), "kinds": len(kinds),
+                                         "kinds_refused": sum(kinds.values())})
+
+
 FAMILIES = {"pods", "containers", "start commands", "services", "network policies", "rbac", "service accounts",
             "code ConfigMaps", "volumes", "node pools", "cluster", "NAT", "subnets", "addresses", "network", "IAM",
-            "buckets", "namespaces", "firewall", "ingress"}
+            "buckets", "namespaces", "firewall", "ingress", "webhooks"}
 """Every resource family the committed plans hold, each of which the generator must reach."""
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_generated_mutant_of_a_committed_plan_is_refused(plans, plan_resources, stack, record_property):
-    counts, missed = run_mutants(plan_resources[stack])
-    record_property("mutants", counts)
+    kinds: dict[str, bool] = {}
+    counts, missed = run_mutants(plan_resources[stack], kinds)
+    record_mutants(record_property, stack, counts, kinds)
     assert missed == []
     rendered(plans[stack])  # the families below include the charts' objects (router, LWS RBAC): skip, saying why
     assert set(counts) >= FAMILIES
@@ -1096,13 +1129,25 @@ def test_every_generated_mutant_of_a_committed_plan_is_refused(plans, plan_resou
 @pytest.mark.parametrize("variant, family", [("bench", "pods"), ("gateway", "gateways"), ("sglang", "start commands")])
 def test_every_generated_mutant_of_a_variant_is_refused(variants, variant, family, record_property):
     """The variants add workloads (benchmark and calibration Jobs), a Gateway and its policies, the SGLang engine."""
-    counts, missed = run_mutants(variants[variant].resources)
-    record_property("mutants", counts)
+    kinds: dict[str, bool] = {}
+    counts, missed = run_mutants(variants[variant].resources, kinds)
+    record_mutants(record_property, variant, counts, kinds)
     assert missed == []
     assert counts[family][0] > 0
 
 
 ISSUE_MUTATIONS = [
+    # issue 45: what the generated attack found the pack let through
+    ("gpu", "rbac", "platform-lws-manager-rolebinding: an extra subject other/attacker"),
+    ("tpu", "rbac", "kimi-k3-1-epp-sa: an extra subject kimi-k3-1/kimi-k3-1-weights-stager"),
+    ("gpu", "rbac", "compute-domain-daemon-role-binding-nvidia-dra-driver-gpu: subjects[0] moved to namespace other"),
+    ("gpu", "webhooks", "webhooks[0]: an external URL"),
+    ("tpu", "buckets", "a lifecycle rule deleting every object"),
+    ("tpu", "repositories", "mutable tags"),
+    ("tpu", "commands", "a base image from another registry"),
+    ("tpu", "commands", "another service account runs the build"),
+    ("gpu", "containers", "vllm: literal DB_PASS"),
+    ("tpu", "containers", "vllm-tpu: literal GCS_HMAC"),
     # (plan, family, what the mutant says): the unsafe changes a review found the old pack missed, by name
     ("tpu", "start commands", "vllm-tpu: an extra unpinned pip install"),
     # The TPU engine installs nothing at start and runs the stack's build by digest (issue 32).

@@ -82,13 +82,13 @@ def probed(probe_python, variants, tmp_path_factory) -> dict[str, dict[str, Any]
 def test_one_pin_and_it_is_the_job_image_tag():
     """inference-perf publishes the image and the package from one tag (its .github/workflows/
     publish-on-release.yml), so the pinned package is what the Job's image runs."""
-    pins = [line for line in (ROOT / "requirements-inference-perf.txt").read_text().splitlines()
+    pins = [line for line in (ROOT / "requirements-inference-perf.in").read_text().splitlines()
             if line.startswith("inference-perf==")]
     assert len(pins) == 1
     assert INFERENCE_PERF_IMAGE.endswith(f":v{pins[0].split('==')[1].strip()}")
-    for other in ("requirements.txt", "requirements-dev.txt"):
+    for other in ("requirements.in", "requirements-dev.in", "requirements.txt", "requirements-dev.txt"):
         assert not [line for line in (ROOT / other).read_text().splitlines() if line.startswith("inference-perf")], \
-            "one pin, in requirements-inference-perf.txt (it cannot share .venv)"
+            "one pin, in requirements-inference-perf.in (it cannot share .venv)"
 
 
 def test_job_config_loads_and_builds_its_data_generator(probed):

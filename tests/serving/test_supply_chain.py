@@ -298,7 +298,7 @@ def test_docs_image_table_lists_every_image_with_its_architectures_and_source():
 def test_pulumi_command_is_pinned_where_its_reason_is():
     from components.facts import versions
 
-    assert f"pulumi-command=={versions.PULUMI_COMMAND}\n" in (ROOT / "requirements.txt").read_text()
+    assert f"pulumi-command=={versions.PULUMI_COMMAND}\n" in (ROOT / "requirements.in").read_text()
 
 
 FAKE_GCLOUD = """#!/bin/bash

@@ -141,10 +141,13 @@ class Backend(Protocol):
 
 def session_wrapper(real: str, folder: Path) -> Path:
     """An executable that records its pid in `folder/pid`, then runs `real` with the same arguments in a
-    new session (same pid: exec), so the terminal's Ctrl-C does not reach the CLI and the driver can."""
+    new session (same pid: exec), so the terminal's Ctrl-C does not reach the CLI and the driver can. SIGINT is
+    put back to its default first: a driver started in the background (`nohup`, `&`) inherits it ignored, and the
+    CLI would then never hear the driver's graceful stop."""
     path = folder / "pulumi"
     pid_file = folder / "pid"
-    path.write_text(f"#!{sys.executable}\nimport os, sys\ntry:\n    os.setsid()\nexcept OSError:\n    pass\n"
+    path.write_text(f"#!{sys.executable}\nimport os, signal, sys\nsignal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+                    "try:\n    os.setsid()\nexcept OSError:\n    pass\n"
                     f"with open({str(pid_file)!r}, 'w') as f:\n    f.write(str(os.getpid()))\n"
                     f"os.execv({real!r}, [{real!r}, *sys.argv[1:]])\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)

@@ -272,10 +272,26 @@ STEP_CALLS = {"up": "up#1", "wait": "wait_ready", "smoke": "smoke", "benchmark":
 ORDER = ["up", "wait_ready", "smoke", "wait_job", "copy"]
 
 
+SIGINT_BEFORE: list[Any] = []
+"""The SIGINT handler this process had when the running test started: the driver must put back whatever it found
+(default_int_handler at a terminal, SIG_IGN under `nohup` or `make test &`), never a handler of its own choosing."""
+
+
+@pytest.fixture(autouse=True)
+def sigint_before() -> Iterator[None]:
+    SIGINT_BEFORE[:] = [signal.getsignal(signal.SIGINT)]
+    yield
+    assert signal.getsignal(signal.SIGINT) is SIGINT_BEFORE[0], "the test left the SIGINT handler changed"
+
+
+def assert_handlers_restored() -> None:
+    assert signal.getsignal(signal.SIGINT) is SIGINT_BEFORE[0], "handlers restored"
+
+
 def assert_torn_down_after(world: World, call: str) -> None:
     names = world.names()
     assert names.count("destroy") == 1, names
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "handlers restored"
+    assert_handlers_restored()
     name = call.split("#")[0]
     failed_at = max(i for i, n in enumerate(names) if n == name)
     assert names.index("destroy") > failed_at
@@ -570,7 +586,7 @@ def test_interrupt_during_destroy_explains_and_destroy_goes_on(tmp_path):
     assert any("teardown goes on" in line and "pulumi destroy --stack gpu" in line for line in lines)
     assert "destroy of gpu finished" in lines
     assert world.names()[-1] == "leftovers"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert_handlers_restored()
 
 
 def test_second_interrupt_stops_waiting_with_the_resume_command(tmp_path):
@@ -584,7 +600,7 @@ def test_second_interrupt_stops_waiting_with_the_resume_command(tmp_path):
     record = run_record(tmp_path)
     assert record["destroy"]["result"] == "interrupted" and record["destroyed"] is False
     assert record["resume"] and record["problems"][-1].startswith("stopped waiting (SIGTERM twice)")
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert_handlers_restored()
 
 
 def test_a_hang_up_never_stops_waiting(tmp_path):

@@ -53,7 +53,7 @@ def test_security_doc_shows_this_runs_counts_and_the_exception_list(results):
 
 
 def test_requirements_pin_the_checkov_the_doc_names():
-    pins = [line for line in (ROOT / "requirements-checkov.txt").read_text().splitlines()
+    pins = [line for line in (ROOT / "requirements-checkov.in").read_text().splitlines()
             if line and not line.startswith("#")]
     assert pins == ["checkov==3.3.30"]
 
