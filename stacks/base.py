@@ -25,7 +25,7 @@ from components.config import StackConfig
 from components.facts import catalog, contract, machines, prices
 from components.observe.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
 from components.observe.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
-from components.plan import capacity, cost, images, kvblocks, limits, loading, parallel
+from components.plan import capacity, cost, engines, images, kvblocks, limits, loading, parallel
 from components.plan.loading import MIB
 from components.plan.naming import label_value, resource_labels
 from components.plan.staging import MACHINE_TYPE as STAGING_MACHINE_TYPE
@@ -168,7 +168,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     if cfg.monitoring.enabled:
         Monitoring("monitoring", MonitoringArgs(
             namespace=platform.namespace.metadata.name, prefix=catalog.GUIDE_NAME,
-            targets=(*serving_targets(cfg.track, cfg.gpu.data_parallel_local), router_target())), in_cluster)
+            targets=(*serving_targets(cfg.track, engines.engines_per_pod(cfg)), router_target())), in_cluster)
 
     # Ingress to the namespace is denied by default; only the flows serving needs are allowed (docs/security.md).
     NetworkPolicies("netpol", NetworkPoliciesArgs(

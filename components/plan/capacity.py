@@ -312,7 +312,7 @@ def decode_capacity(cfg: StackConfig) -> ServingCapacity:
 def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
     if cfg.track == "gpu":
         gpu, replica = cfg.gpu, parallel.layout(cfg).role(role)
-        nodes, devices = replica.nodes, replica.devices
+        devices = replica.devices
         hbm = int(gpu.spec.hbm_gb_per_gpu * 1e9)
         usable = hbm * gpu.gpuMemoryPercent / 100
         kv_groups = replica.engines

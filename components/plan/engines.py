@@ -75,9 +75,14 @@ def vllm_port(role: Role) -> int:
     return contract.DECODE_ENGINE_PORT if role == "decode" else contract.MODEL_SERVER_PORT
 
 
+def engines_per_pod(cfg: StackConfig) -> int:
+    """Router endpoints one serving pod holds: a GPU pod's data-parallel engines; one TPU leader."""
+    return parallel.layout(cfg).engines_per_node if cfg.track == "gpu" else 1
+
+
 def vllm_engine_ports(cfg: StackConfig, role: Role) -> list[int]:
     """One port per engine of a pod (contract.SUPERVISOR_PORT_OFFSET says how vLLM assigns them)."""
-    return contract.engine_ports(vllm_port(role), cfg.gpu.data_parallel_local)
+    return contract.engine_ports(vllm_port(role), engines_per_pod(cfg))
 
 
 def vllm_supervisor_port(role: Role) -> int:

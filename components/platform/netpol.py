@@ -121,10 +121,10 @@ def client_port(cfg: StackConfig) -> int:
 def flows(cfg: StackConfig, api_server: Sequence[StrInput]) -> list[Flow]:
     """Every allowed flow of the namespace's pods, in and out. `api_server`: the control plane's addresses."""
     servers = model_servers(cfg)
-    metrics_ports = [p for t in serving_targets(cfg.track, cfg.gpu.data_parallel_local)
+    metrics_ports = [p for t in serving_targets(cfg.track, engines.engines_per_pod(cfg))
                      for p in (t.port, *t.more_ports)]
     # Every engine is a router endpoint on its own port (GPU: one per data-parallel rank of a pod).
-    endpoints = (contract.engine_ports(contract.MODEL_SERVER_PORT, cfg.gpu.data_parallel_local)
+    endpoints = (contract.engine_ports(contract.MODEL_SERVER_PORT, engines.engines_per_pod(cfg))
                  if cfg.track == "gpu" else [contract.MODEL_SERVER_PORT])
     found: list[Flow] = [
         Flow(ROUTER, SERVING, _ports([*endpoints, *metrics_ports]),

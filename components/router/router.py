@@ -237,7 +237,7 @@ def target_ports(cfg: StackConfig) -> list[int]:
     (contract.MAX_TARGET_PORTS, the CRD's limit)."""
     if cfg.track != "gpu":
         return [contract.MODEL_SERVER_PORT]
-    ports = contract.engine_ports(contract.MODEL_SERVER_PORT, cfg.gpu.data_parallel_local)
+    ports = contract.engine_ports(contract.MODEL_SERVER_PORT, engines.engines_per_pod(cfg))
     if len(ports) > contract.MAX_TARGET_PORTS:
         raise ValueError(f"{len(ports)} engines per pod exceed the InferencePool's {contract.MAX_TARGET_PORTS} "
                          "target ports")

@@ -267,14 +267,14 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
             args=[f"--port={contract.MODEL_SERVER_PORT}", f"--model-server-port={contract.DECODE_ENGINE_PORT}",
                   # One listener per engine, port + i forwarding to the engine's port + i (llm-d-router v0.10.0
                   # pkg/sidecar/proxy/data_parallel.go `startDataParallel`, which reads POD_IP).
-                  f"--data-parallel-size={cfg.gpu.data_parallel_local}",
+                  f"--data-parallel-size={engines.engines_per_pod(cfg)}",
                   "--kv-connector=nixlv2", "--secure-proxy=false",
                   # Pick among the prefill hosts the router offers at random (llm-d-router v0.10.0
                   # docs/disaggregation.md), as llm-d's GB200 decode pods do.
                   "--enable-prefiller-sampling"],
             env=[_field_env("POD_IP", "status.podIP")],
             ports=[k8s.core.v1.ContainerPortArgs(name=f"rank{i}", container_port=p) for i, p in
-                   enumerate(contract.engine_ports(contract.MODEL_SERVER_PORT, cfg.gpu.data_parallel_local))],
+                   enumerate(contract.engine_ports(contract.MODEL_SERVER_PORT, engines.engines_per_pod(cfg)))],
             # native sidecar, as
             # https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml
             restart_policy="Always",

@@ -10,6 +10,7 @@ import pytest
 
 from components.config import parse_config
 from components.facts import catalog, contract
+from components.plan import engines
 from tests.conftest import STACKS, stack_document
 from tools.preview.scan import pod_templates
 
@@ -82,7 +83,7 @@ def expected_matrix(stack: str, api_server: set[str]) -> set[tuple]:
     dns = pods({"k8s-app": "kube-dns"}, "kube-system")
     # GPU: every engine of a pod is a router endpoint on its own port, with its own /metrics (decode engines behind
     # the routing sidecar's listeners on the same endpoint ports).
-    local = cfg.gpu.data_parallel_local
+    local = engines.engines_per_pod(cfg)
     endpoints = tcp(*contract.engine_ports(contract.MODEL_SERVER_PORT, local)) if cfg.track == "gpu" \
         else tcp(contract.MODEL_SERVER_PORT)
     metrics = endpoints | tcp(*contract.engine_ports(contract.DECODE_ENGINE_PORT, local)) if cfg.track == "gpu" \
