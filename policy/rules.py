@@ -1371,9 +1371,19 @@ def check_declared_grants(resource_type: str, props: Mapping[str, Any]) -> list[
             found.append(f"{path}: role {_show(role)} to {_show(member)} is declared only within the folder "
                          f"{matching[0].folder!r} of its bucket, and its condition "
                          f"{_show(_get(props, 'condition', 'expression'))} does not limit it so")
+        elif all(g.per_stack and not _has_title(props) for g in matching):
+            found.append(f"{path}: role {_show(role)} to {_show(member)} has no IAM condition of its own stack: the "
+                         "same Workload Identity principal in another stack's cluster would share the binding, and "
+                         "either stack's destroy would remove it")
     if not _grant_members(resource_type, props):
         found.append(f"{resource_type}: a grant with no single member is not declared")
     return found
+
+
+def _has_title(props: Mapping[str, Any]) -> bool:
+    """The grant carries a condition with a title (unknown: allowed, checked at `pulumi up`)."""
+    title = _get(props, "condition", "title")
+    return is_unknown(title) or (isinstance(title, str) and bool(title.strip()))
 
 
 def _within_folder(props: Mapping[str, Any], folder: str) -> bool:

@@ -128,7 +128,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
         results_writers=(workload_principal(project_number, pool, cfg.kubernetes.namespace,
                                             benchmark.SERVICE_ACCOUNT),) if cfg.benchmark.enabled else (),
         results_prefix=f"{benchmark.RESULTS_PREFIX}/",  # every run of the stack writes under it
-        labels=labels), after_apis)
+        labels=labels, owner=cfg.cluster_name), after_apis)
 
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
     # Controllers installed from charts are awaited until Ready, which needs nodes: the system pool.
@@ -149,6 +149,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     # pools are still being created.
     staged = CheckpointStaging("weights-staging", CheckpointStagingArgs(
         namespace=platform.namespace.metadata.name, bucket=bucket.bucket.name, prefix=cfg.storage.checkpointPrefix,
+        owner=cfg.cluster_name,
         repo_id=cfg.model.repoId, revision=revision, workers=cfg.storage.stagingWorkers,
         pods=staging_pods(cfg), project_number=project_number, workload_pool=pool,
         node_pool=cpu_pools.pools[STAGING_POOL].name, tolerations=(STAGING_TAINT,),

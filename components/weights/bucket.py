@@ -35,6 +35,17 @@ class CheckpointBucketArgs(Args):
     """IAM members allowed to create objects under `results_prefix` only."""
     results_prefix: str = "benchmarks/"
     labels: dict[str, str]
+    owner: str
+    """The stack the grants are for (its cluster name), in each grant's condition title. Pods of every cluster in
+    the project share one Workload Identity principal per namespace and service account, and IAM tells bindings
+    apart by role, members and condition only: one condition per stack keeps each stack's binding its own, so
+    destroying one stack leaves the others' access to the shared bucket in place."""
+
+
+def whole_bucket(bucket: StrInput) -> pulumi.Output[str]:
+    """A condition every request on the bucket and its objects meets (Cloud Storage names them
+    `projects/_/buckets/<bucket>` and `.../objects/<name>`): the grant's scope is the unconditional one's."""
+    return pulumi.Output.concat('resource.name.startsWith("projects/_/buckets/', bucket, '")')
 
 
 class CheckpointBucket(Component):
@@ -53,6 +64,8 @@ class CheckpointBucket(Component):
                 bucket=self.bucket.name,
                 role=CHECKPOINT_READER_ROLE,
                 member=member,
+                condition=gcp.storage.BucketIAMMemberConditionArgs(
+                    title=f"{args.owner} reads the checkpoint", expression=whole_bucket(args.name)),
                 opts=self.child(),
             )
             for i, member in enumerate(args.readers)
@@ -65,7 +78,7 @@ class CheckpointBucket(Component):
                 member=member,
                 # Conditioned on the prefix, so the benchmark can never touch the checkpoint.
                 condition=gcp.storage.BucketIAMMemberConditionArgs(
-                    title="benchmark-results-only",
+                    title=f"{args.owner} writes benchmark results only",
                     expression=f'resource.name.startsWith("projects/_/buckets/{args.name}/objects/{args.results_prefix}")',
                 ),
                 opts=self.child(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 
+from components.config import default_cluster_name
 from tools.live.core import (
     EXIT_BUSY,
     EXIT_FAILED,
@@ -24,7 +25,6 @@ from tools.live.pulumi_stack import (
     CLUSTER_NAME_KEY,
     DELETE_CHECKPOINT_KEY,
     HINTS,
-    PROJECT,
     RUN_ID_KEY,
     TRANSIENT_PATTERNS,
     UNREACHABLE_ENV,
@@ -164,7 +164,8 @@ class Teardown:
 
     def list_leftovers(self) -> None:
         self.out(f"==> leftovers (pulumi-stack={self.label})")
-        network = self.outputs.get("clusterName") or self._config(CLUSTER_NAME_KEY) or f"{PROJECT}-{self.track}"
+        network = (self.outputs.get("clusterName") or self._config(CLUSTER_NAME_KEY)
+                   or default_cluster_name(self.opts.stack))
         try:
             found = list(self.deps.billing.leftovers(self.label, self.project, network))
             self.leftover_check = "complete"

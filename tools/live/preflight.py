@@ -23,7 +23,7 @@ from components.config import PROJECT, ConfigError, StackConfig, parse_config
 from components.facts import prices
 from components.plan import cost, timeline
 from tools import prog
-from tools.live.core import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from tools.live.core import EXIT_FAILED, EXIT_OK, EXIT_USAGE, bounded_number
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,8 @@ def load(stack_file: Path) -> StackConfig:
 
     values, _ = render.stack_config(stack_file, render.project_file())
     prefix = f"{PROJECT}:"
-    return parse_config({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)})
+    return parse_config({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)},
+                        stack_file.name[len("Pulumi."):-len(".yaml")])
 
 
 def plan_resources(stack_file: Path, plan: Optional[Path]) -> list[dict[str, Any]]:
@@ -75,7 +76,8 @@ def main(argv: Sequence[str] | None = None, google: Optional[preflight.Google] =
     parser.add_argument("--stack-file", type=Path, help="a stack file instead of --stack")
     parser.add_argument("--plan", type=Path, metavar="FOLDER",
                         help="a plan folder of this stack (build/plan/<stack>); default: render it now")
-    parser.add_argument("--request-timeout", type=float, default=preflight.REQUEST_TIMEOUT_S, metavar="SECONDS",
+    parser.add_argument("--request-timeout", type=bounded_number(float, 0, 600, above_low=True),
+                        default=preflight.REQUEST_TIMEOUT_S, metavar="SECONDS",
                         help=f"limit on each Google or Hub request (default {preflight.REQUEST_TIMEOUT_S:g})")
     args = parser.parse_args(argv)
     if bool(args.stack) == bool(args.stack_file):
