@@ -485,7 +485,9 @@ ONE_HOST_HTTPS = AddressPeer(None, frozenset({443}))
 HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
 """Google Cloud load balancer health-check sources (https://cloud.google.com/load-balancing/docs/health-check-concepts
 #ip-ranges), also in components/platform/netpol.py."""
-SERVING_PORTS = frozenset({contract.MODEL_SERVER_PORT})
+SERVING_PORTS = frozenset(contract.engine_ports(
+    contract.MODEL_SERVER_PORT, max(m.gpus_per_node for m in catalog.GPU_MACHINES.values())))
+"""A serving pod's router endpoints: one port per engine, at most one engine per GPU of a node."""
 EPP_PORTS = frozenset({contract.EPP_EXT_PROC_PORT, contract.EPP_GRPC_HEALTH_PORT})
 
 EGRESS: dict[str, tuple[AddressPeer, ...]] = {
