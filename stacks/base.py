@@ -25,7 +25,7 @@ from components.config import StackConfig
 from components.facts import catalog, contract, machines, prices
 from components.observe.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
 from components.observe.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
-from components.plan import autoscaling, capacity, cost, images, kvblocks, limits, loading, parallel
+from components.plan import autoscaling, capacity, cost, engines, images, kvblocks, limits, loading, parallel
 from components.plan.loading import MIB
 from components.plan.naming import label_value, resource_labels
 from components.plan.staging import MACHINE_TYPE as STAGING_MACHINE_TYPE
@@ -33,7 +33,16 @@ from components.plan.staging import proof_readback_seconds, staging_addresses, s
 from components.platform.autoscaler import Autoscaler, AutoscalerArgs
 from components.platform.namespace import Platform, PlatformArgs
 from components.platform.netpol import NetworkPolicies, NetworkPoliciesArgs
-from components.router.router import EPP_SERVICE, GATEWAY_NAME, CalibrationArgs, PrefillCalibration, Router, RouterArgs
+from components.router.router import (
+    EPP_SERVICE,
+    GATEWAY_NAME,
+    CalibrationArgs,
+    PrefillCalibration,
+    Router,
+    RouterArgs,
+    router_block_tokens,
+)
+from components.router.router import lru_capacity as router_lru_capacity
 from components.serving import benchmark, modelservers
 from components.serving.scaling import Scaling, ScalingArgs
 from components.weights.bucket import CheckpointBucket, CheckpointBucketArgs
@@ -117,13 +126,13 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     bucket = CheckpointBucket("weights", CheckpointBucketArgs(
         name=cfg.bucket_name, project=cfg.gcp.project, location=cfg.gcp.region,
         soft_delete_days=cfg.storage.softDeleteDays, delete_on_destroy=cfg.storage.deleteCheckpointOnDestroy,
-        exists=cfg.storage.bucketExists,
+        exists=cfg.storage.bucketExists or cfg.bucket_use == "read", adopt=cfg.bucket_use == "import",
         readers=(workload_principal(project_number, pool, cfg.kubernetes.namespace,
                                     contract.TRANSFER_SERVICE_ACCOUNT),),
         results_writers=(workload_principal(project_number, pool, cfg.kubernetes.namespace,
                                             benchmark.SERVICE_ACCOUNT),) if cfg.benchmark.enabled else (),
         results_prefix=f"{benchmark.RESULTS_PREFIX}/",  # every run of the stack writes under it
-        labels=labels), after_apis)
+        labels=labels, owner=cfg.cluster_name), after_apis)
 
     in_cluster = pulumi.ResourceOptions(provider=cluster.provider)
     # Controllers installed from charts are awaited until Ready, which needs nodes: the system pool.
@@ -144,6 +153,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     # pools are still being created.
     staged = CheckpointStaging("weights-staging", CheckpointStagingArgs(
         namespace=platform.namespace.metadata.name, bucket=bucket.bucket.name, prefix=cfg.storage.checkpointPrefix,
+        owner=cfg.cluster_name,
         repo_id=cfg.model.repoId, revision=revision, workers=cfg.storage.stagingWorkers,
         pods=staging_pods(cfg), project_number=project_number, workload_pool=pool,
         node_pool=cpu_pools.pools[STAGING_POOL].name, tolerations=(STAGING_TAINT,),
@@ -163,7 +173,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     if cfg.monitoring.enabled:
         Monitoring("monitoring", MonitoringArgs(
             namespace=platform.namespace.metadata.name, prefix=catalog.GUIDE_NAME,
-            targets=(*serving_targets(cfg.track), router_target())), in_cluster)
+            targets=(*serving_targets(cfg.track, engines.engines_per_pod(cfg)), router_target())), in_cluster)
 
     # Ingress to the namespace is denied by default; only the flows serving needs are allowed (docs/security.md).
     NetworkPolicies("netpol", NetworkPoliciesArgs(
@@ -292,7 +302,7 @@ def summary(cfg: StackConfig) -> list[str]:
         *weight_load_lines(cfg),
         f"weights cost (estimate): throughput ${throughput_cost:,.0f}/month "
         f"(${throughput_cost / prices.HOURS_PER_MONTH:.2f}/h), capacity ${capacity_cost:,.0f}/month",
-        *capacity_lines(capacity.serving_capacity(cfg)),
+        *capacity_lines(cfg, capacity.serving_capacity(cfg)),
         *engine_limit_lines(cfg),
         *slice_lines(cfg),
         *autoscaling_lines(cfg),
@@ -464,7 +474,7 @@ def dashboard_name(cfg: StackConfig) -> str:
     return f"{catalog.GUIDE_NAME} on {cfg.cluster_name} ({cfg.track})"
 
 
-def capacity_lines(c: capacity.ServingCapacity) -> list[str]:
+def capacity_lines(cfg: StackConfig, c: capacity.ServingCapacity) -> list[str]:
     gb = 1e9
     r, w, g = c.rule, c.weights, c.groups
     return [
@@ -484,8 +494,9 @@ def capacity_lines(c: capacity.ServingCapacity) -> list[str]:
         f"{c.host_tokens:,} in host DRAM"
         + (" (vLLM's CPU tier at the served context: one KDA state per request, capacity.host_tier_tokens_per_engine)"
            if c.role != "slice" else ""),
-        f"router cache: lruCapacityPerServer {c.lru_capacity_per_server:,} blocks of {c.block_tokens} tokens "
-        f"per endpoint ({c.endpoints_per_replica} per replica)",
+        f"router cache: lruCapacityPerServer {router_lru_capacity(cfg, c):,} blocks of "
+        f"{router_block_tokens(cfg)} tokens per endpoint ({c.lru_capacity_per_server:,} engine blocks of "
+        f"{c.block_tokens}; {c.endpoints_per_replica} endpoints per replica, one per engine)",
     ]
 
 

@@ -229,6 +229,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                      "model.kvCacheDtype": "bf16", "gpu.tensorParallel": 2}),
     "tpu-bf16": ("tpu", {"model.kvCacheDtype": "bf16", "model.contextLength": 131072}),
     "adopt": ("gpu", {"storage.bucketExists": True}),
+    # A stack that names its cluster (and so every cloud name) itself (tests/cloud/test_side_by_side.py).
+    "named": ("gpu", {"cluster.name": "my-cluster"}),
     # A node that reads the volume at half the assumed rate (tests/plan/test_loading.py).
     "slow-disk": ("gpu", {"storage.nodeReadMiBps": 1200}),
     "pinned": ("tpu", {"model.revision": "5f1c0ffee0ddba11c0de5eed0123456789abcdef", "storage.stagingWorkers": 4}),

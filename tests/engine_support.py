@@ -14,9 +14,15 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-# Tests reach only loopback: the engine reads the local config.json it is given, never the Hub.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+
+
+def engines_stay_offline() -> None:
+    """Tests reach only loopback: the engine reads the local config.json it is given, never the Hub, and sends no
+    usage stats. Called by the two tiers' conftest files before the engines import; never at this module's import,
+    since the main suite imports stack_config from here and an environment variable set in a worker would stay set
+    for every later test of that worker (huggingface_hub checks HF_HUB_OFFLINE on each call)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 
 FIGURES: list[str] = []
 """Lines the tier's tests record: `engine ... == plan ...`, printed by pytest_terminal_summary."""

@@ -18,6 +18,7 @@ import contextlib
 import importlib
 import io
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -200,8 +201,7 @@ def _parse_only(monkeypatch) -> None:
     real = argparse.ArgumentParser.parse_args
 
     def parse_args(self, args=None, namespace=None):
-        real(self, args, namespace)
-        raise Parsed
+        raise Parsed(real(self, args, namespace))
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_args)
 
@@ -253,7 +253,12 @@ def test_command_line_arguments(monkeypatch, record_property):
         try:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
                 modules[name].main(words)
-        except Parsed:
+        except Parsed as parsed:
+            # what a command goes on to use: no NaN, infinity or negative count slips through its parser
+            values = vars(parsed.args[0]) if parsed.args else {}
+            odd = {k: v for k, v in values.items() if isinstance(v, float) and not math.isfinite(v)
+                   or isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0}
+            assert not odd, f"{name} {words}: parsed {odd}"
             return "parsed"
         except SystemExit as stop:
             assert stop.code in (0, 2) or isinstance(stop.code, str), stop.code
@@ -271,6 +276,55 @@ def test_command_line_arguments(monkeypatch, record_property):
     attempt()
     tally.record(record_property)
     assert tally.outcomes.get("parsed") and tally.outcomes.get("usage error"), tally.outcomes
+
+
+def test_numeric_options_refuse_what_no_command_can_use(monkeypatch, record_property):
+    """Every option of every command that converts its value: NaN, infinity, a negative and a huge number each end
+    in a usage error or a finite, non-negative value (what the command then sleeps, waits or counts with)."""
+    from tools.__main__ import COMMANDS
+
+    modules = {name: importlib.import_module(command.module) for name, command in COMMANDS.items()}
+    typed: dict[str, list[str]] = {}
+    real = argparse.ArgumentParser.parse_args
+    command = {"name": ""}
+
+    def capture(self, args=None, namespace=None):
+        typed.setdefault(command["name"], [a.option_strings[-1] for a in self._actions
+                                           if a.option_strings and a.nargs != 0 and a.type is not None])
+        raise Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
+    for name, module in modules.items():
+        command["name"] = name
+        try:
+            module.main([])
+        except (Parsed, SystemExit):
+            pass
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", real)
+    _parse_only(monkeypatch)
+    tally = Tally("numeric options")
+    for name, options in sorted(typed.items()):
+        for option in options:
+            for value in ("nan", "inf", "-inf", "-1", "1e309", "99999999999999999999"):
+                def attempt(name=name, option=option, value=value) -> str:
+                    err = io.StringIO()
+                    try:
+                        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                            modules[name].main([option, value])
+                    except Parsed as parsed:
+                        got = getattr(parsed.args[0], option.lstrip("-").replace("-", "_"), None)
+                        assert not (isinstance(got, float) and not math.isfinite(got)
+                                    or isinstance(got, (int, float)) and not isinstance(got, bool) and got < 0), \
+                            f"{name} {option} {value} -> {got!r}"
+                        return "parsed"
+                    except SystemExit as stop:
+                        assert stop.code == 2, (name, option, value, stop.code)
+                        return "usage error"
+                    return "returned"
+
+                tally.run(attempt)
+    tally.record(record_property)
+    assert tally.inputs > 30, typed
 
 
 # --------------------------------------------------------------------------- environment

@@ -31,14 +31,18 @@ from ..weights import shipped
 ROOT = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------- names
+CLUSTER_NAME = "[a-z](?:[-a-z0-9]*[a-z0-9])?"
+"""Any cluster name (components/config/base.py GCE_NAMING), which every cloud name of a stack starts with."""
 HOST_FIELDS = frozenset({"hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace"})
 """Pod fields that share a namespace with the node or between containers (PodSpec, Kubernetes API reference)."""
 
 
 def pattern(template: str) -> str:
     """A name template as a regular expression: `{guide}` -> the guide name, `{rev}` -> a 12-hex revision,
-    `{ns}` kept for the namespace the object sits in (filled per object by `matches`)."""
-    return template.replace("{guide}", re.escape(catalog.GUIDE_NAME)).replace("{rev}", "[0-9a-f]{12}")
+    `{cluster}` -> a cluster name (the stack's, derived from its name or set as cluster.name: any Compute Engine
+    name), `{ns}` kept for the namespace the object sits in (filled per object by `matches`)."""
+    return template.replace("{guide}", re.escape(catalog.GUIDE_NAME)).replace("{rev}", "[0-9a-f]{12}") \
+        .replace("{cluster}", CLUSTER_NAME)
 
 
 @cache
@@ -363,21 +367,27 @@ class Grant:
     folder: Optional[str] = None
     """A bucket grant limited by an IAM condition to objects under this folder of its bucket (the condition must
     say so, `resource.name.startsWith("projects/_/buckets/<bucket>/objects/<folder>")`)."""
+    per_stack: bool = False
+    """The grant carries an IAM condition of its own stack (components/weights/bucket.py CheckpointBucketArgs.owner):
+    a Workload Identity principal is the same in every cluster of the project, and IAM removes a binding by role,
+    members and condition, so without one a destroy of any stack would take this stack's access away."""
 
 
 GRANTS: tuple[Grant, ...] = (
     Grant("gcp:projects/iAMMember:IAMMember", "roles/container.defaultNodeServiceAccount", NODE_SA,
           "the least-privilege role GKE documents for node service accounts (logging, monitoring)"),
     Grant("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/storage.objectViewer",
-          WI_PRINCIPAL + re.escape(contract.TRANSFER_SERVICE_ACCOUNT), "the Volume Populator reads the checkpoint"),
+          WI_PRINCIPAL + re.escape(contract.TRANSFER_SERVICE_ACCOUNT), "the Volume Populator reads the checkpoint",
+          per_stack=True),
     Grant("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/storage.objectViewer",
-          WI_PRINCIPAL + re.escape(contract.STAGING_SERVICE_ACCOUNT), "the staging Job lists the bucket"),
+          WI_PRINCIPAL + re.escape(contract.STAGING_SERVICE_ACCOUNT), "the staging Job lists the bucket",
+          per_stack=True),
     Grant("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/storage.objectUser",
           WI_PRINCIPAL + re.escape(contract.STAGING_SERVICE_ACCOUNT),
-          "the staging Job writes the checkpoint folder (limited by an IAM condition)"),
+          "the staging Job writes the checkpoint folder (limited by an IAM condition)", per_stack=True),
     Grant("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/storage.objectCreator",
           WI_PRINCIPAL + re.escape(f"{catalog.GUIDE_NAME}-benchmark"),
-          "the benchmark Job writes its results folder (limited by an IAM condition)"),
+          "the benchmark Job writes its results folder (limited by an IAM condition)", per_stack=True),
     Grant(REPO_GRANT, "roles/artifactregistry.writer", BUILD_SA,
           "the TPU engine image's build pushes to the stack's one repository (components/serving/engineimage.py)"),
     Grant("gcp:projects/iAMMember:IAMMember", "roles/logging.logWriter", BUILD_SA,
@@ -516,7 +526,9 @@ ONE_HOST_HTTPS = AddressPeer(None, frozenset({443}))
 HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
 """Google Cloud load balancer health-check sources (https://cloud.google.com/load-balancing/docs/health-check-concepts
 #ip-ranges), also in components/platform/netpol.py."""
-SERVING_PORTS = frozenset({contract.MODEL_SERVER_PORT})
+SERVING_PORTS = frozenset(contract.engine_ports(
+    contract.MODEL_SERVER_PORT, max(m.gpus_per_node for m in catalog.GPU_MACHINES.values())))
+"""A serving pod's router endpoints: one port per engine, at most one engine per GPU of a node."""
 EPP_PORTS = frozenset({contract.EPP_EXT_PROC_PORT, contract.EPP_GRPC_HEALTH_PORT})
 
 EGRESS: dict[str, tuple[AddressPeer, ...]] = {
@@ -649,11 +661,11 @@ https://cloud.google.com/kubernetes-engine/docs/how-to/hardening-your-cluster#us
 NODE_METADATA: dict[str, str] = {}
 """Instance metadata node pools may set: none (GKE sets disable-legacy-endpoints itself)."""
 NAT_SOURCE = "LIST_OF_SUBNETWORKS"
-NAT_SUBNETS = ("{guide}-[a-z0-9]+-nodes", "{guide}-[a-z0-9]+-staging")
+NAT_SUBNETS = ("{cluster}-nodes", "{cluster}-staging")
 """Cloud NAT translates only these subnets (by name), never every subnet of the region."""
 SUBNET_PURPOSES = frozenset({"REGIONAL_MANAGED_PROXY"})
 """Subnet purposes besides a plain subnet: the proxy-only subnet of the internal Gateway."""
 PRIVATE_SUBNET_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
 """Ranges a subnet and its secondary ranges must fall in (RFC 1918 and RFC 6598 shared space)."""
-EXTERNAL_ADDRESSES = ("{guide}-[a-z0-9]+-staging-[0-9]+",)
+EXTERNAL_ADDRESSES = ("{cluster}-staging-[0-9]+",)
 """The only external addresses: the staging Cloud NAT's (the Hub sees the Job's egress from them)."""

@@ -46,7 +46,7 @@ class NodeIdentity(Component):
         self.account = gcp.serviceaccount.Account(
             f"{name}-sa",
             account_id=args.account_id,
-            display_name="GKE nodes of the kimi-k3-1 llm-d guide",
+            display_name=f"GKE nodes of the kimi-k3-1 llm-d guide ({args.account_id})",  # one per stack
             project=args.project,
             opts=self.child(),
         )

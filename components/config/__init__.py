@@ -30,6 +30,7 @@ from .base import (
     ConfigError,
     Section,
     check_bucket_name,
+    default_cluster_name,
     for_track,
 )
 from .cloud import ClusterConfig, GcpConfig, NetworkConfig, NodePoolConfig, SystemPoolConfig, TransferPoolConfig
@@ -51,5 +52,6 @@ __all__ = [
     'NetworkConfig', 'NodePoolConfig', 'PLACEHOLDERS', 'PROJECT', 'PROJECT_ID_RULES', 'PROVIDER_NAMESPACES',
     'RouterConfig', 'SECRET_KEYS', 'SECTIONS', 'SERVICE_ACCOUNT_ID_RULES', 'Section', 'StackConfig',
     'StorageConfig', 'SystemPoolConfig', 'TpuConfig', 'TransferPoolConfig', 'check_bucket_name',
-    'check_namespaces', 'declared_keys', 'for_track', 'load_config', 'parse_config', 'raw_project_config',
+    'check_namespaces', 'declared_keys', 'default_cluster_name', 'for_track', 'load_config', 'parse_config',
+    'raw_project_config',
 ]

@@ -4,6 +4,7 @@ use."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any, ClassVar, Optional
@@ -96,6 +97,28 @@ PROJECT_ID_RULES = "https://cloud.google.com/resource-manager/docs/creating-mana
 BUCKET_NAMING = "https://cloud.google.com/storage/docs/naming-buckets"
 SERVICE_ACCOUNT_ID_RULES = "https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/create"
 """Service account IDs: 6-30 characters of a-z, 0-9 and '-'."""
+PULUMI_STACK_NAMING = "https://www.pulumi.com/docs/iac/concepts/stacks/"
+"""Stack names: alphanumeric characters, hyphens, underscores or periods, unique within the project."""
+DERIVED_CLUSTER_NAME_MAX = 24
+"""The longest cluster name every name derived from it fits: the node and build service accounts append '-nodes'
+and '-build' within the 30 characters of a service account ID (SERVICE_ACCOUNT_ID_RULES); the network, subnets,
+routers, NATs, addresses and resource policies (GCE_NAMING, 63) and the GKE cluster itself (GKE_CLUSTER_NAMING, 40)
+have room to spare. Node pool names need no stack part: they are unique within their cluster."""
+
+
+def default_cluster_name(stack: str) -> str:
+    """`kimi-k3-1-<stack>`, the name every cloud resource of a stack starts with, so stacks of one project never
+    collide. A stack name is not always a cloud name (PULUMI_STACK_NAMING allows upper case, '_' and '.'), and two
+    stack names may map to one spelling: a name that had to change, or that is too long, is cut and keeps a short
+    hash of the stack's full name."""
+    prefix = f"{PROJECT}-"
+    slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", stack.lower())).strip("-")
+    if slug == stack and len(prefix) + len(slug) <= DERIVED_CLUSTER_NAME_MAX:
+        return prefix + slug
+    digest = hashlib.sha256(stack.encode()).hexdigest()[:6]
+    room = DERIVED_CLUSTER_NAME_MAX - len(prefix) - len(digest) - 1
+    cut = slug[:room].rstrip("-")
+    return f"{prefix}{cut}-{digest}" if cut else f"{prefix}{digest}"
 
 
 def _check_name(key: str, value: str, max_len: int, rules: str = GCE_NAMING) -> None:

@@ -99,7 +99,9 @@ class NetworkConfig(Section):
 
 class ClusterConfig(Section):
     prefix: ClassVar[str] = "cluster"
-    name: Optional[str] = Field(None, description="GKE cluster name (default: kimi-k3-1-<track>).")
+    name: Optional[str] = Field(None, description="GKE cluster name, and the start of every cloud name of the stack "
+                                                  "(default: kimi-k3-1-<stack>, cut with a hash suffix to 24 "
+                                                  "characters where needed).")
     releaseChannel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = Field(
         "REGULAR", description="GKE release channel; a maintenance exclusion blocks minor and node upgrades.")
     versionPrefix: str = Field(catalog.GKE_VERSION_PREFIX,

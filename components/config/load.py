@@ -116,10 +116,11 @@ def _describe_pydantic(err: ValidationError, raw: dict[str, Any]) -> ConfigError
     return ConfigError(key, value, first["msg"].lower())
 
 
-def parse_config(raw: dict[str, Any]) -> StackConfig:
-    """Validate a flat map of project keys (namespace stripped) into a StackConfig or raise ConfigError."""
+def parse_config(raw: dict[str, Any], stack: str | None = None) -> StackConfig:
+    """Validate a flat map of project keys (namespace stripped) into a StackConfig or raise ConfigError. `stack`:
+    the Pulumi stack's name, which the default cloud names derive from."""
     try:
-        return StackConfig.model_validate(_nest(raw))
+        return StackConfig.model_validate({**_nest(raw), **({"stack": stack} if stack else {})})
     except ValidationError as err:
         raise _describe_pydantic(err, raw) from None
 
@@ -149,8 +150,10 @@ def raw_project_config() -> dict[str, Any]:
 
 
 def load_config() -> StackConfig:
+    import pulumi
+
     raw = raw_project_config()
     for key in SECRET_KEYS:
         if not raw.get(key):
             raise ConfigError(key, None, f"required secret: pulumi config set --secret {key} <value>")
-    return parse_config(raw)
+    return parse_config(raw, pulumi.get_stack())

@@ -19,6 +19,7 @@ from .base import (
     _check_name,
     _fail,
     check_bucket_name,
+    default_cluster_name,
 )
 from .cloud import ClusterConfig, GcpConfig, NetworkConfig, SystemPoolConfig, TransferPoolConfig, _check_ranges
 from .gpu import GpuConfig
@@ -37,8 +38,12 @@ SECTIONS: dict[str, type[Section]] = {
 }
 
 
+
+SESSION_SHAPE = ("systemPromptTokens", "turnsPerConversation", "inputTokensPerTurn", "outputTokensPerTurn")
+"""The benchmark keys that size one session, which must fit the served context."""
+
 class StackConfig(BaseModel):
-    """The whole stack's settings. `track` picks the composition; the stack's name plays no part."""
+    """The whole stack's settings. `track` picks the composition; the stack's name only names things (`stack`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     track: Literal["gpu", "tpu"] = Field(
@@ -60,6 +65,12 @@ class StackConfig(BaseModel):
     cost: CostConfig = CostConfig()
     images: ImagesConfig = ImagesConfig()
     autoscaling: AutoscalingConfig = AutoscalingConfig()
+    stack: Optional[str] = Field(
+        None, description="The Pulumi stack's name (not a config key): every cloud name derives from it "
+                          "(default_cluster_name); None, as in tests of one stack alone, stands for the track.")
+    bucket_use: Literal["create", "import", "read"] = Field(
+        "create", description="What `pulumi up` does with the checkpoint bucket (not a config key): Cloud Storage's "
+                              "answer (components/checks/preflight.py bucket_use), or read with storage.bucketExists.")
 
     @model_validator(mode="after")
     def _check(self) -> StackConfig:
@@ -96,7 +107,9 @@ class StackConfig(BaseModel):
             self._check_autoscaling()
         self._check_derived_names()
         self._check_address_space()
-        if self.benchmark.enabled:
+        # A session shape the stack sets is checked whether or not this `up` runs the benchmark: `python -m tools
+        # bench` turns it on for a second `up`, once the cluster exists. Left at their defaults, they bound nothing.
+        if self.benchmark.enabled or set(self.benchmark.changed()) & set(SESSION_SHAPE):
             self._check_session()
         return self
 
@@ -203,6 +216,7 @@ class StackConfig(BaseModel):
                       self.network.stagingPodsCidr, most, f"storage.stagingPods may ask for {most} staging nodes")
 
     def _check_session(self) -> None:
+        """The benchmark's session (SESSION_SHAPE) fits the served context."""
         b = self.benchmark
         session = b.systemPromptTokens + b.turnsPerConversation * (b.inputTokensPerTurn + b.outputTokensPerTurn)
         if session <= self.context_length:
@@ -219,11 +233,15 @@ class StackConfig(BaseModel):
             f"model.contextLength's {self.track} default"
         _fail(key, value, f"a benchmark session of {b.systemPromptTokens} system + {b.turnsPerConversation} turns x "
                           f"({b.inputTokensPerTurn} in + {b.outputTokensPerTurn} out) = {session:,} tokens exceeds the "
-                          f"served context of {self.context_length:,} tokens ({served})")
+                          f"served context of {self.context_length:,} tokens ({served})"
+                          + ("" if b.enabled else "; checked with benchmark.enabled false too: `python -m tools "
+                             "bench` turns it on once the cluster exists"))
 
     @property
     def cluster_name(self) -> str:
-        return self.cluster.name or f"{catalog.GUIDE_NAME}-{self.track}"
+        """cluster.name, else derived from the stack's name: the network, subnets, routers, NATs, addresses, service
+        accounts, resource policies and image repository are named after it, so two stacks never share one."""
+        return self.cluster.name or default_cluster_name(self.stack or self.track)
 
     @property
     def bucket_name(self) -> str:

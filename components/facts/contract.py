@@ -50,6 +50,20 @@ MODEL_SERVER_PORT = 8000
 DECODE_ENGINE_PORT = 8200
 """vLLM's own port behind the routing sidecar on decode pods
 (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/sidecar/proxy/options.go)."""
+SUPERVISOR_PORT_OFFSET = 8
+"""A GPU pod's engines each serve on their own port, base + local rank (vLLM 0.33.0
+vllm/entrypoints/launchers/dp_supervisor.py `_build_vllm_dp_server_args`: `child_args.port = args.port + local_rank`),
+and vLLM's DP supervisor answers /health and /readyz for all of them on base + 8, outside the rank ports (L108-115),
+as llm-d's wide-EP pods run it (8008 and 8208,
+https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml)."""
+MAX_TARGET_PORTS = 8
+"""An InferencePool lists at most 8 target ports (gateway-api-inference-extension v1 CRD
+inference.networking.k8s.io_inferencepools.yaml `spec.targetPorts` maxItems 8)."""
+
+
+def engine_ports(base: int, engines: int) -> list[int]:
+    """The ports of a pod's engines, one per data-parallel rank on the node."""
+    return [base + rank for rank in range(engines)]
 METRICS_PATH = "/metrics"
 
 ROUTER_MODE_LABEL = "llm-d.ai/igw-mode"

@@ -23,21 +23,26 @@ class ScrapeTarget(Args):
     match_labels: dict[str, str] = {}
     match_expressions: tuple[dict[str, object], ...] = ()
     port: int | str
+    more_ports: tuple[int, ...] = ()
+    """Further ports of the same pods (a GPU pod's other engines)."""
     from_pod: dict[str, str] = {}
     """Pod label -> target label (PodMonitoring spec.targetLabels.fromPod)."""
 
 
-def serving_targets(track: str) -> list[ScrapeTarget]:
-    """Where each serving pod exposes engine metrics: on GPU, decode pods run vLLM behind the routing
-    sidecar, so prefill and decode are scraped on different ports
+def serving_targets(track: str, engines_per_pod: int = 1) -> list[ScrapeTarget]:
+    """Where each serving pod exposes engine metrics: on GPU every engine serves its own /metrics on its own port
+    (vLLM's multi-port data parallelism), and decode pods run vLLM behind the routing sidecar, so prefill and decode
+    are scraped on different ports
     (https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml)."""
     gpu_slice = {contract.DISAGGREGATED_SLICE_LABEL: SLICE_TARGET_LABEL}
     if track == "gpu":
+        prefill = contract.engine_ports(contract.MODEL_SERVER_PORT, engines_per_pod)
+        decode = contract.engine_ports(contract.DECODE_ENGINE_PORT, engines_per_pod)
         return [
             ScrapeTarget(name="prefill", match_labels={**contract.SERVING_LABELS, contract.ROLE_LABEL: "prefill"},
-                         port=contract.MODEL_SERVER_PORT, from_pod=gpu_slice),
+                         port=prefill[0], more_ports=tuple(prefill[1:]), from_pod=gpu_slice),
             ScrapeTarget(name="decode", match_labels={**contract.SERVING_LABELS, contract.ROLE_LABEL: "decode"},
-                         port=contract.DECODE_ENGINE_PORT, from_pod=gpu_slice),
+                         port=decode[0], more_ports=tuple(decode[1:]), from_pod=gpu_slice),
         ]
     return [ScrapeTarget(name="model-server", match_labels=dict(contract.SERVING_LABELS),
                          port=contract.MODEL_SERVER_PORT,
@@ -72,7 +77,8 @@ class Monitoring(Component):
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{args.prefix}-{target.name}", namespace=args.namespace),
                 spec={
                     "selector": selector,
-                    "endpoints": [{"port": target.port, "path": contract.METRICS_PATH, "interval": SCRAPE_INTERVAL}],
+                    "endpoints": [{"port": port, "path": contract.METRICS_PATH, "interval": SCRAPE_INTERVAL}
+                                  for port in (target.port, *target.more_ports)],
                     **({"targetLabels": {"fromPod": [{"from": k, "to": v} for k, v in target.from_pod.items()]}}
                        if target.from_pod else {}),
                 },

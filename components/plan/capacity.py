@@ -312,12 +312,12 @@ def decode_capacity(cfg: StackConfig) -> ServingCapacity:
 def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
     if cfg.track == "gpu":
         gpu, replica = cfg.gpu, parallel.layout(cfg).role(role)
-        nodes, devices = replica.nodes, replica.devices
+        devices = replica.devices
         hbm = int(gpu.spec.hbm_gb_per_gpu * 1e9)
         usable = hbm * gpu.gpuMemoryPercent / 100
         kv_groups = replica.engines
         host_per_node = gpu.spec.host_memory_gb * 1e9 * gpu.hostOffloadPercent / 100
-        endpoints = nodes
+        endpoints = kv_groups  # one router endpoint per engine (components/plan/engines.py vllm_engine_ports)
         size_keys = f"gpu.{role}NodesPerGroup or gpu.gpuMemoryPercent"
     else:
         tpu = cfg.tpu

@@ -1,8 +1,9 @@
 """Model-server command lines, built as token lists so tests can check every flag against the engine's
 real parser (tests/serving/test_modelservers.py) and every JSON key against the engine's config classes.
 
-GPU: vLLM (pinned VLLM_VERSION), one `vllm serve` per LWS pod in llm-d's data-parallel hybrid-LB form:
-each pod runs GPUs/TP engines, the group forms one DP x EP domain (EP = TP x DP is derived by vLLM).
+GPU: vLLM (pinned VLLM_VERSION), one `vllm serve` per LWS pod in llm-d's multi-port data-parallel form: each pod
+runs GPUs/TP engines, each serving on its own port so the router addresses every engine (and its own prefix cache)
+as one endpoint; the group forms one DP x EP domain (EP = TP x DP is derived by vLLM).
 TPU: vLLM-TorchTPU (the pinned release), one engine per slice spread over its hosts with `--nnodes`; or, only
 as an explicit choice, a user-supplied SGLang-TorchTPU build (unreleased).
 The block size every command passes is the engine-effective one (components/plan/kvblocks.py).
@@ -72,6 +73,45 @@ def vllm_port(role: Role) -> int:
     """Decode engines sit behind the routing sidecar, which takes the serving port
     (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/sidecar/proxy/options.go)."""
     return contract.DECODE_ENGINE_PORT if role == "decode" else contract.MODEL_SERVER_PORT
+
+
+def engines_per_pod(cfg: StackConfig) -> int:
+    """Router endpoints one serving pod holds: a GPU pod's data-parallel engines; one TPU leader."""
+    return parallel.layout(cfg).engines_per_node if cfg.track == "gpu" else 1
+
+
+def vllm_engine_ports(cfg: StackConfig, role: Role) -> list[int]:
+    """One port per engine of a pod (contract.SUPERVISOR_PORT_OFFSET says how vLLM assigns them)."""
+    return contract.engine_ports(vllm_port(role), engines_per_pod(cfg))
+
+
+def vllm_supervisor_port(role: Role) -> int:
+    """vLLM's DP supervisor: /health and /readyz over all the pod's engines (the probes' port)."""
+    return vllm_port(role) + contract.SUPERVISOR_PORT_OFFSET
+
+
+PREFIX_MATCH_UNIT = 128
+"""`--prefix-match-unit` on GPU: prefix hits land on 128-token boundaries inside the 11,392-token block instead of on
+whole blocks (vLLM 0.33.0 vllm/config/cache.py `prefix_match_unit`). It must divide every prefix-cacheable group's
+block (vllm/v1/core/kv_cache_utils.py `resolve_kv_cache_block_sizes`), and 11,392 = 128 x 89 with 89 prime, so the
+choices are 128 or a power of two below it; the router's floor is 64 (llm-d-router v0.10.0 approximateprefix/
+plugin.go L52). NVIDIA Dynamo's GB300 Kimi K3 recipe runs its KV router at 128 too. The session replay measured it
+against whole blocks (components/plan/replay.py, docs/capacity.md "Prefix routing")."""
+
+
+def vllm_prefix_match_flags(cfg: StackConfig) -> list[str]:
+    """The unit when it divides the engine block and is finer (a block it does not divide, e.g. after a geometry
+    change, keeps vLLM's default: whole blocks)."""
+    block = kvblocks.gpu_rule(cfg).block_tokens
+    if block > PREFIX_MATCH_UNIT and block % PREFIX_MATCH_UNIT == 0:
+        return ["--prefix-match-unit", str(PREFIX_MATCH_UNIT)]
+    return []
+
+
+def prefix_match_unit(cfg: StackConfig) -> int:
+    """Where prefix hits land, and so the router's `blockSizeTokens`: the GPU unit, else the engine block."""
+    flags = vllm_prefix_match_flags(cfg) if cfg.track == "gpu" else []
+    return int(flags[1]) if flags else kvblocks.block_rule(cfg).block_tokens
 
 
 def vllm_group_nodes(cfg: StackConfig, role: Role) -> int:
@@ -157,7 +197,12 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "--data-parallel-address", LEADER,
         "--data-parallel-rpc-port", str(contract.DATA_PARALLEL_RPC_PORT),
         "--data-parallel-start-rank", START_RANK,
-        "--data-parallel-hybrid-lb",
+        # One HTTP server per engine on --port + local rank, a supervisor for the pod's probes
+        # (vllm/entrypoints/launchers/dp_supervisor.py); with --data-parallel-hybrid-lb one server fronted all of
+        # them and picked an engine by load alone, so the router's prefix affinity reached the warm engine only
+        # when it happened to be the first idle one (docs/capacity.md "Prefix routing").
+        "--data-parallel-multi-port-external-lb",
+        "--data-parallel-supervisor-port", str(vllm_supervisor_port(role)),
         "--enable-expert-parallel",
         # Each rank reads only its own experts, with a loader that honours that filter (components/plan/loading.py).
         *loading.GPU_LOADER.argv,
@@ -167,8 +212,9 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         # The engine-effective block: vLLM would raise a smaller one to this itself (components/plan/kvblocks.py).
         "--block-size", str(kvblocks.gpu_rule(cfg).block_tokens),
         # Prefix caching on the hybrid caches KDA states at block boundaries (vllm/config/cache.py
-        # mamba_cache_mode). --prefix-match-unit stays unset: docs/capacity.md says why.
+        # mamba_cache_mode); hits land on the finer unit.
         "--enable-prefix-caching",
+        *vllm_prefix_match_flags(cfg),
         "--mamba-cache-mode", "align",
         "--max-model-len", str(cfg.context_length),
         *(["--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS)] if role == "prefill" else []),

@@ -585,33 +585,29 @@ class RoutingChoice:
     """The affinity filter's `maxTTFTPenaltyMs`."""
 
 
+TTFT_PENALTY_MS = 2000.0
+"""The affinity filter's `maxTTFTPenaltyMs` the router renders (components/router/router.py). A shared 32K system
+prompt makes every new session sticky to the endpoint that saw it first (GPU at 128-token router blocks; TPU at
+1,024); at the default 18 s the gate lets that endpoint queue 18 s of prefill before spilling, and its pool evicts
+the sessions it holds (replayed: GPU agentic 44 % of ideal hits and TTFT p95 143 s; TPU agentic 83 % on
+vLLM-TorchTPU's own manager). At 2 s the spill starts early and sessions stay put afterwards."""
+
 def rendered_choice(cfg) -> RoutingChoice:
-    """What the stack renders today (components/plan/engines.py, components/router/router.py)."""
+    """What the stack renders (components/plan/engines.py, components/router/router.py): one endpoint per engine,
+    hits and router blocks in the engines' prefix unit, the 2 s TTFT penalty."""
+    from . import engines
+
+    unit = engines.prefix_match_unit(cfg)
+    return RoutingChoice("engine", unit, unit, 0, TTFT_PENALTY_MS)
+
+
+def former_choice(cfg) -> RoutingChoice:
+    """What the stack rendered before the replay (kept to show why it changed): on GPU a pod's engines behind one
+    port (`--data-parallel-hybrid-lb`), hits and router blocks on whole blocks, the filter's default 18 s."""
     from . import kvblocks
 
     block = kvblocks.block_rule(cfg).block_tokens
     return RoutingChoice("pod" if cfg.track == "gpu" else "engine", block, block, 0, MAX_TTFT_PENALTY_MS)
-
-
-GPU_PREFIX_MATCH_UNIT = 128
-"""The largest unit finer than the GPU block that vLLM 0.33.0 accepts: it must divide every prefix-cacheable group's
-block (vllm/v1/core/kv_cache_utils.py `resolve_kv_cache_block_sizes`), and 11,392 = 128 x 89 with 89 prime, so the
-choices are 128 or a power of two below it; the router's floor is 64 (approximateprefix/plugin.go L52). NVIDIA
-Dynamo's GB300 Kimi K3 recipe runs its KV router at 128 too."""
-TTFT_PENALTY_MS = 2000.0
-"""A shared 32K system prompt makes every new session sticky to the endpoint that saw it first (GPU at 128-token
-router blocks; TPU at 1,024); at the default 18 s the gate lets that endpoint queue 18 s of prefill before
-spilling, and its pool evicts the sessions it holds (replayed: GPU agentic 44 % of ideal hits and TTFT p95 143 s;
-TPU agentic 59 % on vLLM-TorchTPU's own manager). At 2 s the spill starts early and sessions stay put afterwards."""
-
-
-def chosen_choice(cfg) -> RoutingChoice:
-    """The routing this replay argues for (docs/capacity.md): one endpoint per engine, a 2 s TTFT penalty, and on
-    GPU 128-token prefix matching in engine and router; TPU keeps its 1,024-token block (one engine per slice
-    already)."""
-    if cfg.track == "gpu":
-        return RoutingChoice("engine", GPU_PREFIX_MATCH_UNIT, GPU_PREFIX_MATCH_UNIT, 0, TTFT_PENALTY_MS)
-    return replace(rendered_choice(cfg), penalty_ms=TTFT_PENALTY_MS)
 
 
 def deployment_for(cfg, choice: RoutingChoice | None = None, lru_capacity: int | None = None,

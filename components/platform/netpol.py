@@ -121,9 +121,13 @@ def client_port(cfg: StackConfig) -> int:
 def flows(cfg: StackConfig, api_server: Sequence[StrInput]) -> list[Flow]:
     """Every allowed flow of the namespace's pods, in and out. `api_server`: the control plane's addresses."""
     servers = model_servers(cfg)
-    metrics_ports = [t.port for t in serving_targets(cfg.track)]
+    metrics_ports = [p for t in serving_targets(cfg.track, engines.engines_per_pod(cfg))
+                     for p in (t.port, *t.more_ports)]
+    # Every engine is a router endpoint on its own port (GPU: one per data-parallel rank of a pod).
+    endpoints = (contract.engine_ports(contract.MODEL_SERVER_PORT, engines.engines_per_pod(cfg))
+                 if cfg.track == "gpu" else [contract.MODEL_SERVER_PORT])
     found: list[Flow] = [
-        Flow(ROUTER, SERVING, _ports([contract.MODEL_SERVER_PORT, *metrics_ports]),
+        Flow(ROUTER, SERVING, _ports([*endpoints, *metrics_ports]),
              "the router's proxy sends requests, the EPP tokenizes prompts on the engines' render endpoint (through "
              "the render Service) and scrapes engine metrics"),
         Flow(servers, servers, (),
@@ -142,9 +146,9 @@ def flows(cfg: StackConfig, api_server: Sequence[StrInput]) -> list[Flow]:
         proxies = Peer("gateway-proxies", cidrs=(cfg.network.proxyOnlyCidr,))
         gateway = Peer("gateway-address", cidrs=(cfg.network.nodesCidr,))
         found += [
-            Flow(proxies, SERVING, _ports([contract.MODEL_SERVER_PORT]), "the Gateway's proxies send requests"),
+            Flow(proxies, SERVING, _ports(endpoints), "the Gateway's proxies send requests"),
             Flow(proxies, ROUTER, _ports([contract.EPP_EXT_PROC_PORT]), "the Gateway's proxies call the EPP"),
-            Flow(HEALTH_CHECKS, SERVING, _ports([contract.MODEL_SERVER_PORT]), "load balancer health checks"),
+            Flow(HEALTH_CHECKS, SERVING, _ports(endpoints), "load balancer health checks"),
             Flow(HEALTH_CHECKS, ROUTER, _ports([contract.EPP_EXT_PROC_PORT, contract.EPP_GRPC_HEALTH_PORT]),
                  "load balancer health checks"),
             Flow(LOAD_CLIENTS, gateway, _ports([client_port(cfg)]), "load Jobs send to the Gateway's address"),

@@ -26,7 +26,7 @@ from ..facts.versions import (
     ROUTER_STANDALONE_CHART,
     ChartRef,
 )
-from ..plan import autoscaling, engines, images
+from ..plan import autoscaling, engines, images, replay
 from ..plan.capacity import ServingCapacity
 from ..platform import hardening
 
@@ -104,17 +104,34 @@ def token_producer(cfg: StackConfig) -> Optional[dict[str, Any]]:
     return {"type": TOKEN_PRODUCER, "parameters": {"modelName": catalog.KIMI.hf_id, "vllm": {"url": render_url(cfg)}}}
 
 
+TTFT_PENALTY_MS = int(replay.TTFT_PENALTY_MS)
+"""`maxTTFTPenaltyMs` of the prefix-cache-affinity filter (default 18000, prefixcacheaffinity/plugin.go L93-101),
+chosen by the session replay (components/plan/replay.py TTFT_PENALTY_MS says why)."""
+
+
+def router_block_tokens(cfg: StackConfig) -> int:
+    """The approximate producer hashes in the unit the engines' hits land on (components/plan/engines.py
+    prefix_match_unit): 128 tokens on GPU, the block on TPU."""
+    return engines.prefix_match_unit(cfg)
+
+
+def lru_capacity(cfg: StackConfig, capacity: ServingCapacity) -> int:
+    """`lruCapacityPerServer` in router blocks: the plan's prefix tokens per endpoint (HBM and host DRAM) over the
+    router's block."""
+    return capacity.lru_capacity_per_server * capacity.block_tokens // router_block_tokens(cfg)
+
+
 def prefix_producer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
     """Approximate prefix model in the engine-effective block (components/plan/kvblocks.py), sized across HBM and host
     DRAM. autoTune stays off: it would read the right block size from the engine's `vllm:cache_config_info`, but
     count HBM blocks only (https://github.com/llm-d/llm-d-router/issues/1650,
     https://github.com/llm-d/llm-d/blob/5e758d8/guides/models/qwen3-coder-480b/router/qwen3-coder-480b.values.yaml).
     What it can and cannot predict: docs/capacity.md "Prefix routing"."""
-    block = capacity.block_tokens
+    block = router_block_tokens(cfg)
     return {"type": PREFIX_PRODUCER, "parameters": {
         "autoTune": False,
         "blockSizeTokens": block,
-        "lruCapacityPerServer": capacity.lru_capacity_per_server,
+        "lruCapacityPerServer": lru_capacity(cfg, capacity),
         "maxPrefixTokensToMatch": cfg.context_length,
         "maxPrefixBlocksToMatch": -(-cfg.context_length // block),
     }}
@@ -160,7 +177,8 @@ def endpoint_picker_config(cfg: StackConfig, capacity: ServingCapacity) -> dict[
         *([tokens] if tokens else []),
         prefix_producer(cfg, capacity),
         {"type": "prefix-cache-affinity-filter",
-         "parameters": {"peakPrefillThroughput": cfg.router.peakPrefillThroughput}},
+         "parameters": {"peakPrefillThroughput": cfg.router.peakPrefillThroughput,
+                        "maxTTFTPenaltyMs": TTFT_PENALTY_MS}},
         {"type": "token-load-scorer"},
         # Feeds token-load-scorer and the affinity filter; exact only with one EPP replica
         # (https://github.com/llm-d/llm-d/blob/5e758d8/guides/models/nemotron-3-ultra/router/nemotron-3-ultra.values.yaml).
@@ -219,13 +237,27 @@ def monitoring_layer() -> dict[str, Any]:
     return {"router": {"monitoring": {"prometheus": {"enabled": False, "auth": {"enabled": False}}}}}
 
 
+def target_ports(cfg: StackConfig) -> list[int]:
+    """One InferencePool target port per engine of a serving pod: the router's datastore makes one endpoint per
+    (pod, target port) (llm-d-router v0.10.0 pkg/epp/datastore/datastore.go L332-345, `RankIndex` the port's
+    position); on GPU the prefill engines and the decode sidecar's listeners sit on 8000 + rank. At most 8
+    (contract.MAX_TARGET_PORTS, the CRD's limit)."""
+    if cfg.track != "gpu":
+        return [contract.MODEL_SERVER_PORT]
+    ports = contract.engine_ports(contract.MODEL_SERVER_PORT, engines.engines_per_pod(cfg))
+    if len(ports) > contract.MAX_TARGET_PORTS:
+        raise ValueError(f"{len(ports)} engines per pod exceed the InferencePool's {contract.MAX_TARGET_PORTS} "
+                         "target ports")
+    return ports
+
+
 def track_layer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
     router: dict[str, Any] = {
         "modelServers": {
             # vLLM semantics on both tracks by default (its metrics and leader-only endpoints on TPU).
             "type": "vllm" if cfg.track == "gpu" else engines.tpu_engine_type(cfg),
             "matchLabels": dict(contract.SERVING_LABELS),
-            "targetPorts": [{"number": contract.MODEL_SERVER_PORT}],
+            "targetPorts": [{"number": port} for port in target_ports(cfg)],
         },
         "epp": {
             # The rollout screener is an Alpha plugin (llm-d-router v0.10.0 pkg/epp/framework/plugins/README.md).

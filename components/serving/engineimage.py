@@ -217,7 +217,7 @@ class EngineImage(Component):
         self.builder = gcp.serviceaccount.Account(
             f"{name}-builder",
             account_id=f"{args.cluster_name}-build",
-            display_name="Cloud Build of the kimi-k3-1 TPU engine image",
+            display_name=f"Cloud Build of the TPU engine image of {args.cluster_name}",
             project=args.project,
             opts=self.child(),
         )

@@ -172,7 +172,7 @@ def jit_cache_volume() -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountA
 def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.v1.PodSpecArgs:
     machine = cfg.gpu.spec
     command = engines.vllm_command(cfg, role)
-    port = engines.vllm_port(role)
+    supervisor = engines.vllm_supervisor_port(role)
     shm_gib, memory_gib = gpu_memory_gib(cfg)
     models, models_mount = weights_volume(claim)
     shm, shm_mount = shm_volume(shm_gib)
@@ -182,7 +182,12 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
     claims = [k8s.core.v1.PodResourceClaimArgs(name="compute-domain-channel",
                                                resource_claim_template_name=contract.COMPUTE_DOMAIN_CHANNEL_TEMPLATE),
               k8s.core.v1.PodResourceClaimArgs(name="rdma", resource_claim_template_name=contract.RDMA_CLAIM_TEMPLATE)]
-    ports = [k8s.core.v1.ContainerPortArgs(name="http", container_port=port)]
+    # One port per engine (the router's endpoints: `rank<i>`; behind the decode sidecar `vllm-rank<i>`, as llm-d's
+    # wide-EP pods name them) and the DP supervisor the probes ask.
+    rank_name = "rank" if role == "prefill" else "vllm-rank"
+    ports = [k8s.core.v1.ContainerPortArgs(name=f"{rank_name}{i}", container_port=p)
+             for i, p in enumerate(engines.vllm_engine_ports(cfg, role))]
+    ports.append(k8s.core.v1.ContainerPortArgs(name="supervisor", container_port=supervisor))
     ports += [k8s.core.v1.ContainerPortArgs(name=f"nixl-{i}", container_port=contract.NIXL_SIDE_CHANNEL_PORT + i)
               for i in range(parallel.layout(cfg).engines_per_node)]
     engine = k8s.core.v1.ContainerArgs(
@@ -250,7 +255,9 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         security_context=hardening.privileged_context(),
         volume_mounts=[models_mount, shm_mount, jit_mount,
                        k8s.core.v1.VolumeMountArgs(name="nvidia", mount_path=engines.GPU_DRIVER_MOUNT)],
-        **probes(cfg, port, ready_path="/v1/models"),
+        # The supervisor answers /health once every engine of the pod is healthy and /readyz while they stay so
+        # (vllm/entrypoints/launchers/dp_supervisor.py L219-236); llm-d's wide-EP pods probe it the same way.
+        **probes(cfg, supervisor, ready_path="/readyz"),
     )
     init = []
     if role == "decode":
@@ -258,11 +265,16 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
             name="routing-proxy",
             image=images.ref(cfg.images, "routing-sidecar"),
             args=[f"--port={contract.MODEL_SERVER_PORT}", f"--model-server-port={contract.DECODE_ENGINE_PORT}",
+                  # One listener per engine, port + i forwarding to the engine's port + i (llm-d-router v0.10.0
+                  # pkg/sidecar/proxy/data_parallel.go `startDataParallel`, which reads POD_IP).
+                  f"--data-parallel-size={engines.engines_per_pod(cfg)}",
                   "--kv-connector=nixlv2", "--secure-proxy=false",
                   # Pick among the prefill hosts the router offers at random (llm-d-router v0.10.0
                   # docs/disaggregation.md), as llm-d's GB200 decode pods do.
                   "--enable-prefiller-sampling"],
-            ports=[k8s.core.v1.ContainerPortArgs(name="serve", container_port=contract.MODEL_SERVER_PORT)],
+            env=[_field_env("POD_IP", "status.podIP")],
+            ports=[k8s.core.v1.ContainerPortArgs(name=f"rank{i}", container_port=p) for i, p in
+                   enumerate(contract.engine_ports(contract.MODEL_SERVER_PORT, engines.engines_per_pod(cfg)))],
             # native sidecar, as
             # https://github.com/llm-d/llm-d/blob/39507f3/guides/wide-ep/modelserver/gpu/vllm-deepseek-r1-0528/base/disaggregatedset.yaml
             restart_policy="Always",

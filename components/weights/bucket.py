@@ -28,13 +28,28 @@ class CheckpointBucketArgs(Args):
     delete_on_destroy: bool
     """False keeps the bucket (and its 1.56 TB copy) when the stack is destroyed."""
     exists: bool = False
-    """Read the bucket instead of creating it: a kept bucket is adopted by the next `up` this way."""
+    """Read the bucket instead of creating it: another stack's of the project, or storage.bucketExists."""
+    adopt: bool = False
+    """The bucket exists and this stack created it (a destroy kept it): import it by its name, its ID
+    (https://www.pulumi.com/registry/packages/gcp/api-docs/storage/bucket/#import). Once in the stack's state, the
+    import option is a no-op (https://github.com/pulumi/pulumi/blob/master/developer-docs/architecture/import.md)."""
     readers: tuple[StrInput, ...] = ()
     """IAM members granted object read."""
     results_writers: tuple[StrInput, ...] = ()
     """IAM members allowed to create objects under `results_prefix` only."""
     results_prefix: str = "benchmarks/"
     labels: dict[str, str]
+    owner: str
+    """The stack the grants are for (its cluster name), in each grant's condition title. Pods of every cluster in
+    the project share one Workload Identity principal per namespace and service account, and IAM tells bindings
+    apart by role, members and condition only: one condition per stack keeps each stack's binding its own, so
+    destroying one stack leaves the others' access to the shared bucket in place."""
+
+
+def whole_bucket(bucket: StrInput) -> pulumi.Output[str]:
+    """A condition every request on the bucket and its objects meets (Cloud Storage names them
+    `projects/_/buckets/<bucket>` and `.../objects/<name>`): the grant's scope is the unconditional one's."""
+    return pulumi.Output.concat('resource.name.startsWith("projects/_/buckets/', bucket, '")')
 
 
 class CheckpointBucket(Component):
@@ -53,6 +68,8 @@ class CheckpointBucket(Component):
                 bucket=self.bucket.name,
                 role=CHECKPOINT_READER_ROLE,
                 member=member,
+                condition=gcp.storage.BucketIAMMemberConditionArgs(
+                    title=f"{args.owner} reads the checkpoint", expression=whole_bucket(args.name)),
                 opts=self.child(),
             )
             for i, member in enumerate(args.readers)
@@ -65,7 +82,7 @@ class CheckpointBucket(Component):
                 member=member,
                 # Conditioned on the prefix, so the benchmark can never touch the checkpoint.
                 condition=gcp.storage.BucketIAMMemberConditionArgs(
-                    title="benchmark-results-only",
+                    title=f"{args.owner} writes benchmark results only",
                     expression=f'resource.name.startsWith("projects/_/buckets/{args.name}/objects/{args.results_prefix}")',
                 ),
                 opts=self.child(),
@@ -88,6 +105,6 @@ class CheckpointBucket(Component):
                 retention_duration_seconds=args.soft_delete_days * 86400),
             force_destroy=args.delete_on_destroy,
             labels=args.labels,
-            opts=self.child(retain_on_delete=not args.delete_on_destroy),
+            opts=self.child(retain_on_delete=not args.delete_on_destroy, import_=args.name if args.adopt else None),
         )
 

@@ -28,6 +28,7 @@ from ..facts import catalog, contract
 from ..plan.staging import POD_CPU
 from ..platform import hardening
 from . import shipped
+from .bucket import whole_bucket
 
 APP_DIR = "/app"
 DEPS_DIR = "/deps"
@@ -62,6 +63,8 @@ class CheckpointStagingArgs(Args):
     bucket: StrInput
     """Bucket name."""
     prefix: str
+    owner: str
+    """The stack the grants are for, in their condition titles (components/weights/bucket.py CheckpointBucketArgs)."""
     """storage.checkpointPrefix: the revision folders go under it."""
     repo_id: str
     revision: StrInput
@@ -110,11 +113,14 @@ class CheckpointStaging(Component):
         under_prefix = pulumi.Output.concat(
             'resource.name.startsWith("projects/_/buckets/', args.bucket, "/objects/", args.prefix, '")')
         return [
-            gcp.storage.BucketIAMMember(f"{name}-lister", bucket=args.bucket, role=LISTER_ROLE, member=member,
-                                        opts=self.child()),
+            gcp.storage.BucketIAMMember(
+                f"{name}-lister", bucket=args.bucket, role=LISTER_ROLE, member=member,
+                condition=gcp.storage.BucketIAMMemberConditionArgs(title=f"{args.owner} lists the checkpoint",
+                                                                   expression=whole_bucket(args.bucket)),
+                opts=self.child()),
             gcp.storage.BucketIAMMember(
                 f"{name}-writer", bucket=args.bucket, role=WRITER_ROLE, member=member,
-                condition=gcp.storage.BucketIAMMemberConditionArgs(title="checkpoint-prefix-only",
+                condition=gcp.storage.BucketIAMMemberConditionArgs(title=f"{args.owner} writes the checkpoint only",
                                                                    expression=under_prefix),
                 opts=self.child()),
         ]

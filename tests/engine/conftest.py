@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 # Loopback only (HF_HUB_OFFLINE), the fixture stacks, skip-or-fail, the printed figures: shared with tests/engine_tpu.
-from tests.engine_support import skip_or_fail, stack_config, terminal_summary  # noqa: E402, F401
+from tests.engine_support import engines_stay_offline, skip_or_fail, stack_config, terminal_summary  # noqa: E402, F401
+
+engines_stay_offline()
 
 
 def _require_vllm() -> None:

@@ -32,13 +32,14 @@ def test_gpu_hand_worked():
     Cached: 16 x (222 // 4) x 11,392 = 10,024,960 HBM tokens;
     host (vLLM's CPU tier per engine): 120e9 // 157,483,008 B per chunk = 761 chunks; a 1M request takes 93 MLA +
     3 KDA chunks = 96, so 761 x 1,048,576 // 96 = 8,312,149 tokens x 16 engines = 132,994,384;
-    lruCapacityPerServer = 143,019,344 // 4 // 11,392 = 3,138."""
+    per router endpoint, one per engine: 143,019,344 // 16 // 11,392 = 784 engine blocks (the router counts them in
+    its 128-token blocks: tests/router/test_router.py)."""
     c = capacity.serving_capacity(parse("gpu"))
     assert c.weight_bytes_per_device == pytest.approx(203.89e9, rel=1e-4)
     assert c.kv_pool_bytes_per_device == pytest.approx(35.209e9, rel=1e-4)
     assert (c.blocks_per_engine, c.blocks_per_sequence, c.sequences_per_engine, c.sequences) == (222, 102, 2, 32)
     assert (c.hbm_tokens, c.host_tokens) == (10_024_960, 132_994_384)
-    assert c.lru_capacity_per_server == 3_138
+    assert c.lru_capacity_per_server == 784 and c.endpoints_per_replica == 16
     assert capacity.slice_capacity(parse("gpu")).sessions_host == 16 * (761 // 96)  # 112 per decode group
     # 251.1e9 - 203.89e9 - (2 x 102 + 1) x 157,483,008 = 14.93e9: above that, one 1M request per engine fewer.
     assert c.non_weight_ceiling_bytes == pytest.approx(14.925e9, rel=1e-4)
@@ -133,7 +134,7 @@ def test_summary_prints_the_capacity_figures(plans, stack):
     assert f"{c.sequences_per_engine} per engine, {c.sequences} per {c.role} replica" in summary
     assert f"HBM left for KV {c.kv_pool_bytes_per_device / 1e9:.1f} GB" in summary
     assert f"{c.hbm_tokens:,} tokens in HBM + {c.host_tokens:,} in host DRAM" in summary
-    assert f"lruCapacityPerServer {c.lru_capacity_per_server:,} blocks of {c.block_tokens} tokens" in summary
+    assert f"({c.lru_capacity_per_server:,} engine blocks of {c.block_tokens};" in summary
     assert f"the pool runs at most {c.max_running}" in summary if stack == "tpu" else \
         f"prefill --max-num-seqs {c.max_running} ({c.blocks_per_engine:,} blocks // {c.groups.groups};" in summary
     if stack == "gpu":

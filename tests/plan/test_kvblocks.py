@@ -75,11 +75,14 @@ def test_one_block_size_in_engines_router_capacity_and_summary(plans, stack):
     c = capacity.serving_capacity(cfg)
     [producer] = [p for p in epp_config(plan)["plugins"] if p["type"] == "approx-prefix-cache-producer"]
     params = producer["parameters"]
-    assert params["blockSizeTokens"] == c.block_tokens == block
-    assert params["lruCapacityPerServer"] == (c.hbm_tokens + c.host_tokens) // c.endpoints_per_replica // block
-    assert params["maxPrefixBlocksToMatch"] == -(-cfg.context_length // block)
+    unit = engines.prefix_match_unit(cfg)  # the router hashes where the engines' hits land, inside the block
+    assert params["blockSizeTokens"] == unit and c.block_tokens == block and block % unit == 0
+    assert params["lruCapacityPerServer"] == \
+        (c.hbm_tokens + c.host_tokens) // c.endpoints_per_replica // block * block // unit
+    assert params["maxPrefixBlocksToMatch"] == -(-cfg.context_length // unit)
     assert f"engine-effective KV block: {block} tokens" in plan.summary
-    assert f"lruCapacityPerServer {c.lru_capacity_per_server:,} blocks of {block} tokens" in plan.summary
+    assert f"lruCapacityPerServer {params['lruCapacityPerServer']:,} blocks of {unit} tokens" in plan.summary
+    assert f"({c.lru_capacity_per_server:,} engine blocks of {block};" in plan.summary
 
 
 @pytest.mark.parametrize("stack", ["gpu", "tpu"])
@@ -94,17 +97,17 @@ def test_kda_heads_move_block_router_and_capacity_together(stack):
         rule = kvblocks.block_rule(cfg)
         figures.append((rule.block_tokens, producer["blockSizeTokens"], producer["lruCapacityPerServer"],
                         c.block_tokens, c.hbm_tokens, c.lru_capacity_per_server))
-        assert producer["blockSizeTokens"] == c.block_tokens == rule.block_tokens
+        assert producer["blockSizeTokens"] == engines.prefix_match_unit(cfg) and c.block_tokens == rule.block_tokens
         flags = dict(facts.split_flags(list(engines.vllm_command(cfg, "prefill").argv if stack == "gpu"
                                             else engines.tpu_command(cfg, "leader").argv)))
         assert flags["--block-size"] == str(rule.block_tokens)
     (b0, r0, l0, c0, h0, x0), (b1, r1, l1, c1, h1, x1) = figures
     if stack == "gpu":
         assert (b0, b1) == (11_392, 7_552)
-        assert l1 != l0 and x1 == l1
+        assert l1 != l0 and l1 == x1 * b1 // r1 and (r0, r1) == (128, 128)
     else:  # the TPU block is held at the page-table floor at 480K; the state share per rank shrinks with it
         assert b1 <= b0
-    assert (r1, c1) == (b1, b1)
+    assert c1 == b1 and b1 % r1 == 0
 
 
 def test_kda_heads_that_do_not_split_over_tp_are_refused_with_one_line():

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from components.plan import replay
-from tests.engine_support import stack_config
+from tests.config.test_config import parse
 
 
 def _router(endpoints: int = 3, block: int = 64, **kw) -> replay.Router:
@@ -66,8 +66,8 @@ def test_below_the_threshold_the_load_score_still_prefers_the_cached_endpoint():
 
 
 def _gpu_engine(unit: int | None = None) -> replay.RuleEngine:
-    cfg = stack_config("gpu")
-    choice = replay.rendered_choice(cfg)
+    cfg = parse("gpu")
+    choice = replay.former_choice(cfg)
     if unit:
         choice = replace(choice, hash_unit=unit, router_block=unit)
     return replay.RuleEngine(replay.deployment_for(cfg, choice).engine)
@@ -120,7 +120,7 @@ def test_replay_reports_per_shape_and_the_engine_layout_beats_the_pod_layout_und
 
 
 def test_the_stack_shapes_follow_the_benchmark_keys():
-    cfg = stack_config("gpu", **{"benchmark.concurrency": "16"})
+    cfg = parse("gpu", benchmark__concurrency=16)
     names = {s.name: s for s in replay.stack_shapes(cfg)}
     assert names["benchmark"].concurrency == 16 and names["benchmark@2x"].concurrency == 32
     assert names["benchmark"].system_tokens == cfg.benchmark.systemPromptTokens

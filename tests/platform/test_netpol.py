@@ -10,6 +10,7 @@ import pytest
 
 from components.config import parse_config
 from components.facts import catalog, contract
+from components.plan import engines
 from tests.conftest import STACKS, stack_document
 from tools.preview.scan import pod_templates
 
@@ -80,10 +81,15 @@ def expected_matrix(stack: str, api_server: set[str]) -> set[tuple]:
     bench = labels({**contract.LOAD_CLIENT_LABELS, **contract.BENCHMARK_NAME_LABEL})
     gmp = pods({"app.kubernetes.io/name": "collector"}, "gmp-system")
     dns = pods({"k8s-app": "kube-dns"}, "kube-system")
-    metrics = tcp(contract.MODEL_SERVER_PORT, contract.DECODE_ENGINE_PORT) if cfg.track == "gpu" \
+    # GPU: every engine of a pod is a router endpoint on its own port, with its own /metrics (decode engines behind
+    # the routing sidecar's listeners on the same endpoint ports).
+    local = engines.engines_per_pod(cfg)
+    endpoints = tcp(*contract.engine_ports(contract.MODEL_SERVER_PORT, local)) if cfg.track == "gpu" \
+        else tcp(contract.MODEL_SERVER_PORT)
+    metrics = endpoints | tcp(*contract.engine_ports(contract.DECODE_ENGINE_PORT, local)) if cfg.track == "gpu" \
         else tcp(contract.MODEL_SERVER_PORT)
     # No KV-events ports: no engine publishes them (tests/router/test_router.py test_kv_events_have_a_consumer).
-    to_serving = metrics | tcp(contract.MODEL_SERVER_PORT)
+    to_serving = metrics | endpoints
     dns_ports = frozenset({(53, "UDP", None), (53, "TCP", None)})
     public = ("cidr", "0.0.0.0/0", PRIVATE)
     rows = {
@@ -183,7 +189,7 @@ def test_gateway_mode_admits_the_gateway_proxies_and_health_checks(variants):
     serving = labels(contract.SERVING_LABELS)
     router = ((), (contract.ROUTER_MODE_LABEL,))
     proxies = ("cidr", cfg.network.proxyOnlyCidr, ())
-    assert ("in", serving, proxies, tcp(contract.MODEL_SERVER_PORT)) in found
+    assert ("in", serving, proxies, tcp(*contract.engine_ports(contract.MODEL_SERVER_PORT, 4))) in found
     assert ("in", router, proxies, tcp(contract.EPP_EXT_PROC_PORT)) in found
     assert {p[1] for d, t, p, _ in found if d == "in" and p[0] == "cidr" and t == serving} == {
         cfg.network.proxyOnlyCidr, "35.191.0.0/16", "130.211.0.0/22"}

@@ -8,9 +8,8 @@ import re
 import pytest
 import yaml
 
-from components.facts import contract
 from components.facts.versions import ROUTER_VERSION
-from components.plan import kvblocks
+from components.plan import engines, kvblocks
 from components.router import router
 from tests import engine_facts as facts
 from tests.config.test_config import parse
@@ -114,18 +113,22 @@ def test_block_size_matches_the_engine(plans, stack):
     [producer] = [p for p in epp_config(plan)["plugins"] if p["type"] == "approx-prefix-cache-producer"]
     from tests.serving.test_modelservers import engine_scripts
 
-    sizes = set()
+    sizes, units = set(), set()
     for _, argv in engine_scripts(plan):
         flags = dict(facts.split_flags(argv))
         sizes.add(int(flags.get("--block-size") or flags["--page-size"]))
-    # The engine-effective block (tests/plan/test_kvblocks.py), not the 128 asked for.
-    assert sizes == {producer["parameters"]["blockSizeTokens"]} == {{"gpu": 11_392, "tpu": 1_024}[stack]}
-    assert contract.KV_BLOCK_TOKENS not in sizes
+        units.add(int(flags.get("--prefix-match-unit") or flags.get("--block-size") or flags["--page-size"]))
+    # The engine-effective block (tests/plan/test_kvblocks.py), not the 128 asked for; the router hashes in the unit
+    # the engines' hits land on: GPU's --prefix-match-unit inside it, TPU's block.
+    assert sizes == {{"gpu": 11_392, "tpu": 1_024}[stack]}
+    assert units == {producer["parameters"]["blockSizeTokens"]} == {{"gpu": 128, "tpu": 1_024}[stack]}
+    assert all(size % unit == 0 for size in sizes for unit in units)
 
 
-@pytest.mark.parametrize("stack,blocks", [("gpu", 3_138), ("tpu", 888)])
+@pytest.mark.parametrize("stack,blocks", [("gpu", 784 * 11_392 // 128), ("tpu", 888)])
 def test_prefix_cache_sized_by_the_capacity_model(plans, stack, blocks):
-    """The hand-worked figures of tests/plan/test_capacity.py (docs/capacity.md) reach the router."""
+    """The hand-worked figures of tests/plan/test_capacity.py (docs/capacity.md) reach the router, in its blocks:
+    on GPU 784 engine blocks of 11,392 tokens per engine endpoint, as 128-token router blocks."""
     [producer] = [p for p in epp_config(plans[stack])["plugins"] if p["type"] == "approx-prefix-cache-producer"]
     params = producer["parameters"]
     assert params["autoTune"] is False, "autoTune would count HBM blocks only (llm-d.md §2.3)"
@@ -282,15 +285,15 @@ def test_router_blocks_are_the_engines_blocks(plans, variants, name):
     from tests.serving.test_modelservers import engine_scripts
 
     plan, cfg = wiring_plan(plans, variants, name), wiring_config(name)
-    block = kvblocks.block_rule(cfg).block_tokens
+    block, unit = kvblocks.block_rule(cfg).block_tokens, engines.prefix_match_unit(cfg)
     [producer] = [p for p in epp_config(plan)["plugins"] if p["type"] == router.PREFIX_PRODUCER]
     params = producer["parameters"]
-    assert params["blockSizeTokens"] == block
-    assert params["maxPrefixBlocksToMatch"] == -(-cfg.context_length // block)
+    assert params["blockSizeTokens"] == unit and block % unit == 0
+    assert params["maxPrefixBlocksToMatch"] == -(-cfg.context_length // unit)
     sizes = {int(dict(facts.split_flags(argv)).get("--block-size") or dict(facts.split_flags(argv))["--page-size"])
              for _, argv in engine_scripts(plan)}
     assert sizes == {block}
-    assert f"blocks of {block} tokens per endpoint" in plan.summary
+    assert f"blocks of {unit} tokens per endpoint" in plan.summary
 
 
 @pytest.mark.parametrize("name", WIRING_PLANS)

@@ -204,13 +204,75 @@ def _weight_filter_applies(objs: pc.Objects) -> None:
 
 
 # --------------------------------------------------------------------------- multi-node data-parallel start
-@pc.row("GPU-DP-1", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--data-parallel-size-local", "1"))
-def _hybrid_lb(objs: pc.Objects) -> None:
+@pc.row("GPU-DP-1", breaks=_append_flags("--data-parallel-hybrid-lb"))
+def _multi_port_lb(objs: pc.Objects) -> None:
     for where, container in _engines(objs):
         flags = pc.flags(container)
         local, size = int(flags.get("--data-parallel-size-local") or 0), int(flags["--data-parallel-size"])
-        assert "--data-parallel-hybrid-lb" in flags, f"{where}: no --data-parallel-hybrid-lb"
-        assert 1 < local < size, f"{where}: hybrid LB needs 1 < --data-parallel-size-local ({local}) < {size}"
+        assert "--data-parallel-multi-port-external-lb" in flags, f"{where}: no --data-parallel-multi-port-external-lb"
+        for refused in ("--data-parallel-hybrid-lb", "--data-parallel-external-lb"):
+            assert refused not in flags, f"{where}: {refused} with --data-parallel-multi-port-external-lb"
+        assert flags.get("--api-server-count") in (None, "1"), f"{where}: multi-port needs one API server"
+        assert 2 <= local < size and size % local == 0, \
+            f"{where}: multi-port needs 2 <= --data-parallel-size-local ({local}) dividing {size}"
+
+
+def _ports(container: dict) -> dict[int, str]:
+    return {p["containerPort"]: p.get("name", "") for p in container.get("ports", [])}
+
+
+def _overlap_supervisor(objs: pc.Objects) -> None:
+    """The supervisor on the prefill engines' second port."""
+    [(_, container), *_] = [(w, c) for w, c in pc.containers(objs, ENGINE) if "/prefill/" in w]
+    pc.set_flag(objs, ENGINE, "--data-parallel-supervisor-port", str(int(pc.flags(container)["--port"]) + 1))
+
+
+@pc.row("GPU-DP-5", breaks=_overlap_supervisor)
+def _one_port_per_engine(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        flags = pc.flags(container)
+        base, local = int(flags["--port"]), int(flags["--data-parallel-size-local"])
+        supervisor = int(flags.get("--data-parallel-supervisor-port") or 9256)
+        ranks = [base + i for i in range(local)]
+        declared = _ports(container)
+        missing = [port for port in ranks if port not in declared]
+        assert not missing, f"{where}: engine port(s) {missing} not declared"
+        assert supervisor not in ranks, f"{where}: supervisor port {supervisor} among the engines' {ranks}"
+        assert supervisor in declared, f"{where}: supervisor port {supervisor} not declared"
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            asked = container[probe]["httpGet"]["port"]
+            assert asked == supervisor, f"{where}: {probe} asks port {asked}, not the supervisor's {supervisor}"
+
+
+def _sidecar(objs: pc.Objects) -> list[tuple[str, dict, dict]]:
+    """(where, sidecar, engine) of every decode pod."""
+    found = []
+    for where, spec in pc.pod_specs(objs):
+        sidecars = [c for c in spec.get("initContainers", []) or [] if c["name"] == "routing-proxy"]
+        engine = [c for c in spec.get("containers", []) if c["name"] == ENGINE]
+        if sidecars and engine:
+            found.append((where, sidecars[0], engine[0]))
+    assert found, "no decode pod with a routing sidecar"
+    return found
+
+
+def _sidecar_one_rank(objs: pc.Objects) -> None:
+    for _, sidecar, _ in _sidecar(objs):
+        sidecar["args"] = [a for a in sidecar["args"] if not a.startswith("--data-parallel-size")]
+
+
+@pc.row("GPU-DP-6", breaks=_sidecar_one_rank)
+def _sidecar_forwards_every_engine(objs: pc.Objects) -> None:
+    for where, sidecar, engine in _sidecar(objs):
+        args = dict(a.removeprefix("--").split("=", 1) for a in sidecar["args"] if "=" in a)
+        local = int(pc.flags(engine)["--data-parallel-size-local"])
+        size = int(args.get("data-parallel-size", 1))
+        assert size == local, f"{where}: the sidecar forwards {size} engine port(s) of {local}"
+        assert int(args["model-server-port"]) == int(pc.flags(engine)["--port"]), f"{where}: sidecar and engine ports"
+        base = int(args["port"])
+        missing = [base + i for i in range(local) if base + i not in _ports(sidecar)]
+        assert not missing, f"{where}: sidecar port(s) {missing} not declared"
+        assert "POD_IP" in pc.env(sidecar), f"{where}: the sidecar binds its rank listeners on POD_IP"
 
 
 @pc.row("GPU-DP-2", breaks=lambda objs: pc.drop_flag(objs, ENGINE, "--data-parallel-address"))
@@ -346,3 +408,12 @@ def _draft_model(objs: pc.Objects) -> None:
 
 
 test_gpu_precondition_holds = pc.holds_test("GPU")
+
+
+@pc.row("GPU-PREFIX-4", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--prefix-match-unit", "100"))
+def _prefix_match_unit_divides_the_block(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        flags = pc.flags(container)
+        unit, block = flags.get("--prefix-match-unit"), int(flags["--block-size"])
+        assert unit is not None, f"{where}: no --prefix-match-unit: hits land on whole {block}-token blocks"
+        assert block % int(unit) == 0, f"{where}: --prefix-match-unit {unit} does not divide the block {block}"

@@ -164,7 +164,7 @@ def test_vllm_parallelism_maps_the_seed_onto_dp_x_ep(gpu):
         group = role["spec"]["leaderWorkerTemplate"]
         argv = facts.exec_argv(group["workerTemplate"]["spec"]["containers"][0]["args"][0])
         flags = dict(facts.split_flags(argv))
-        assert "--enable-expert-parallel" in flags and "--data-parallel-hybrid-lb" in flags
+        assert "--enable-expert-parallel" in flags and "--data-parallel-multi-port-external-lb" in flags
         tp, dp, local = (int(flags[k]) for k in ("--tensor-parallel-size", "--data-parallel-size",
                                                  "--data-parallel-size-local"))
         ep = tp * dp

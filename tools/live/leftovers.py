@@ -5,7 +5,7 @@ and Cloud NAT routers of its VPC. Run by `tools.live.bench` after its destroy an
 
 Exit 0 when nothing billable is left (the checkpoint bucket a destroy keeps by design does not count),
 1 when something is left or a listing failed, 2 when gcloud is missing or has no login (one line, in seconds).
---project and --network default to the stack's config (`gcp.project`, `cluster.name` or kimi-k3-1-<track>), read
+--project and --network default to the stack's config (`gcp.project`, `cluster.name` or kimi-k3-1-<stack>), read
 from `Pulumi.<stack>.yaml` as the Pulumi CLI reads it, or with `pulumi config get` where there is no such file.
 """
 
@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from components.config import default_cluster_name
 from components.facts import catalog
 from components.plan.naming import label_value
 from tools import prog
@@ -183,7 +184,7 @@ def main(argv: Sequence[str] | None = None, billing: GcloudBilling | None = None
     parser = argparse.ArgumentParser(prog=prog("leftovers"), description=__doc__.split("\n\n")[0])
     parser.add_argument("--stack", required=True, metavar="NAME", help="the destroyed stack (Pulumi.<NAME>.yaml)")
     parser.add_argument("--project", help="default: the stack's gcp.project")
-    parser.add_argument("--network", help="the stack's VPC (default: cluster.name or kimi-k3-1-<track>)")
+    parser.add_argument("--network", help="the stack's VPC (default: cluster.name or kimi-k3-1-<stack>)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the lines: stack, label, project, leftovers, kept, "
                              "complete (false when a listing failed), problem")
@@ -193,8 +194,7 @@ def main(argv: Sequence[str] | None = None, billing: GcloudBilling | None = None
         if not project:
             print(f"no --project and no {PROJECT}:gcp.project in stack {args.stack}", file=sys.stderr)
             return EXIT_USAGE
-        network = args.network or config(args.stack, "cluster.name") or \
-            f"{PROJECT}-{config(args.stack, 'track') or args.stack}"
+        network = args.network or config(args.stack, "cluster.name") or default_cluster_name(args.stack)
         keeps = (config(args.stack, "storage.deleteCheckpointOnDestroy") or "false").lower() != "true"
         bucket = (config(args.stack, "storage.bucketName") or f"{project}-{PROJECT}-weights") if keeps else None
     except ConfigUnavailableError as err:

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from components.config import default_cluster_name
 from components.plan.naming import label_value
 from tools import prog
 from tools.live.claims import Claim, ClaimStore, TagClaims, deadline, store_for
@@ -134,7 +135,7 @@ def _destroy_and_list(work_dir: Path, stack: str, out: Callable[[str], None], bi
     try:
         backend.select_or_create(stack)
         project = backend.get_config(GCP_PROJECT_KEY)
-        network = backend.get_config(CLUSTER_NAME_KEY) or f"{PROJECT}-{backend.get_config(f'{PROJECT}:track') or stack}"
+        network = backend.get_config(CLUSTER_NAME_KEY) or default_cluster_name(stack)
         keep = (backend.get_config(DELETE_CHECKPOINT_KEY) or "false").lower() != "true"
         kept = (backend.outputs().get("bucketUri") or "").removeprefix("gs://") or None if keep else None
         out(f"--> pulumi destroy --stack {stack} --refresh")

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tools import prog
+from tools.live.core import bounded_number
 from tools.live.report_runs import (
     REPORT,
     ReportError,
@@ -156,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--example", action="store_true",
                         help="render a sample report from the bundled run of a real inference-perf against a fake "
                              "server (tools/live/sample_run/README.md), to see what a benchmark produces")
-    parser.add_argument("--hourly-usd", type=float, help="stack cost per hour, instead of outputs.json's estimate")
+    parser.add_argument("--hourly-usd", type=bounded_number(float, 0, 1e6),
+                        help="stack cost per hour, instead of outputs.json's estimate")
     return parser
 
 

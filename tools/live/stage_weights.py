@@ -22,6 +22,7 @@ Rate limits are waited out (Retry-After honoured up to 10 min a wait, never less
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -58,8 +59,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--progress-seconds", type=float, default=10.0, metavar="SECONDS",
                         help="time between progress lines (default 10)")
     args = parser.parse_args(argv)
-    if args.workers < 1 or args.shards < 1 or args.progress_seconds <= 0:
-        parser.error("--workers, --shards and --progress-seconds must be positive")
+    if args.workers < 1 or args.shards < 1 or not 0 < args.progress_seconds < math.inf:
+        parser.error("--workers, --shards and --progress-seconds must be positive (and finite)")
     if not 0 <= args.shard_index < args.shards:
         parser.error(f"--shard-index {args.shard_index}: between 0 and --shards - 1 ({args.shards - 1})")
     return args

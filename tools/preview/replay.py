@@ -8,7 +8,7 @@ engine's own figures (its vLLM 0.29.0 core keeps fewer KDA states) are the TPU t
 (tests/engine_tpu/test_torchtpu_replay.py).
 
     python -m tools replay --stack gpu                          # every shape, the routing the stack renders
-    python -m tools replay --stack gpu --choice chosen --shape benchmark --check
+    python -m tools replay --stack gpu --choice former --shape benchmark     # before the replay chose
     python -m tools replay --stack-file tests/stacks/Pulumi.tpu.yaml --shapes my-shapes.yaml
 
 A shape file is a YAML list of shapes with the fields of components.plan.replay.Shape (name, sessions, concurrency,
@@ -74,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stack-file", action="append", default=[], type=Path, help="stack file (repeatable)")
     parser.add_argument("--shapes", type=Path, metavar="FILE", help="a YAML list of shapes (default: the stack's)")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME", help="only this shape (repeatable)")
-    parser.add_argument("--choice", choices=("rendered", "chosen"), default="rendered",
-                        help="the routing the stack renders, or the one docs/capacity.md argues for")
+    parser.add_argument("--choice", choices=("rendered", "former"), default="rendered",
+                        help="the routing the stack renders, or the one it rendered before the replay chose")
+    parser.add_argument("--write-doc", type=Path, metavar="FILE",
+                        help="rewrite the block between the replay markers of FILE (docs/capacity.md) with the tables")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when the benchmark or agentic shape is below the bar (95 %% / 90 %%)")
     args = parser.parse_args(argv)
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: error: no stack file {', '.join(missing)}", file=sys.stderr)
         return 2
     failed = 0
+    blocks: list[str] = []
     for path in stacks:
         name = stack_name(path)
         try:
@@ -103,11 +106,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name} ({cfg.track}, {args.choice}: {choice.layout} endpoints, prefix unit {choice.hash_unit}, "
               f"router block {choice.router_block}, TTFT penalty {choice.penalty_ms:.0f} ms)")
         print(report.table())
+        blocks += [f"{name} ({cfg.track}; {choice.layout} endpoints, prefix unit {choice.hash_unit}, router block "
+                   f"{choice.router_block}, TTFT penalty {choice.penalty_ms:.0f} ms):", "", "```", report.table(),
+                   "```", ""]
         short = below_bar(report, 0.95, 0.90)
         if args.check and short:
             print(f"{name}: below the bar: " + "; ".join(short), file=sys.stderr)
             failed = max(failed, 1)
+    if args.write_doc and not failed:
+        write_doc(args.write_doc, blocks)
     return failed
+
+
+BEGIN, END = "<!-- replay:begin (python -m tools replay --write-doc) -->", "<!-- replay:end -->"
+
+
+def write_doc(path: Path, lines: list[str]) -> None:
+    text = path.read_text()
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(head + BEGIN + "\n" + "\n".join(lines) + END + tail)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ NS = "kimi-k3-1:"
 
 def load(path: Path) -> StackConfig:
     config, _ = stack_config(path, project_file())
-    return parse_config({k[len(NS):]: v for k, v in config.items() if k.startswith(NS)})
+    return parse_config({k[len(NS):]: v for k, v in config.items() if k.startswith(NS)}, stack_name(path))
 
 
 def report(cfg: StackConfig, title: str) -> tuple[list[str], list[autoscaling.TrackResult]]:
