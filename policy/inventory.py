@@ -499,7 +499,13 @@ def check_declared_rbac(resource_type: str, props: Mapping[str, Any]) -> list[st
             found.append(f"{name}: an aggregated role takes whatever other roles grant; not declared" + _at("ROLES"))
     elif resource_type == "kubernetes:core/v1:ServiceAccount":
         annotations = _get(props, "metadata", "annotations")
+        namespace = _get(props, "metadata", "namespace")
+        acts_as = declared.ACTS_AS.get((namespace if isinstance(namespace, str) else "", name))
         for key in annotations if isinstance(annotations, Mapping) else {}:
+            value = annotations[key]
+            if (key == "iam.gke.io/gcp-service-account" and acts_as and isinstance(value, str)
+                    and re.fullmatch(acts_as, "serviceAccount:" + value)):
+                continue
             if key.startswith("iam.gke.io/"):
                 found.append(f"service account {name!r} annotation {key}: acting as a Google service account is "
                              "not declared (Workload Identity principals are granted directly)")

@@ -354,6 +354,12 @@ NODE_SA = r"serviceAccount:[a-z0-9-]+-nodes@[a-z0-9-]+\.iam\.gserviceaccount\.co
 BUILD_SA = r"serviceAccount:[a-z0-9-]+-build@[a-z0-9-]+\.iam\.gserviceaccount\.com"
 """The TPU engine image's Cloud Build identity (components/serving/engineimage.py)."""
 REPO_GRANT = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
+KEDA_SA = r"serviceAccount:[a-z0-9-]+-keda@[a-z0-9-]+\.iam\.gserviceaccount\.com"
+"""KEDA's operator's Google identity (components/platform/autoscaler.py)."""
+ACTS_AS: dict[tuple[str, str], str] = {(catalog.KEDA_NAMESPACE, "keda-operator"): KEDA_SA}
+"""Kubernetes service accounts that act as a Google service account (annotation iam.gke.io/gcp-service-account),
+and the account they may name: KEDA's operator, whose stack-owned account keeps its grant apart from every other
+stack's in the project (a grant to the shared Workload Identity principal would not be)."""
 
 
 @dataclass(frozen=True)
@@ -397,10 +403,12 @@ GRANTS: tuple[Grant, ...] = (
           folder="engine-image/"),
     Grant(REPO_GRANT, "roles/artifactregistry.reader", NODE_SA,
           "the TPU nodes pull the engine image from the stack's repository"),
-    Grant("gcp:projects/iAMMember:IAMMember", "roles/monitoring.viewer",
-          WI_PRINCIPAL.replace("ns/[a-z0-9-]+/", f"ns/{catalog.KEDA_NAMESPACE}/") + "keda-operator",
+    Grant("gcp:projects/iAMMember:IAMMember", "roles/monitoring.viewer", KEDA_SA,
           "KEDA's operator reads the router's metrics from Managed Prometheus for the ScaledObjects "
           "(components/platform/autoscaler.py)"),
+    Grant("gcp:serviceaccount/iAMMember:IAMMember", "roles/iam.workloadIdentityUser",
+          r"serviceAccount:[a-z0-9-]+\.svc\.id\.goog\[" + re.escape(f"{catalog.KEDA_NAMESPACE}/keda-operator") + r"\]",
+          "KEDA's operator's Kubernetes account acts as the stack's KEDA service account (Workload Identity)"),
 )
 
 # --------------------------------------------------------------------------- RBAC
@@ -603,7 +611,8 @@ TYPES = frozenset({
     "gcp:compute/router:Router", "gcp:compute/routerNat:RouterNat", "gcp:compute/subnetwork:Subnetwork",
     "gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool", "gcp:monitoring/alertPolicy:AlertPolicy",
     "gcp:monitoring/dashboard:Dashboard", "gcp:projects/iAMMember:IAMMember", "gcp:projects/service:Service",
-    "gcp:serviceaccount/account:Account", "gcp:storage/bucket:Bucket", "gcp:storage/bucketIAMMember:BucketIAMMember",
+    "gcp:serviceaccount/account:Account", "gcp:serviceaccount/iAMMember:IAMMember", "gcp:storage/bucket:Bucket",
+    "gcp:storage/bucketIAMMember:BucketIAMMember",
     "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfiguration",
     # KEDA's chart renders its CRDs as templates and registers its external metrics API (the HPA reads it).
     "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",

@@ -12,7 +12,6 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from ..cloud.base import Args, Component, StrInput
-from ..cloud.identity import workload_principal
 from ..config import StackConfig
 from ..facts.versions import KEDA_CHART
 from ..plan import autoscaling
@@ -62,10 +61,22 @@ class Autoscaler(Component):
         ns = autoscaling.KEDA_NAMESPACE
         namespace = k8s.core.v1.Namespace(f"{name}-ns", metadata=k8s.meta.v1.ObjectMetaArgs(name=ns),
                                           opts=self.child())
+        # A Google service account of the stack's own, which the operator's Kubernetes account impersonates: a grant
+        # to the Workload Identity principal itself would name the same member in every stack of the project, and
+        # destroying one stack would take it from the others.
+        self.account = gcp.serviceaccount.Account(
+            f"{name}-sa", account_id=f"{cfg.cluster_name}-keda", project=cfg.gcp.project,
+            display_name=f"KEDA operator of {cfg.cluster_name}: reads Managed Prometheus", opts=self.child())
         self.grant = gcp.projects.IAMMember(
             f"{name}-reads-monitoring", project=cfg.gcp.project, role=MONITORING_READER,
-            member=workload_principal(args.project_number, args.workload_pool, ns, autoscaling.KEDA_OPERATOR_SA),
-            opts=self.child())
+            member=self.account.member, opts=self.child())
+        email = f"{cfg.cluster_name}-keda@{cfg.gcp.project}.iam.gserviceaccount.com"
+        self.impersonation = gcp.serviceaccount.IAMMember(
+            f"{name}-workload-identity", service_account_id=f"projects/{cfg.gcp.project}/serviceAccounts/{email}",
+            role="roles/iam.workloadIdentityUser",
+            member=pulumi.Output.concat("serviceAccount:", args.workload_pool,
+                                        f"[{ns}/{autoscaling.KEDA_OPERATOR_SA}]"),
+            opts=self.child(depends_on=[self.account]))
         dns = k8s.networking.v1.NetworkPolicyEgressRuleArgs(
             to=[_peer({"k8s-app": "kube-dns"}, namespace="kube-system")],
             ports=_ports(53, protocol="UDP") + _ports(53))
@@ -109,7 +120,10 @@ class Autoscaler(Component):
             version=KEDA_CHART.version,
             repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=KEDA_CHART.repo),
             namespace=namespace.metadata.name,
-            values=autoscaling.keda_values(cfg),
-            opts=self.child(depends_on=[self.grant, *self.policies]),
+            values={**autoscaling.keda_values(cfg),
+                    # the chart annotates the operator's account with the Google account it acts as
+                    # (values.yaml podIdentity.gcp, templates/manager/serviceaccount.yaml)
+                    "podIdentity": {"gcp": {"enabled": True, "gcpIAMServiceAccount": self.account.email}}},
+            opts=self.child(depends_on=[self.grant, self.impersonation, *self.policies]),
         )
         self.finish(namespace=ns, keda_version=KEDA_CHART.version)

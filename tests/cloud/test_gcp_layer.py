@@ -213,10 +213,11 @@ def test_every_node_runs_as_the_least_privilege_account(plans, stack):
     builder = [f"serviceAccount:{a['inputs']['accountId']}@{PROJECT}.iam.gserviceaccount.com"
                for a in plan.of_type("gcp:serviceaccount/account:Account") if a["name"] == "engine-image-builder"]
     assert len(builder) == (stack == "tpu")
-    # KEDA's operator reads Managed Prometheus as its own Workload Identity principal (autoscaling on).
+    # KEDA's operator reads Managed Prometheus as the stack's own KEDA account (autoscaling on).
     keda = [g for g in grants if g["name"] == "autoscaler-reads-monitoring"]
-    assert [(g["inputs"]["role"], g["inputs"]["member"].rsplit("/subject/", 1)[1]) for g in keda] == [
-        ("roles/monitoring.viewer", "ns/keda/sa/keda-operator")]
+    cluster = plan.one("gcp:container/cluster:Cluster")["inputs"]["name"]
+    assert [(g["inputs"]["role"], g["inputs"]["member"]) for g in keda] == [
+        ("roles/monitoring.viewer", f"serviceAccount:{cluster}-keda@{PROJECT}.iam.gserviceaccount.com")]
     assert [(g["inputs"]["role"], g["inputs"]["member"]) for g in grants if g not in keda] == [
         ("roles/container.defaultNodeServiceAccount", f"serviceAccount:{email}"),
         *(("roles/logging.logWriter", member) for member in builder)]

@@ -39,7 +39,9 @@ def cloud_objects(plan: Plan) -> dict[str, str]:
         if kind == "gcp:monitoring/dashboard:Dashboard":
             held[f"{kind} displayName={json.loads(inputs['dashboardJson'])['displayName']}"] = resource["name"]
         if "member" in inputs:
-            target = inputs.get("bucket") or inputs.get("repository") or inputs.get("project")
+            # the resource the binding is on: a bucket, a repository, a service account (its IAM policy), the project
+            target = (inputs.get("bucket") or inputs.get("repository") or inputs.get("serviceAccountId")
+                      or inputs.get("project"))
             title = (inputs.get("condition") or {}).get("title")
             held[f"{kind} {target} {inputs['role']} {inputs['member']} if {title}"] = resource["name"]
     return held

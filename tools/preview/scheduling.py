@@ -243,6 +243,10 @@ def pools_of(resources: list[dict[str, Any]], region: str = "") -> list[Pool]:
                 labels["cloud.google.com/gke-tpu-topology"] = topology
         if config.get("spot"):
             labels["cloud.google.com/gke-spot"] = "true"
+        if (config.get("workloadMetadataConfig") or {}).get("mode") == "GKE_METADATA":
+            # GKE labels the nodes of a pool that runs the GKE metadata server (Workload Identity)
+            # (https://cloud.google.com/kubernetes-engine/docs/how-to/workload-identity; KEDA's chart selects it).
+            labels["iam.gke.io/gke-metadata-server-enabled"] = "true"
         if (inputs.get("placementPolicy") or {}).get("policyName"):
             labels[SUBBLOCK_LABEL] = _sub_block(inputs["name"], config)
         taints = [(t["key"], t.get("value", ""), EFFECTS.get(t["effect"], t["effect"]))
