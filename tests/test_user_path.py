@@ -38,6 +38,8 @@ ROLE_FOR_TYPE = {
     "gcp:container/cluster:Cluster": "roles/container.admin",
     "gcp:container/nodePool:NodePool": "roles/container.admin",
     "gcp:serviceaccount/account:Account": "roles/iam.serviceAccountAdmin",
+    # a service account's own IAM policy (KEDA's account: workloadIdentityUser for its Kubernetes account)
+    "gcp:serviceaccount/iAMMember:IAMMember": "roles/iam.serviceAccountAdmin",
     "gcp:projects/iAMMember:IAMMember": "roles/resourcemanager.projectIamAdmin",
     "gcp:storage/bucket:Bucket": "roles/storage.admin",
     "gcp:storage/bucketIAMMember:BucketIAMMember": "roles/storage.admin",
