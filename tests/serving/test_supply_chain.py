@@ -190,10 +190,10 @@ def test_lock_writer_keeps_only_artifacts_a_cp312_linux_host_installs():
 
 # --------------------------------------------------------------------------- image digests
 def _image_refs(plan) -> dict[str, str]:
-    from tests.policy.test_policy import rules
+    from policy import pods
 
     return {f"{r['name']}:{path}": ref for r in plan.resources if r["type"].startswith("kubernetes:")
-            for path, ref in rules.image_references(r["inputs"])}
+            for path, ref in pods.image_references(r["inputs"])}
 
 
 @pytest.mark.parametrize("name", ["gpu-pinned", "tpu-pinned"])
