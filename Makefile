@@ -38,7 +38,7 @@ PYTEST    ?= $(PY) -m pytest
 .PHONY: plan charts test lint schema bench-plan actionlint clean inference-perf engines engines-tpu engine-tests lock
 
 $(STAMP): requirements-dev.txt requirements-uv.txt
-	@echo "building $(VENV) from requirements-dev.txt (hash-checked; about 1.0 GB, under a minute)"
+	@echo "building $(VENV) from requirements-dev.txt (hash-checked; about 1.3 GB, under a minute)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) $(PIP_LOCKED) --quiet -r requirements-uv.txt
 	$(UV_SYNC) $(PY) requirements-dev.txt
@@ -56,7 +56,7 @@ $(IP_STAMP): requirements-inference-perf.txt | $(STAMP)
 	@if [ -z "$(IP_PYTHON)" ]; then \
 	  echo "no Python >= 3.12 found (tools/python.sh; or set IP_PYTHON): the inference-perf tests will skip"; \
 	else \
-	  echo "building $(IP_VENV) from requirements-inference-perf.txt (hash-checked; about 0.8 GB, under a minute)" && \
+	  echo "building $(IP_VENV) from requirements-inference-perf.txt (hash-checked; about 0.7 GB, under a minute)" && \
 	  $(IP_PYTHON) -m venv $(IP_VENV) && \
 	  $(UV_SYNC) $(IP_VENV)/bin/python requirements-inference-perf.txt && \
 	  touch $(IP_STAMP); \
@@ -67,7 +67,7 @@ $(IP_STAMP): requirements-inference-perf.txt | $(STAMP)
 checkov: $(CK_STAMP)
 
 $(CK_STAMP): requirements-checkov.txt | $(STAMP)
-	@echo "building $(CK_VENV) from requirements-checkov.txt (hash-checked; about 0.3 GB, under a minute)"
+	@echo "building $(CK_VENV) from requirements-checkov.txt (hash-checked; about 0.2 GB, under a minute)"
 	$(PYTHON) -m venv $(CK_VENV)
 	$(UV_SYNC) $(CK_VENV)/bin/python requirements-checkov.txt
 	touch $(CK_STAMP)
@@ -77,7 +77,7 @@ engines: $(EN_STAMP)
 
 $(EN_STAMP): requirements-engines.txt requirements-torch-cpu.txt | $(STAMP)
 	@if [ -z "$(ENGINE_PYTHON)" ]; then echo "no CPython 3.11 found (tools/python.sh 3.11; or set ENGINE_PYTHON)"; exit 1; fi
-	@echo "building $(EN_VENV) from requirements-engines.txt (vLLM 0.33.0 on a CPU torch, hash-checked; about 2.1 GB)"
+	@echo "building $(EN_VENV) from requirements-engines.txt (vLLM 0.33.0 on a CPU torch, hash-checked; about 2.0 GB)"
 	$(ENGINE_PYTHON) -m venv $(EN_VENV)
 	$(UV_SYNC) $(EN_VENV)/bin/python requirements-engines.txt
 	$(EN_VENV)/bin/python $(PIP_LOCKED) -r requirements-torch-cpu.txt
@@ -89,7 +89,7 @@ engines-tpu: $(ET_STAMP)
 
 $(ET_STAMP): requirements-engines-tpu.txt requirements-torch-cpu.txt requirements-engines-tpu-wheels.txt | $(STAMP)
 	@if [ -z "$(ENGINE_PYTHON)" ]; then echo "no CPython 3.11 found (tools/python.sh 3.11; or set ENGINE_PYTHON)"; exit 1; fi
-	@echo "building $(ET_VENV) from requirements-engines-tpu.txt (vLLM-TorchTPU 0.29.0 on a CPU torch, hash-checked; about 1.3 GB)"
+	@echo "building $(ET_VENV) from requirements-engines-tpu.txt (vLLM-TorchTPU 0.29.0 on a CPU torch, hash-checked; about 1.2 GB)"
 	$(ENGINE_PYTHON) -m venv $(ET_VENV)
 	$(UV_SYNC) $(ET_VENV)/bin/python requirements-engines-tpu.txt
 	$(ET_VENV)/bin/python $(PIP_LOCKED) -r requirements-torch-cpu.txt

@@ -17,6 +17,9 @@ try:
     check_engine(config)  # the pinned engine registers the checkpoint's architecture and accepts the settings
     serving_capacity(config)  # rejects replicas whose weights or one full-length sequence do not fit
     check_limits(config)  # every count a cloud or chart caps and the stack drives (components/plan/limits.py)
+    # The checkpoint bucket: created, taken back after a destroy kept it, or shared with another stack of the
+    # project; someone else's stops here, in one line (components/checks/preflight.py find_bucket).
+    config = config.model_copy(update={"bucket_use": preflight.bucket_use(config, pulumi.get_stack())})
 except ConfigError as err:
     # RunError ends the program with this one line and no traceback; nothing has been registered.
     raise pulumi.RunError(str(err)) from None

@@ -122,7 +122,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     bucket = CheckpointBucket("weights", CheckpointBucketArgs(
         name=cfg.bucket_name, project=cfg.gcp.project, location=cfg.gcp.region,
         soft_delete_days=cfg.storage.softDeleteDays, delete_on_destroy=cfg.storage.deleteCheckpointOnDestroy,
-        exists=cfg.storage.bucketExists,
+        exists=cfg.storage.bucketExists or cfg.bucket_use == "read", adopt=cfg.bucket_use == "import",
         readers=(workload_principal(project_number, pool, cfg.kubernetes.namespace,
                                     contract.TRANSFER_SERVICE_ACCOUNT),),
         results_writers=(workload_principal(project_number, pool, cfg.kubernetes.namespace,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..cloud.services import apis_for
-from ..config import StackConfig
+from ..config import ConfigError, StackConfig
 from ..facts import catalog
 from ..plan.naming import label_value
 
@@ -945,29 +945,87 @@ def check_org_policies(g: Google, cfg: StackConfig) -> list[Check]:
                                                 + " allow what the plan creates (nodes are private: no external IPs)")]
 
 
-def check_bucket(g: Google, cfg: StackConfig, stack: str) -> list[Check]:
+@dataclass(frozen=True)
+class BucketFinding:
+    """Whose the checkpoint bucket's name is, and so what `pulumi up` does with the bucket (`use`): create it (free),
+    import it (this stack's, kept by its last destroy), read it as it is (another stack's of this project, the
+    checkpoint staged once for all of them, or storage.bucketExists), or refuse (anyone else's)."""
+    use: str
+    """create | import | read | refuse"""
+    line: str
+
+
+def find_bucket(g: Google, cfg: StackConfig, stack: str) -> BucketFinding:
+    """Ask Cloud Storage (BUCKETS_GET) whose gs://<storage.bucketName> is. A bucket is this project's stacks' when it
+    carries the guide's label (components/plan/naming.py resource_labels) and lives in this project (its
+    projectNumber, where both answers give one); its `pulumi-stack` label says which stack created it."""
     name = cfg.bucket_name
+    keeps = "every destroy keeps it" if not cfg.storage.deleteCheckpointOnDestroy else \
+        "destroy deletes it (storage.deleteCheckpointOnDestroy)"
     try:
         bucket = g.get("storage.googleapis.com", f"storage/v1/b/{name}")
     except ApiError as err:
         if err.status == 404:
-            return [Check("bucket", True, f"gs://{name} is free; pulumi up creates it")]
+            return BucketFinding("create", f"gs://{name} is free; pulumi up creates it, {keeps}")
         if err.status == 403 and not cfg.storage.bucketExists:
-            return [Check("bucket", False, f"gs://{name} exists and this identity cannot read it (another project's): "
-                                           "set storage.bucketName to a free name", "weights-bucket")]
-        return [Check("bucket", False, explain(err, f"gs://{name}", "storage.buckets.get", cfg.gcp.project),
-                      "weights-bucket")]
+            return BucketFinding("refuse", f"gs://{name} exists and this identity cannot read it (another "
+                                           "project's): set storage.bucketName to a free name")
+        raise
+    answer = Answer(bucket, "bucket", BUCKETS_GET)
+    labels = answer.labels("labels")
+    if cfg.storage.bucketExists:
+        return BucketFinding("read", f"gs://{name} exists; the stack uses it as it is (storage.bucketExists) and no "
+                                     "destroy of it deletes it")
+    creator = labels.get("pulumi-stack")
+    here = _project_number(g, cfg)
+    there = bucket.get("projectNumber") if isinstance(bucket.get("projectNumber"), str) else None
+    ours = labels.get("llm-d-guide") == catalog.GUIDE_NAME and (here is None or there is None or here == there)
+    if ours and creator in (label_value(stack), None):
+        return BucketFinding("import", f"gs://{name} exists and is this stack's (kept by its last destroy): pulumi "
+                                       f"up takes it back as it is, nothing to set; {keeps}")
+    if ours:
+        return BucketFinding("read", f"gs://{name} exists and is stack {creator}'s of this project, which staged the "
+                                     "checkpoint for every stack: pulumi up uses it as it is, and no destroy of this "
+                                     "stack deletes it")
+    whose = "has no llm-d-guide label of this guide" if labels.get("llm-d-guide") != catalog.GUIDE_NAME else \
+        f"is in project number {there}, not this project's {here}"
+    return BucketFinding("refuse", f"gs://{name} already exists and {whose}: set storage.bucketName to a free name, "
+                                   "or storage.bucketExists true if it is yours to share")
+
+
+def _project_number(g: Google, cfg: StackConfig) -> Optional[str]:
+    """This project's number (projects.get's `name`, projects/<number>), or None when it cannot be read."""
     try:
-        labels = Answer(bucket, "bucket", BUCKETS_GET).labels("labels")
+        name = Answer(g.get("cloudresourcemanager.googleapis.com", f"v3/projects/{cfg.gcp.project}"), "project",
+                      PROJECTS_GET).text("name")
+    except ApiError:
+        return None
+    return name.removeprefix("projects/") or None
+
+
+def check_bucket(g: Google, cfg: StackConfig, stack: str) -> list[Check]:
+    try:
+        found = find_bucket(g, cfg, stack)
     except ApiError as err:
-        return [Check("bucket", False, explain(err, f"gs://{name}", "storage.buckets.get", cfg.gcp.project),
-                      "weights-bucket")]
-    ours = labels.get("llm-d-guide") == catalog.GUIDE_NAME and labels.get("pulumi-stack") in (label_value(stack), None)
-    if cfg.storage.bucketExists or ours:
-        return [Check("bucket", True, f"gs://{name} exists and is this stack's"
-                                      + (" (storage.bucketExists)" if cfg.storage.bucketExists else ""))]
-    return [Check("bucket", False, f"gs://{name} already exists and is not this stack's: set storage.bucketExists "
-                                   "true if it is yours to share, else storage.bucketName", "weights-bucket")]
+        return [Check("bucket", False, explain(err, f"gs://{cfg.bucket_name}", "storage.buckets.get",
+                                               cfg.gcp.project), "weights-bucket")]
+    return [Check("bucket", found.use != "refuse", found.line, "" if found.use != "refuse" else "weights-bucket")]
+
+
+def bucket_use(cfg: StackConfig, stack: str, google: Optional[Google] = None) -> str:
+    """What `pulumi up` and `pulumi preview` do with the checkpoint bucket (BucketFinding.use), so that up after a
+    destroy, or a second stack of the project, needs nothing set. The offline plan asks nobody: create (or read,
+    with storage.bucketExists). Without credentials or an answer it creates, as before: the provider then fails
+    the same way, later. A bucket that is someone else's stops the program before any resource, in one line."""
+    if OFFLINE_PLAN or cfg.storage.bucketExists:
+        return "read" if cfg.storage.bucketExists else "create"
+    try:
+        found = find_bucket(google or Google.from_environment(cfg.gcp.project), cfg, stack)
+    except Exception:  # no credentials, no answer: the gate (or the provider) says why
+        return "create"
+    if found.use == "refuse":
+        raise ConfigError("storage.bucketName", cfg.bucket_name, found.line)
+    return found.use
 
 
 def check_google(g: Google, cfg: StackConfig, stack: str) -> list[Check]:

@@ -66,6 +66,9 @@ class StackConfig(BaseModel):
     stack: Optional[str] = Field(
         None, description="The Pulumi stack's name (not a config key): every cloud name derives from it "
                           "(default_cluster_name); None, as in tests of one stack alone, stands for the track.")
+    bucket_use: Literal["create", "import", "read"] = Field(
+        "create", description="What `pulumi up` does with the checkpoint bucket (not a config key): Cloud Storage's "
+                              "answer (components/checks/preflight.py bucket_use), or read with storage.bucketExists.")
 
     @model_validator(mode="after")
     def _check(self) -> StackConfig:

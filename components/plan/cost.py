@@ -152,6 +152,36 @@ def node_pool_rate(cfg: StackConfig, resource: dict[str, Any]) -> Optional[float
     return None if price is None else price * nodes
 
 
+def pool_nodes(resource: dict[str, Any]) -> tuple[int, str]:
+    """(nodes, machine type) of one node pool of resources.json."""
+    inputs = resource.get("inputs", {})
+    return inputs.get("nodeCount") or inputs.get("initialNodeCount") or 0, \
+        (inputs.get("nodeConfig") or {}).get("machineType", "")
+
+
+def held_rate(cfg: StackConfig, nodes: dict[str, int]) -> tuple[float, dict[str, int]]:
+    """($/h, unpriced machine type -> nodes) of the nodes a cluster already holds (machine type -> nodes), priced as
+    node_pool_rate prices a pool of them."""
+    rate, unpriced = 0.0, {}
+    for machine, count in nodes.items():
+        billed = node_pool_rate(cfg, {"inputs": {"nodeCount": count, "nodeConfig": {"machineType": machine}}})
+        if billed is None:
+            unpriced[machine] = count
+        else:
+            rate += billed
+    return rate, unpriced
+
+
+def unpriced_nodes(resources: list[dict[str, Any]], names: list[str]) -> str:
+    """`32 a4x-maxgpu-4g-metal nodes (gpu-0, gpu-2)`: the unpriced pools among `names`, as nodes per machine."""
+    by_name = {r["name"]: r for r in resources}
+    counts: dict[str, int] = {}
+    for name in names:
+        nodes, machine = pool_nodes(by_name[name])
+        counts[machine] = counts.get(machine, 0) + nodes
+    return " + ".join(f"{n} {m} nodes" for m, n in counts.items()) + f" ({', '.join(names)})"
+
+
 def spend_until(cfg: StackConfig, resources: list[dict[str, Any]], at: float, finish: dict[str, float],
                 skip: str = "") -> tuple[float, float, list[str]]:
     """(dollars spent by `at` seconds into the first up, $/h billing then, unpriced pools) over the cluster and

@@ -28,7 +28,11 @@ class CheckpointBucketArgs(Args):
     delete_on_destroy: bool
     """False keeps the bucket (and its 1.56 TB copy) when the stack is destroyed."""
     exists: bool = False
-    """Read the bucket instead of creating it: a kept bucket is adopted by the next `up` this way."""
+    """Read the bucket instead of creating it: another stack's of the project, or storage.bucketExists."""
+    adopt: bool = False
+    """The bucket exists and this stack created it (a destroy kept it): import it by its name, its ID
+    (https://www.pulumi.com/registry/packages/gcp/api-docs/storage/bucket/#import). Once in the stack's state, the
+    import option is a no-op (https://github.com/pulumi/pulumi/blob/master/developer-docs/architecture/import.md)."""
     readers: tuple[StrInput, ...] = ()
     """IAM members granted object read."""
     results_writers: tuple[StrInput, ...] = ()
@@ -101,6 +105,6 @@ class CheckpointBucket(Component):
                 retention_duration_seconds=args.soft_delete_days * 86400),
             force_destroy=args.delete_on_destroy,
             labels=args.labels,
-            opts=self.child(retain_on_delete=not args.delete_on_destroy),
+            opts=self.child(retain_on_delete=not args.delete_on_destroy, import_=args.name if args.adopt else None),
         )
 

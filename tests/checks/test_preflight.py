@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import requests
 
 from components.checks import preflight
 from components.config import ConfigError
@@ -142,6 +143,29 @@ def test_an_unhealthy_sub_block_names_its_slice_and_what_a_failed_up_costs(run, 
     cost = next(line for line in out if line.startswith("`pulumi up` would fail at gpu-1 about "))
     rate = float(cost.split("bills $")[1].split("/h")[0].replace(",", ""))
     assert 2 * 16 * 10 < rate < 2 * 16 * 10 + 10, cost  # gpu-0 and gpu-2 at $10/node-hour, plus cluster and CPU
+
+
+def test_a_failed_up_bills_its_unpriced_pools_too(run, google):
+    """A4X Max has no list price: the pools a failed `up` created still bill, and the line says how many nodes."""
+    google.state["sub_blocks"]["rack-b"]["healthInfo"]["healthStatus"] = "DEGRADED"
+    code, out = run()
+    assert code == 1
+    cost = next(line for line in out if line.startswith("`pulumi up` would fail at gpu-1 about "))
+    bills = cost.split("what it created bills ", 1)[1]
+    assert "+ 32 a4x-maxgpu-4g-metal nodes (gpu-0, gpu-2) unpriced until `pulumi destroy`" in bills, cost
+    assert "set kimi-k3-1:cost.gpuNodeHourUsd to price them" in bills
+
+
+def test_a_failed_later_up_counts_what_the_cluster_holds(run, google):
+    """On a later `up` the cluster's own pools bill whatever the update does: the line counts them."""
+    google.state["sub_blocks"]["rack-b"]["healthInfo"]["healthStatus"] = "DEGRADED"
+    google.state["node_pools"] = [fakegoogle.node_pool("system", "n2-standard-8", 3),
+                                  fakegoogle.node_pool("gpu-0", "a4x-maxgpu-4g-metal", 16)]
+    code, out = run()
+    assert code == 1
+    cost = next(line for line in out if line.startswith("`pulumi up` would fail at gpu-1 about "))
+    assert "the cluster already holds 3 n2-standard-8 + 16 a4x-maxgpu-4g-metal nodes, $" in cost, cost
+    assert "+ 16 a4x-maxgpu-4g-metal nodes unpriced, billing whatever this up does" in cost, cost
 
 
 def test_unnamed_racks_need_a_healthy_sub_block_per_slice(run, google, gpu):
@@ -441,20 +465,70 @@ def test_tpu_chips_reserved_need_no_quota_and_spot_names_its_chips(run, google, 
     assert not any("/reservations/" in path for _, path in google.calls)  # Spot: no reservation to read
 
 
+BUCKET = "kimi-test-project-kimi-k3-1-weights"
+GUIDE = {"llm-d-guide": "kimi-k3-1"}
+
+
 @pytest.mark.parametrize(("answer", "verdict"), [
-    ({"name": "kimi-test-project-kimi-k3-1-weights", "labels": {"llm-d-guide": "kimi-k3-1", "pulumi-stack": "gpu3"}},
-     None),
-    ({"name": "kimi-test-project-kimi-k3-1-weights", "labels": {}}, "already exists and is not this stack's: set "
-                                                                    "storage.bucketExists true if it is yours"),
-    (403, "exists and this identity cannot read it (another project's): set storage.bucketName to a free name"),
+    (None, "ok   bucket: gs://kimi-test-project-kimi-k3-1-weights is free; pulumi up creates it, every destroy keeps "
+           "it"),
+    ({"name": BUCKET, "projectNumber": "123456789012", "labels": {**GUIDE, "pulumi-stack": "gpu3"}},
+     "ok   bucket: gs://kimi-test-project-kimi-k3-1-weights exists and is this stack's (kept by its last destroy): "
+     "pulumi up takes it back as it is, nothing to set; every destroy keeps it"),
+    ({"name": BUCKET, "projectNumber": "123456789012", "labels": {**GUIDE, "pulumi-stack": "tpu"}},
+     "ok   bucket: gs://kimi-test-project-kimi-k3-1-weights exists and is stack tpu's of this project, which staged "
+     "the checkpoint for every stack: pulumi up uses it as it is, and no destroy of this stack deletes it"),
+    ({"name": BUCKET, "labels": {}}, "FAIL bucket: gs://kimi-test-project-kimi-k3-1-weights already exists and has no "
+                                     "llm-d-guide label of this guide: set storage.bucketName to a free name, or "
+                                     "storage.bucketExists true if it is yours to share"),
+    ({"name": BUCKET, "projectNumber": "999", "labels": {**GUIDE, "pulumi-stack": "gpu3"}},
+     "FAIL bucket: gs://kimi-test-project-kimi-k3-1-weights already exists and is in project number 999, not this "
+     "project's 123456789012: set storage.bucketName to a free name, or storage.bucketExists true if it is yours to "
+     "share"),
+    (403, "FAIL bucket: gs://kimi-test-project-kimi-k3-1-weights exists and this identity cannot read it (another "
+          "project's): set storage.bucketName to a free name"),
 ])
-def test_the_bucket_name_is_free_or_the_stacks(run, google, answer, verdict):
-    google.state["buckets"]["kimi-test-project-kimi-k3-1-weights"] = answer
+def test_the_bucket_is_created_taken_back_shared_or_refused(run, google, answer, verdict):
+    """Whose the bucket name is decides what `pulumi up` does with it (preflight.find_bucket): one line each."""
+    if answer is not None:
+        google.state["buckets"][BUCKET] = answer
     code, out = run()
-    if verdict is None:
-        assert code == 0 and any("exists and is this stack's" in line for line in out), out
-    else:
-        assert code == 1 and verdict in _only_failure(out)
+    assert verdict in out, out
+    assert code == (1 if verdict.startswith("FAIL") else 0)
+    if code:
+        assert _only_failure(out) == verdict
+
+
+@pytest.mark.parametrize(("answer", "use"), [
+    (None, "create"),
+    ({"name": BUCKET, "labels": {**GUIDE, "pulumi-stack": "gpu"}}, "import"),
+    ({"name": BUCKET, "labels": {**GUIDE, "pulumi-stack": "gpu-staging"}}, "read"),
+])
+def test_up_uses_the_bucket_as_the_preflight_says(google, answer, use):
+    """What the program does with the bucket (`pulumi up` and `preview`): the same answer, asked of Google."""
+    from components.config import parse_config
+
+    google.reset()
+    if answer is not None:
+        google.state["buckets"][BUCKET] = answer
+    raw = {k.removeprefix("kimi-k3-1:"): v for k, v in stack_document("gpu")["config"].items()
+           if k.startswith("kimi-k3-1:")}
+    client = preflight.Google(requests.Session(), google.url, 5.0)
+    assert preflight.bucket_use(parse_config(raw, "gpu"), "gpu", google=client) == use
+
+
+def test_a_bucket_of_someone_else_stops_up_in_one_line(google):
+    from components.config import parse_config
+
+    google.reset()
+    google.state["buckets"][BUCKET] = {"name": BUCKET, "labels": {}}
+    raw = {k.removeprefix("kimi-k3-1:"): v for k, v in stack_document("gpu")["config"].items()
+           if k.startswith("kimi-k3-1:")}
+    with pytest.raises(ConfigError) as err:
+        preflight.bucket_use(parse_config(raw, "gpu"), "gpu",
+                             google=preflight.Google(requests.Session(), google.url, 5))
+    assert str(err.value).startswith("kimi-k3-1:storage.bucketName = 'kimi-test-project-kimi-k3-1-weights': gs://")
+    assert "\n" not in str(err.value)
 
 
 def test_permission_denied_names_the_permission(run, google):

@@ -21,7 +21,6 @@ from tools.live.core import (
 from tools.live.leftovers import LeftoverCheckError, split_kept_bucket
 from tools.live.pulumi_stack import (
     BENCHMARK_KEY,
-    BUCKET_EXISTS_KEY,
     CLUSTER_NAME_KEY,
     DELETE_CHECKPOINT_KEY,
     HINTS,
@@ -53,7 +52,7 @@ class Teardown:
                 self.out("==> destroy")
                 if self.destroy_with_retries():
                     self.destroy_result = "finished"
-                    self._adopt_kept_bucket()
+                    self._note_kept_bucket()
                     self._release_claim()
                 else:
                     self.destroy_result = "failed"
@@ -138,17 +137,11 @@ class Teardown:
         uri = self.outputs.get("bucketUri") or ""
         return uri.removeprefix("gs://") or None
 
-    def _adopt_kept_bucket(self) -> None:
-        """The next `up` must use the kept bucket instead of creating it again (that would fail: it exists)."""
+    def _note_kept_bucket(self) -> None:
+        """The next `up` takes the kept bucket back by itself (components/checks/preflight.py find_bucket)."""
         bucket = self.kept_bucket
-        if not bucket or (self._config(BUCKET_EXISTS_KEY) or "").lower() == "true":
-            return
-        try:
-            self.deps.backend.set_config(BUCKET_EXISTS_KEY, "true")
-        except Exception as err:
-            self.problems.append(f"could not set {BUCKET_EXISTS_KEY}: {err}")
-            return
-        self.out(f"gs://{bucket} was kept with the checkpoint; {BUCKET_EXISTS_KEY}=true so the next up uses it")
+        if bucket:
+            self.out(f"gs://{bucket} was kept with the checkpoint; the next up takes it back, nothing to set")
 
     def _restore_benchmark_config(self) -> None:
         for key, saved in ((BENCHMARK_KEY, self.benchmark_previous), (RUN_ID_KEY, self.run_id_previous)):

@@ -11,6 +11,7 @@ Google credentials.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -47,10 +48,12 @@ def plan_resources(stack_file: Path, plan: Optional[Path]) -> list[dict[str, Any
     return render.render(stack_file.resolve())["resources"]
 
 
-def failed_up_cost(cfg: StackConfig, resources: list[dict[str, Any]], step: str) -> Optional[str]:
+def failed_up_cost(cfg: StackConfig, resources: list[dict[str, Any]], step: str,
+                   mine: preflight.Held = preflight.NOTHING_HELD) -> Optional[str]:
     """Where `pulumi up` would have stopped for a failed check, and what it had spent by then: every node pool and
     the cluster that finished before that resource's step ends, billed from their finish (components/plan/timeline.py
-    durations)."""
+    durations). What it leaves billing counts every pool it created, priced or not, and on a later `up` the nodes the
+    cluster already holds (`mine`, preflight.held), which bill whatever this `up` does."""
     def duration(r: dict[str, Any], start: float, finish: dict[str, float]) -> float:
         return timeline.step(cfg, r).seconds
 
@@ -64,9 +67,18 @@ def failed_up_cost(cfg: StackConfig, resources: list[dict[str, Any]], step: str)
     at_name = min(ends, key=ends.get)
     at = ends[at_name]
     spent, rate, unpriced = cost.spend_until(cfg, resources, at, finish, skip=at_name)
-    extra = f" + {', '.join(unpriced)} (unpriced: set kimi-k3-1:cost.gpuNodeHourUsd)" if unpriced else ""
-    return (f"`pulumi up` would fail at {at_name} about {at / 60:.1f} min in, having spent ${spent:,.2f}{extra}; "
-            f"what it created bills ${rate:,.2f}/h until `pulumi destroy`")
+    left_out = f" + {cost.unpriced_nodes(resources, unpriced)} unpriced" if unpriced else ""
+    hint = f" (set kimi-k3-1:cost.{cfg.track}{'Node' if cfg.track == 'gpu' else 'Chip'}HourUsd to price them)" \
+        if unpriced else ""
+    line = (f"`pulumi up` would fail at {at_name} about {at / 60:.1f} min in, having spent ${spent:,.2f}{left_out}; "
+            f"what it created bills ${rate:,.2f}/h{left_out} until `pulumi destroy`{hint}")
+    if mine.any:
+        held_rate, held_unpriced = cost.held_rate(cfg, mine.nodes)
+        nodes = " + ".join(f"{n} {m}" for m, n in mine.nodes.items())
+        unpriced_held = " + ".join(f"{n} {m} nodes" for m, n in held_unpriced.items())
+        line += (f"; the cluster already holds {nodes} nodes, ${held_rate:,.2f}/h"
+                 + (f" + {unpriced_held} unpriced" if unpriced_held else "") + ", billing whatever this up does")
+    return line
 
 
 def main(argv: Sequence[str] | None = None, google: Optional[preflight.Google] = None) -> int:
@@ -112,8 +124,12 @@ def main(argv: Sequence[str] | None = None, google: Optional[preflight.Google] =
     print(f"cost: {cost.headline(cost.hourly_costs(cfg))} while it runs (list prices of {prices.TABLE_DATE})")
     print(f"time to serving: {path.serving_s / 60:.1f} min after `pulumi up` starts (first up, bucket empty)")
     failed = [c for c in checks if not c.ok]
+    mine = preflight.NOTHING_HELD
+    if failed:
+        with contextlib.suppress(preflight.ApiError):
+            mine = preflight.held(google, cfg)
     for step in dict.fromkeys(c.step for c in failed if c.step):
-        line = failed_up_cost(cfg, resources, step)
+        line = failed_up_cost(cfg, resources, step, mine)
         if line:
             print(line)
     if failed:

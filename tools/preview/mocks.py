@@ -70,6 +70,8 @@ def _options(request: Any) -> dict[str, Any]:
         options["retainOnDelete"] = True
     if request.deleteBeforeReplace:
         options["deleteBeforeReplace"] = True
+    if request.importId:
+        options["import"] = request.importId
     if list(request.ignoreChanges):
         options["ignoreChanges"] = sorted(request.ignoreChanges)
     if list(request.additionalSecretOutputs):

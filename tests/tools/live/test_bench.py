@@ -25,7 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
+from tests.conftest import stack_document
+from tests.fakes import fakegoogle
 from tools.live import bench, bench_steps, cloud, core, leftovers, pulumi_stack
 from tools.live.pulumi_stack import CLAIM_TAG
 
@@ -238,15 +241,15 @@ class FakeBilling:
 
 
 def drive(world: World, tmp_path: Path, *args: str, stack: str = "gpu",
-          out: Callable[[str], Any] | None = None, smoke: Callable[[list[str]], int] | None = None
-          ) -> tuple[int, list[str]]:
+          out: Callable[[str], Any] | None = None, smoke: Callable[[list[str]], int] | None = None,
+          backend: FakeBackend | None = None) -> tuple[int, list[str]]:
     lines: list[str] = []
 
     def fake_smoke(argv: list[str]) -> int:
         world.hit("smoke", tuple(argv))
         return world.smoke_code
 
-    deps = bench.Deps(backend=FakeBackend(world), cluster=FakeCluster(world), storage=FakeStorage(world),
+    deps = bench.Deps(backend=backend or FakeBackend(world), cluster=FakeCluster(world), storage=FakeStorage(world),
                       billing=FakeBilling(world), smoke=smoke or fake_smoke, sleep=world.sleep, now=lambda: STAMP,
                       out=out or lines.append)
     code = bench.main(["--stack", stack, "--work-dir", str(tmp_path), "--out", str(tmp_path / "results"),
@@ -972,15 +975,15 @@ def test_interrupt_sends_one_sigint_to_the_running_cli(tmp_path):
     assert out.strip() == "stopped gracefully"
 
 
-def test_kept_checkpoint_bucket_is_not_a_leftover_and_is_adopted_next_time(tmp_path):
-    """The bucket a destroy keeps by design does not fail the run, and the next `up` uses it rather than
-    trying to create it again (storage.bucketExists)."""
+def test_kept_checkpoint_bucket_is_not_a_leftover_and_needs_no_config(tmp_path):
+    """The bucket a destroy keeps by design does not fail the run, and nothing is written to the stack's config for
+    the next `up` (which takes the bucket back by itself: test_up_destroy_up_needs_nothing_set)."""
     world = World(leftovers=["bucket: my-proj-kimi-k3-1-weights"])
     code, lines = drive(world, tmp_path)
     assert code == 0, "\n".join(lines)
-    assert ("set_config", bench.BUCKET_EXISTS_KEY, "true") in world.log
-    assert world.names().index("set_config", world.names().index("destroy")) > world.names().index("destroy")
+    assert ("set_config", bench.BUCKET_EXISTS_KEY, "true") not in world.log
     assert any("kept by design" in line for line in lines)
+    assert any("the next up takes it back, nothing to set" in line for line in lines)
 
 
 def test_deleted_checkpoint_bucket_left_behind_is_a_leftover(tmp_path):
@@ -1242,3 +1245,51 @@ def test_a_claim_is_one_compare_and_set_and_only_its_holder_renews_or_removes_it
 
         storage.Client().create_bucket("state")
         check(claims.store_for("gs://state/team", "kimi-k3-1"))
+
+
+class CloudBackend(FakeBackend):
+    """`up` meets the checkpoint bucket as the provider would: the program's own choice (preflight.bucket_use, asked
+    of the fake Google) must not create a bucket that exists; a destroy keeps it (storage.deleteCheckpointOnDestroy
+    off), with the labels the stack gave it."""
+
+    def __init__(self, world: World, google: Any):
+        super().__init__(world)
+        from components.config import parse_config
+
+        raw = {k.removeprefix("kimi-k3-1:"): v for k, v in stack_document("gpu")["config"].items()
+               if k.startswith("kimi-k3-1:")}
+        self.cfg = parse_config(raw, "gpu")
+        self.google = google
+        self.uses: list[str] = []
+
+    def up(self, on_output: bench.OnOutput) -> None:
+        from components.checks import preflight
+        from components.plan.naming import resource_labels
+
+        client = preflight.Google(requests.Session(), self.google.url, 5.0)
+        use = preflight.bucket_use(self.cfg, "gpu", google=client)
+        self.uses.append(use)
+        buckets, name = self.google.state["buckets"], self.cfg.bucket_name
+        if use == "create" and name in buckets:
+            raise RuntimeError(f"error: googleapi: Error 409: the bucket {name} already exists")
+        buckets[name] = {"kind": "storage#bucket", "name": name, "projectNumber": "123456789012",
+                         "labels": resource_labels(self.cfg, "gpu")}
+        super().up(on_output)
+
+
+def test_up_destroy_up_needs_nothing_set(tmp_path):
+    """Up, destroy (the bucket kept), up again, with no config change: the second up takes the kept bucket back
+    (import) instead of failing to create it, and nothing is written to the stack's config."""
+    with fakegoogle.FakeGoogle() as google:
+        world = World(leftovers=["bucket: my-proj-kimi-k3-1-weights"])
+        backend = CloudBackend(world, google)
+        first, lines = drive(world, tmp_path / "1", backend=backend)
+        assert first == 0, "\n".join(lines)
+        second, lines = drive(world, tmp_path / "2", backend=backend)
+        assert second == 0, "\n".join(lines)
+    # Each run ups twice (the benchmark is turned on for the second): after the first, the bucket is in the stack's
+    # state, where the import option is a no-op; after the destroy it is imported back.
+    assert backend.uses == ["create", "import", "import", "import"]
+    assert world.names().count("up") == 4 and world.names().count("destroy") == 2
+    assert not [entry for entry in world.log if entry[0] == "set_config" and entry[1] == bench.BUCKET_EXISTS_KEY]
+    assert any("the next up takes it back, nothing to set" in line for line in lines)
