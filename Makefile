@@ -116,6 +116,7 @@ $(CLI): $(STAMP) pyproject.toml
 ## plan: render every stack (or STACK=<name>) offline into build/plan/<stack>/
 plan: $(STAMP) $(CLI)
 	$(PY) -m tools plan $(if $(STACK),--stack $(STACK))
+	$(PY) -m tools replay --summary --check $(if $(STACK),--stack $(STACK),--stack gpu --stack tpu)
 
 ## charts: pull the pinned Helm charts into build/charts/ (digest-checked), so the plan renders their objects
 charts: $(STAMP)

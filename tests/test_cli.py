@@ -32,6 +32,12 @@ def test_help_lists_every_command():
     for name in COMMANDS:
         assert f"\n  {name} " in out, name
     assert "Exit codes" in out
+    users, maintainers = out.split("maintainer commands", 1)
+    for name in ("schema", "alignment", "bench-plan", "doc-figures", "lock-tpu-engine", "lock", "release-notes"):
+        assert f"\n  {name} " in maintainers and f"\n  {name} " not in users, name
+    for name in ("plan", "preflight", "ask", "bench", "leftovers"):
+        assert f"\n  {name} " in users, name
+    assert "tests/" not in out and "main(argv)" not in out  # what a maintainer reads in the source, not in --help
 
 
 HELP_ALL = """

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from typing import NamedTuple
 
@@ -28,23 +29,33 @@ class Command(NamedTuple):
     help: str
     fast_exit: bool = False
     """Skip interpreter teardown after the command (the plan loads the large provider modules: about 1 s)."""
+    maintainer: bool = False
+    """A command for developing this repository (its docs, locks, releases), listed apart from a user's in --help."""
 
 
 COMMANDS: dict[str, Command] = {
     # offline: the preview engine (tools.preview)
     "plan": Command("tools.preview.plan", "render stacks offline into build/plan/<stack>/", fast_exit=True),
     "diff": Command("tools.preview.plan_diff", "compare two plans (folders or git refs): replacements, changes"),
-    "scan": Command("tools.preview.scan", "scan the rendered manifests with checkov"),
-    "schema": Command("tools.preview.schema", "check (or --write) Pulumi.yaml's config block and README's table"),
-    "alignment": Command("tools.preview.alignment", "hold the generated pods against docs/upstream-alignment.md"),
-    "bench-plan": Command("tools.preview.bench_plan", "time the offline plan of each stack (median and max)"),
-    "doc-figures": Command("tools.preview.doc_figures", "rewrite the plan figures in README.md, docs/weights.md"),
+    "scan": Command("tools.preview.scan", "scan the rendered manifests with checkov", maintainer=True),
+    "schema": Command("tools.preview.schema", "check (or --write) Pulumi.yaml's config block and README's table",
+                      maintainer=True),
+    "alignment": Command("tools.preview.alignment", "hold the generated pods against docs/upstream-alignment.md",
+                         maintainer=True),
+    "bench-plan": Command("tools.preview.bench_plan", "time the offline plan of each stack (median and max)",
+                          maintainer=True),
+    "doc-figures": Command("tools.preview.doc_figures", "rewrite the plan figures in README.md, docs/weights.md",
+                           maintainer=True),
     "scaling": Command("tools.preview.scaling", "replay step and diurnal load through a stack's autoscaling"),
     "replay": Command("tools.preview.replay", "replay session shapes through the router and the engines' caches"),
-    "charts": Command("tools.preview.helm_render", "fetch the pinned Helm charts or print a chart's digest"),
-    "lock-tpu-engine": Command("tools.preview.lock_tpu_engine", "write the TPU engine image's hash-pinned lock"),
-    "release-notes": Command("tools.preview.release_notes", "check a release tag and print its CHANGELOG notes"),
-    "lock": Command("tools.preview.lock", "regenerate every Python lock (requirements*.txt) from its intents"),
+    "charts": Command("tools.preview.helm_render", "fetch the pinned Helm charts or print a chart's digest",
+                      maintainer=True),
+    "lock-tpu-engine": Command("tools.preview.lock_tpu_engine", "write the TPU engine image's hash-pinned lock",
+                               maintainer=True),
+    "release-notes": Command("tools.preview.release_notes", "check a release tag and print its CHANGELOG notes",
+                             maintainer=True),
+    "lock": Command("tools.preview.lock", "regenerate every Python lock (requirements*.txt) from its intents",
+                    maintainer=True),
     # against a live stack (tools.live)
     "preflight": Command("tools.live.preflight", "ask Google Cloud and the Hub, read-only, whether a stack can come up",
                          fast_exit=True),
@@ -61,9 +72,12 @@ def usage() -> str:
     width = max(map(len, COMMANDS))
     prog = program()
     lines = [f"usage: {prog} <command> [options]   ({prog} <command> --help for a command's options)", "",
-             "commands:"]
-    lines += [f"  {name:<{width}}  {command.help}" for name, command in COMMANDS.items()]
-    return "\n".join([*lines, "", (__doc__ or "").split("\n\n", 1)[1]])
+             "commands for running a stack:"]
+    lines += [f"  {name:<{width}}  {command.help}" for name, command in COMMANDS.items() if not command.maintainer]
+    lines += ["", "maintainer commands (developing this repository):"]
+    lines += [f"  {name:<{width}}  {command.help}" for name, command in COMMANDS.items() if command.maintainer]
+    codes = (__doc__ or "").split("\n\n", 2)[2]  # the exit codes, without the note on where they are held
+    return "\n".join([*lines, "", re.sub(r" \(README\.md shows this table; [^)]*\):", ":", codes, count=1)])
 
 
 def version() -> str:

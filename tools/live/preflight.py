@@ -73,11 +73,20 @@ def failed_up_cost(cfg: StackConfig, resources: list[dict[str, Any]], step: str,
     line = (f"`pulumi up` would fail at {at_name} about {at / 60:.1f} min in, having spent ${spent:,.2f}{left_out}; "
             f"what it created bills ${rate:,.2f}/h{left_out} until `pulumi destroy`{hint}")
     if mine.any:
-        held_rate, held_unpriced = cost.held_rate(cfg, mine.nodes)
-        nodes = " + ".join(f"{n} {m}" for m, n in mine.nodes.items())
-        unpriced_held = " + ".join(f"{n} {m} nodes" for m, n in held_unpriced.items())
-        line += (f"; the cluster already holds {nodes} nodes, ${held_rate:,.2f}/h"
-                 + (f" + {unpriced_held} unpriced" if unpriced_held else "") + ", billing whatever this up does")
+        # A later up: the pools the cluster holds bill already and are not created again. Per machine type, what
+        # bills after the failure is the larger of what it holds and what the plan's pools up to then hold.
+        created: dict[str, int] = {}
+        for r in resources:
+            if r["type"] == cost.BILLED_TYPES[1] and r["name"] != at_name and finish[r["name"]] <= at:
+                nodes, machine = cost.pool_nodes(r)
+                created[machine] = created.get(machine, 0) + nodes
+        after = {m: max(created.get(m, 0), mine.nodes.get(m, 0)) for m in {**created, **mine.nodes}}
+        after_rate, after_unpriced = cost.held_rate(cfg, after)
+        holds = " + ".join(f"{n} {m}" for m, n in mine.nodes.items())
+        unpriced_after = " + ".join(f"{n} {m} nodes" for m, n in after_unpriced.items())
+        line += (f"; this cluster already holds {holds} nodes, so after the failure the stack bills "
+                 f"${after_rate + prices.GKE_CLUSTER_HOUR.usd:,.2f}/h"
+                 + (f" + {unpriced_after} unpriced" if unpriced_after else "") + " in all")
     return line
 
 

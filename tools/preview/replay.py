@@ -67,6 +67,21 @@ def below_bar(report: replay.Report, on_best: float, hits: float) -> list[str]:
             if name in BAR_SHAPES and (share < on_best or hit < hits)]
 
 
+def check(args: argparse.Namespace, name: str, cfg, report: replay.Report) -> int:
+    """1 when --check and a bar shape is below the bar. Only where the rule is the engine's own (GPU, vLLM 0.33.0):
+    the TPU engine's core keeps fewer KDA states than the rule, so its bar is its engine tier's
+    (tests/engine_tpu/test_torchtpu_replay.py) and the rule's TPU figures are printed, not held."""
+    short = below_bar(report, 0.95, 0.90)
+    if not (args.check and short):
+        return 0
+    if cfg.track != "gpu":
+        print(f"{name}: the rule replay is below the bar ({'; '.join(short)}); TPU's bar is held on vLLM-TorchTPU's "
+              "own manager (tests/engine_tpu/test_torchtpu_replay.py)", file=sys.stderr)
+        return 0
+    print(f"{name}: below the bar: " + "; ".join(short), file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog("replay"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", action="append", default=[], metavar="NAME", help="only this shape (repeatable)")
     parser.add_argument("--choice", choices=("rendered", "former"), default="rendered",
                         help="the routing the stack renders, or the one it rendered before the replay chose")
+    parser.add_argument("--summary", action="store_true",
+                        help="one line per stack: the benchmark shape's figures (what `make plan` prints)")
     parser.add_argument("--write-doc", type=Path, metavar="FILE",
                         help="rewrite the block between the replay markers of FILE (docs/capacity.md) with the tables")
     parser.add_argument("--check", action="store_true",
@@ -99,20 +116,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {err}", file=sys.stderr)
             failed = 2
             continue
+        if args.summary:
+            args.shape = args.shape or ["benchmark"]
         if args.shape:
             shapes = [s for s in shapes if s.name in args.shape]
         choice = getattr(replay, f"{args.choice}_choice")(cfg)
         report = replay.run(replay.deployment_for(cfg, choice), shapes)
+        if args.summary:
+            for shape, on_best, hits, _, _ in report.rows:
+                print(f"{name}: session replay ({shape}): {on_best:.1%} of turns 2..N on the engine holding the "
+                      f"longest cached prefix, {hits:.1%} of ideal hit tokens ({choice.layout} endpoints, prefix "
+                      f"unit {choice.hash_unit}; python -m tools replay --stack {name} for every shape)")
+            failed = max(failed, check(args, name, cfg, report))
+            continue
         print(f"{name} ({cfg.track}, {args.choice}: {choice.layout} endpoints, prefix unit {choice.hash_unit}, "
               f"router block {choice.router_block}, TTFT penalty {choice.penalty_ms:.0f} ms)")
         print(report.table())
         blocks += [f"{name} ({cfg.track}; {choice.layout} endpoints, prefix unit {choice.hash_unit}, router block "
                    f"{choice.router_block}, TTFT penalty {choice.penalty_ms:.0f} ms):", "", "```", report.table(),
                    "```", ""]
-        short = below_bar(report, 0.95, 0.90)
-        if args.check and short:
-            print(f"{name}: below the bar: " + "; ".join(short), file=sys.stderr)
-            failed = max(failed, 1)
+        failed = max(failed, check(args, name, cfg, report))
     if args.write_doc and not failed:
         write_doc(args.write_doc, blocks)
     return failed

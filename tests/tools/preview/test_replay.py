@@ -35,3 +35,13 @@ def test_a_bad_shape_file_is_one_line(tmp_path, capsys, change, says):
     assert cli.main(["--stack-file", "tests/stacks/Pulumi.gpu.yaml", "--shapes", _shape_file(tmp_path, **change)]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1
+
+
+def test_the_summary_is_one_line_per_stack(tmp_path, capsys):
+    """`make plan` prints `python -m tools replay --summary --check`: the benchmark shape's line."""
+    from tools.preview import replay as cli
+
+    assert cli.main(["--stack-file", "tests/stacks/Pulumi.gpu.yaml", "--shapes", _shape_file(tmp_path),
+                     "--summary", "--check"]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith("gpu: session replay (benchmark): ") and "of ideal hit tokens" in line
