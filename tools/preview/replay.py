@@ -27,8 +27,8 @@ import yaml
 from components.config import ConfigError
 from components.plan import replay
 from tools import prog
-from tools.preview.plan import ROOT, stack_name
-from tools.preview.scaling import load
+from tools.preview.plan import stack_name
+from tools.preview.scaling import chosen_stacks, load
 
 BAR_SHAPES = ("benchmark", "agentic")
 """The shapes the bar applies to, at the benchmark's concurrency (docs/capacity.md "Prefix routing")."""
@@ -98,12 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when the benchmark or agentic shape is below the bar (95 %% / 90 %%)")
     args = parser.parse_args(argv)
-    stacks = [ROOT / f"Pulumi.{name}.yaml" for name in args.stack] + [p.resolve() for p in args.stack_file]
-    if not stacks:
-        parser.error("name a stack (--stack or --stack-file)")
-    missing = [str(p) for p in stacks if not p.is_file()]
-    if missing:
-        print(f"{parser.prog}: error: no stack file {', '.join(missing)}", file=sys.stderr)
+    stacks = chosen_stacks(parser, args)
+    if stacks is None:
         return 2
     failed = 0
     blocks: list[str] = []

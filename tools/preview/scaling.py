@@ -79,6 +79,19 @@ def plot(results: list[autoscaling.TrackResult], out: Path) -> str:
     return name
 
 
+def chosen_stacks(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Path] | None:
+    """The stack files `--stack` and `--stack-file` name (a usage error when none is named), or None after one line
+    naming the files that do not exist. Shared with the replay command."""
+    stacks = [ROOT / f"Pulumi.{name}.yaml" for name in args.stack] + [p.resolve() for p in args.stack_file]
+    if not stacks:
+        parser.error("name a stack (--stack or --stack-file)")
+    missing = [str(p) for p in stacks if not p.is_file()]
+    if missing:
+        print(f"{parser.prog}: error: no stack file {', '.join(missing)}", file=sys.stderr)
+        return None
+    return stacks
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog("scaling"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -88,12 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="output folder; one subfolder per stack (default: build/scaling)")
     parser.add_argument("--no-plot", action="store_true", help="write report.md only")
     args = parser.parse_args(argv)
-    stacks = [ROOT / f"Pulumi.{name}.yaml" for name in args.stack] + [p.resolve() for p in args.stack_file]
-    if not stacks:
-        parser.error("name a stack (--stack or --stack-file)")
-    missing = [str(p) for p in stacks if not p.is_file()]
-    if missing:
-        print(f"{parser.prog}: error: no stack file {', '.join(missing)}", file=sys.stderr)
+    stacks = chosen_stacks(parser, args)
+    if stacks is None:
         return 2
     failed = 0
     for path in stacks:
