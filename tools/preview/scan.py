@@ -80,12 +80,14 @@ LWS = "Deployment.lws-system.*-lws-controller-manager"
 DRA_CONTROLLER = "Deployment.nvidia-dra-driver-gpu.nvidia-dra-driver-gpu-controller"
 DRA_PLUGIN = "DaemonSet.nvidia-dra-driver-gpu.nvidia-dra-driver-gpu-kubelet-plugin"
 LWS_ROLES = "ClusterRole.default.*-lws-*-role"
+KEDA = "Deployment.keda.keda-*"
+KEDA_ROLE = "ClusterRole.default.keda-operator-minimal-cluster-role"
 ENGINES = (VLLM, TPU_ENGINE)
 PRIVILEGED = (VLLM, ASAPD)
-CHARTS = (EPP, LWS, DRA_CONTROLLER, DRA_PLUGIN, LWS_ROLES)
+CHARTS = (EPP, LWS, DRA_CONTROLLER, DRA_PLUGIN, LWS_ROLES, KEDA, KEDA_ROLE)
 """Resource names as checkov reports them: `<Kind>.<namespace>.<name>` (extracted templates are Pods). CHARTS are
-objects the pinned Helm charts render (the router's EPP, the LWS controller, the NVIDIA DRA driver): their pod specs
-come from the chart's templates, and the values the program sets do not reach these fields."""
+objects the pinned Helm charts render (the router's EPP, the LWS controller, the NVIDIA DRA driver, KEDA): their pod
+specs come from the chart's templates, and the values the program sets do not reach these fields."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,14 @@ EXCEPTIONS: tuple[Allowed, ...] = (
             "configurations: the LWS chart's own roles (its controller manages its webhooks and the "
             "DisaggregatedSet resources it owns); the policy pack's k8s-no-cluster-admin still refuses any "
             "all-wildcard role"),
+    Allowed(("CKV_K8S_15",), (KEDA,), "imagePullPolicy Always: the program sets IfNotPresent for KEDA's pinned release "
+            "tag (and digests, images.keda*Digest), as for the router, so a restart does not depend on the registry"),
+    Allowed(("CKV_K8S_38", "CKV_K8S_40"), (KEDA,), "token mount, UID: KEDA's operator, metrics API server and "
+            "admission webhooks call the Kubernetes API, so they need their token; its chart runs them non-root "
+            "(runAsNonRoot) with the image's own UID, below the 10000 this check asks for"),
+    Allowed(("CKV_K8S_155",), (KEDA_ROLE,), "admission webhook configurations: KEDA's chart gives its operator "
+            "get/patch on validatingwebhookconfigurations and apiservices when KEDA makes its own certificates "
+            "(its templates/manager/minimal-rbac.yaml), to write the CA bundle it rotates"),
 )
 """The failed checks the stacks have on purpose, each limited to the resources named (docs/security.md shows this
 table, `python -m tools scan --write-doc` rewrites it there)."""
