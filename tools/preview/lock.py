@@ -11,7 +11,7 @@ existing output's pins), so a refresh is a reviewable diff, not a drift.
 | lock (requirements*.txt) | intents | resolution |
 |---|---|---|
 | -dev | -dev.in (+ requirements.in) | universal, CPython >= 3.11 |
-| requirements.txt | .in, inside -dev | universal: what Pulumi's pip toolchain installs |
+| requirements.txt | .in, inside -dev | universal: what `pip install -r requirements.txt` gets |
 | -uv | uv, inside -dev | what pip installs before uv installs the rest |
 | the staging Job's (components/weights/copier/) | its libraries, inside requirements.txt | CPython 3.11, x86_64 |
 | -checkov | -checkov.in | universal, CPython >= 3.11 |
