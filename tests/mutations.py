@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from components.facts import versions
+from components.facts import contract, versions
 from components.plan import images
 
 Resource = dict[str, Any]
@@ -548,6 +548,25 @@ def _bucket_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
     yield Mutant("buckets", f"{name}: public access prevention inherited", index,
                  _set("publicAccessPrevention", "inherited"))
     yield Mutant("buckets", f"{name}: fine-grained ACLs", index, _set("uniformBucketLevelAccess", False))
+    # Deletion as declared by the bucket's on-destroy label (components/checks/declared.py BUCKET_DISPOSITIONS).
+    props = resource["inputs"]
+    label = (props.get("labels") or {}).get(contract.BUCKET_ON_DESTROY_LABEL)
+    yield Mutant("buckets", f"{name}: forceDestroy {not props.get('forceDestroy')}", index,
+                 _set("forceDestroy", not props.get("forceDestroy")))
+    yield Mutant("buckets", f"{name}: on-destroy label removed", index,
+                 lambda p: p["labels"].pop(contract.BUCKET_ON_DESTROY_LABEL, None))
+    yield Mutant("buckets", f"{name}: on-destroy label {'delete' if label == 'keep' else 'keep'}", index,
+                 lambda p: p["labels"].update({contract.BUCKET_ON_DESTROY_LABEL: "delete" if label == "keep"
+                                               else "keep"}))
+    yield Mutant("buckets", f"{name}: on-destroy label another value", index,
+                 lambda p: p["labels"].update({contract.BUCKET_ON_DESTROY_LABEL: "maybe"}))
+    yield Mutant("buckets", f"{name}: a locked retention policy", index, _set("retentionPolicy", {
+        "retentionPeriod": 86400 * 365, "isLocked": True}))
+    yield Mutant("buckets", f"{name}: object retention lock", index, _set("enableObjectRetention", True))
+    yield Mutant("buckets", f"{name}: Autoclass", index, _set("autoclass", {"enabled": True}))
+    for seconds in (86400, 91 * 86400, -1, "604800"):
+        yield Mutant("buckets", f"{name}: soft-delete retention {seconds!r} s", index,
+                     _set("softDeletePolicy", {"retentionDurationSeconds": seconds}))
 
 
 def _namespace_mutants(index: int, resource: Resource) -> Iterator[Mutant]:

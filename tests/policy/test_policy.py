@@ -59,6 +59,8 @@ def bucket(**overrides: Any) -> dict[str, Any]:
     return {"name": "b", "publicAccessPrevention": "enforced", "uniformBucketLevelAccess": True, **overrides}
 
 
+KEPT = {"on-destroy": "keep"}
+"""The label of a bucket destroy keeps (components/checks/declared.py BUCKET_DISPOSITIONS)."""
 SHIELDED = {"enableSecureBoot": True, "enableIntegrityMonitoring": True}
 
 
@@ -349,8 +351,26 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
       "\"-c\"], "
       "dir \"components/locks\", script starting 'set -euo pipefail'"]),
     # ---- declared-artifacts
-    ("declared-artifacts", BUCKET, bucket(), []),
-    ("declared-artifacts", BUCKET, bucket(lifecycleRules=[{"action": {"type": "Delete"}, "condition": {"age": 1}}]),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT), []),
+    ("declared-artifacts", BUCKET, bucket(labels={"on-destroy": "delete"}, forceDestroy=True), []),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT, forceDestroy=True),
+     ['bucket "b": forceDestroy is true on a bucket declared \'keep\' on destroy (a kept bucket is never '
+      "force-destroyable: its staged checkpoint outlives the stack) (components/checks/declared.py "
+      "BUCKET_DISPOSITIONS)"]),
+    ("declared-artifacts", BUCKET, bucket(labels={"on-destroy": "delete"}, forceDestroy=False),
+     ['bucket "b": forceDestroy is false on a bucket declared \'delete\' on destroy (destroy would fail on its '
+      "objects and leave it billing) (components/checks/declared.py BUCKET_DISPOSITIONS)"]),
+    ("declared-artifacts", BUCKET, bucket(),
+     ['bucket "b": label on-destroy is not set, not one of [\'delete\', \'keep\']: every bucket declares whether '
+      "destroy keeps it (components/checks/declared.py BUCKET_DISPOSITIONS)"]),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT, softDeletePolicy={"retentionDurationSeconds": 86400}),
+     ['bucket "b": soft-delete retention 86400 s is not 0 or 7-90 days (components/checks/declared.py '
+      "SOFT_DELETE_SECONDS)"]),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT, retentionPolicy={"retentionPeriod": 1, "isLocked": True}),
+     ['bucket "b": a retention policy or object retention lock is not declared (a locked one could never be '
+      "removed, nor the bucket deleted) (components/checks/declared.py BUCKET_DISPOSITIONS)"]),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT, lifecycleRules=[{"action": {"type": "Delete"},
+                                                                       "condition": {"age": 1}}]),
      ['bucket "b": lifecycle rules ("Delete") are not declared; the checkpoint is staged once and kept'
       ' (components/checks/declared.py TYPES: the bucket, without lifecycle rules)']),
     ("declared-artifacts", "gcp:artifactregistry/repository:Repository",
