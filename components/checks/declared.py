@@ -152,6 +152,9 @@ SHELL_BUILTINS = frozenset({"set", "export", "exec", "echo", "true", "false", "t
 code (`eval`, `trap`, `source` and `.` do, so they are not here)."""
 
 HF_SECRET = (contract.HF_TOKEN_SECRET, contract.HF_TOKEN_KEY)
+SECRET_ENV_NAMES = frozenset({contract.HF_TOKEN_KEY, "HUGGING_FACE_HUB_TOKEN"})
+"""Environment variables the program fills from a Secret only (`valueFrom.secretKeyRef`), never with a plain `value`:
+the Hugging Face token under the name huggingface_hub reads and its older alias."""
 
 VLLM_GPU = Container(
     "vllm", _repos(versions.VLLM.image), programs=frozenset({"vllm", "find"}), shells=frozenset({"/bin/bash"}),

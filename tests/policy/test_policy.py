@@ -350,6 +350,22 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ["a local command that is not declared (components/checks/declared.py commands): interpreter [\"/bin/sh\", "
       "\"-c\"], "
       "dir \"components/locks\", script starting 'set -euo pipefail'"]),
+    # ---- k8s-secrets-not-plain-env: credentials by value, and the names the program fills from Secrets only
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, deployment(env=[{"name": "SETTING", "value": "AKIAZ7Q3MUTANT4EXAMP"}]),
+     ["spec.template.spec.containers[0].env[0]: env SETTING holds an AWS access key as a literal value; use "
+      "valueFrom.secretKeyRef to a Secret the workload declares"]),
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, deployment(env=[{"name": "DSN", "value": "postgres://u:pw@db:5432/x"}]),
+     ["spec.template.spec.containers[0].env[0]: env DSN holds a URL with a password as a literal value; use "
+      "valueFrom.secretKeyRef to a Secret the workload declares"]),
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, deployment(env=[{"name": "DSN", "value": "https://db.internal:5432/x"}]),
+     []),
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, {"kind": "Deployment", "spec": {"template": {"spec": {"containers": [
+        {"name": "a", "image": "r/a:1", "env": [{"name": "DB_URL", "valueFrom": {"secretKeyRef": {
+            "name": "db", "key": "url"}}}]},
+        {"name": "b", "image": "r/b:1", "env": [{"name": "DB_URL", "value": "db.internal"}]}]}}}},
+     ["spec.template.spec.containers[1].env[0]: env DB_URL is filled from a Secret only, but sets a plain value"]),
+    ("k8s-secrets-not-plain-env", "command:local:Command", {"environment": {"BASE": "AKIAZ7Q3MUTANT4EXAMP"}},
+     ["environment BASE: holds an AWS access key; a local command gets no credential from the plan"]),
     # ---- declared-artifacts
     ("declared-artifacts", BUCKET, bucket(labels=KEPT), []),
     ("declared-artifacts", BUCKET, bucket(labels={"on-destroy": "delete"}, forceDestroy=True), []),
