@@ -26,6 +26,7 @@ from components.facts import catalog, contract, machines, prices
 from components.observe.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
 from components.observe.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
 from components.plan import autoscaling, capacity, cost, engines, images, kvblocks, limits, loading, parallel
+from components.plan import overview as reader
 from components.plan.loading import MIB
 from components.plan.naming import label_value, resource_labels
 from components.plan.staging import MACHINE_TYPE as STAGING_MACHINE_TYPE
@@ -312,6 +313,20 @@ def summary(cfg: StackConfig) -> list[str]:
         *cost.summary_lines(cfg),
         *limits.summary_lines(cfg),
     ]
+
+
+def overview(cfg: StackConfig) -> reader.Overview:
+    """The reader's summary (components/plan/overview.py) with what the observe layer names: the dashboard."""
+    found = reader.build(cfg)
+    if not cfg.monitoring.enabled:
+        found.add(reader.CREATED, "monitoring: off (no dashboard, alert policies or scrape targets)")
+        return found
+    scope = Scope.of(cfg.track, cfg.cluster_name, cfg.kubernetes.namespace, cfg.tpu.engine)
+    channels = len(cfg.monitoring.notificationChannels)
+    found.add(reader.CREATED, f"monitoring: dashboard \"{dashboard_name(cfg)}\" (stack output monitoringDashboardUrl), "
+              f"{len(alert_rules(scope, 0, 0))} alert policies, "
+              + (f"{channels} notification channels" if channels else "no notification channel"))
+    return found
 
 
 def autoscaling_lines(cfg: StackConfig) -> list[str]:
