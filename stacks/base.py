@@ -105,6 +105,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
         maintenance_window_start=cfg.cluster.maintenanceWindowStart,
         maintenance_exclusion_start=cfg.cluster.maintenanceExclusionStart,
         deletion_protection=cfg.cluster.deletionProtection, dcgm_metrics=cfg.track == "gpu",
+        hpa_metrics=cfg.autoscaling_on,
         shielded_nodes=cfg.track != "gpu" or cfg.gpu.spec.shielded_gke_nodes,
         node_service_account=nodes.email, labels=labels),
         # Nodes must not come up before their service account holds its role.
@@ -184,6 +185,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
         observability = Observability("observability", ObservabilityArgs(
             project=cfg.gcp.project, track=cfg.track, cluster=cfg.cluster_name, namespace=cfg.kubernetes.namespace,
             display_name=dashboard_name(cfg), tpu_engine=cfg.tpu.engine,
+            hpas=monitoring_scope(cfg).hpas, add_s=monitoring_scope(cfg).add_s,
             notification_channels=tuple(cfg.monitoring.notificationChannels),
             error_ratio=cfg.monitoring.alertErrorPercent / 100, kv_full=cfg.monitoring.alertKvCachePercent / 100,
             labels=labels), after_apis)
@@ -321,7 +323,7 @@ def overview(cfg: StackConfig) -> reader.Overview:
     if not cfg.monitoring.enabled:
         found.add(reader.CREATED, "monitoring: off (no dashboard, alert policies or scrape targets)")
         return found
-    scope = Scope.of(cfg.track, cfg.cluster_name, cfg.kubernetes.namespace, cfg.tpu.engine)
+    scope = monitoring_scope(cfg)
     channels = len(cfg.monitoring.notificationChannels)
     found.add(reader.CREATED, f"monitoring: dashboard \"{dashboard_name(cfg)}\" (stack output monitoringDashboardUrl), "
               f"{len(alert_rules(scope, 0, 0))} alert policies, "
@@ -476,12 +478,20 @@ def slice_lines(cfg: StackConfig) -> list[str]:
 def monitoring_lines(cfg: StackConfig) -> list[str]:
     if not cfg.monitoring.enabled:
         return ["monitoring: off (no PodMonitorings, dashboard or alert policies)"]
-    scope = Scope.of(cfg.track, cfg.cluster_name, cfg.kubernetes.namespace, cfg.tpu.engine)
+    scope = monitoring_scope(cfg)
     channels = len(cfg.monitoring.notificationChannels)
     return [f"dashboard: Cloud Monitoring > Dashboards > \"{dashboard_name(cfg)}\" "
             f"({', '.join(g.title for g in groups(scope))}; link in output monitoringDashboardUrl)",
             f"alerts: {len(alert_rules(scope, 0, 0))} policies, "
             f"{f'{channels} notification channel(s)' if channels else 'no notification channel'}"]
+
+
+def monitoring_scope(cfg: StackConfig) -> Scope:
+    """What the dashboard and alerts watch: the stack's series, and the scaled roles' HPAs where autoscaling is on."""
+    roles = autoscaling.roles(cfg)
+    return Scope.of(cfg.track, cfg.cluster_name, cfg.kubernetes.namespace, cfg.tpu.engine,
+                    tuple(autoscaling.hpa_name(r.name) for r in roles),
+                    autoscaling.time_to_add_s(cfg)[0] if roles else 0.0)
 
 
 def dashboard_name(cfg: StackConfig) -> str:
