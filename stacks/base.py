@@ -44,7 +44,8 @@ from components.router.router import (
     router_block_tokens,
 )
 from components.router.router import lru_capacity as router_lru_capacity
-from components.serving import benchmark, modelservers
+from components.serving import benchmark, compilecache, modelservers
+from components.serving.compilecache import CompileCache, CompileCacheArgs
 from components.serving.scaling import Scaling, ScalingArgs
 from components.weights.bucket import CheckpointBucket, CheckpointBucketArgs
 from components.weights.geometry import CheckpointGeometry, CheckpointGeometryArgs
@@ -75,6 +76,13 @@ class Foundation:
     """The staged revision's config.json matched the plan's model geometry; accelerator pools wait for it."""
     autoscaler: Autoscaler | None = None
     """KEDA (autoscaling.enabled): the serving sets' ScaledObjects wait for it (add_scaling)."""
+    compile_cache: CompileCache | None = None
+    """The engines' compile caches (vLLM and vLLM-TorchTPU engines): the serving sets wait for its grants."""
+
+    @property
+    def cache_waits(self) -> list[pulumi.Resource]:
+        """What the engine pods' cache mount needs before they start: the bucket's grants and the service account."""
+        return [] if self.compile_cache is None else [self.compile_cache.account, *self.compile_cache.grants]
 
     @property
     def accelerator_opts(self) -> pulumi.ResourceOptions:
@@ -223,8 +231,14 @@ def build_foundation(cfg: StackConfig) -> Foundation:
     pulumi.export("hourlyCostComplete", complete)
     pulumi.export("hourlyCost", cost.headline(costs))
     pulumi.export("benchmarkResultsUri", pulumi.Output.concat(bucket.uri, "/", results_path(cfg)))
+    compile_cache = None
+    if cfg.track == "gpu" or cfg.tpu.engine == "vllm-torchtpu":
+        compile_cache = CompileCache("compile-cache", CompileCacheArgs(
+            config=cfg, namespace=platform.namespace.metadata.name, labels=labels,
+            member=workload_principal(project_number, pool, cfg.kubernetes.namespace, compilecache.SERVICE_ACCOUNT)),
+            pulumi.ResourceOptions(providers=[provider, cluster.provider], depends_on=services.resources))
     return Foundation(cfg, provider, services, cluster, common, cpu_pools, bucket, platform, staged, weights, router,
-                      serving, in_cluster, on_system_nodes, geometry, autoscaler)
+                      serving, in_cluster, on_system_nodes, geometry, autoscaler, compile_cache)
 
 
 def add_scaling(foundation: Foundation, servers: pulumi.Resource, set_name: str) -> None:

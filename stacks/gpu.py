@@ -43,7 +43,7 @@ def build(cfg: StackConfig) -> None:
             # The DisaggregatedSet CRD and webhook, the populated weights, the nodes and the claims its pods
             # reference by name: without them the set cannot become Available within its timeout.
             foundation.platform.lws, foundation.weights.claim, *gpu.pools, devices.compute_domain,
-            devices.rdma_claims, foundation.platform.hf_token]))
+            devices.rdma_claims, foundation.platform.hf_token, *foundation.cache_waits]))
     add_scaling(foundation, servers, contract.disaggregated_set_name(cfg.kubernetes.namespace))
     add_calibration(foundation, servers)
     add_benchmark(foundation, servers)

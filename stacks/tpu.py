@@ -55,7 +55,8 @@ def build(cfg: StackConfig) -> None:
         config=cfg, host_pool_bytes_per_node=foundation.capacity.host_bytes_per_node,
         models_claim=foundation.weights.claim.metadata.name, image=image),
         pulumi.ResourceOptions(provider=foundation.cluster.provider, depends_on=[
-            foundation.platform.lws, foundation.weights.claim, *tpu.pools, foundation.platform.hf_token, *waits]))
+            foundation.platform.lws, foundation.weights.claim, *tpu.pools, foundation.platform.hf_token, *waits,
+            *foundation.cache_waits]))
     add_scaling(foundation, servers, tpu_set_name(cfg))
     add_calibration(foundation, servers)
     add_benchmark(foundation, servers)

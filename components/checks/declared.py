@@ -159,7 +159,7 @@ the Hugging Face token under the name huggingface_hub reads and its older alias.
 VLLM_GPU = Container(
     "vllm", _repos(versions.VLLM.image), programs=frozenset({"vllm", "find"}), shells=frozenset({"/bin/bash"}),
     privileged=True, root=True, writable_root=True, restricted=False,
-    host_paths=frozenset({"/home/kubernetes/bin/nvidia"}), writable_volumes=frozenset({"nvidia"}),
+    host_paths=frozenset({"/home/kubernetes/bin/nvidia"}), writable_volumes=frozenset({"nvidia", "jit-cache"}),
     secrets=frozenset({HF_SECRET}), claims=frozenset({"compute-domain-channel", "rdma"}),
     reason="DeepEP/NVSHMEM GPU-initiated communication needs a privileged container on GKE; CUDA IPC across the "
            "engines of a pod and the NVL72 domain needs the host IPC and PID namespaces; the GKE-installed NVIDIA "
@@ -183,6 +183,7 @@ VLLM_TPU = Container(
     programs=frozenset({"vllm", "ulimit", "getent", "awk"}),
     shells=frozenset({"/bin/bash"}), root=True, writable_root=True,
     restricted=False, secrets=frozenset({HF_SECRET}), capabilities=frozenset({"IPC_LOCK"}),
+    writable_volumes=frozenset({"jit-cache"}),
     reason="the stack's engine image (Python 3.12 base) runs as root (components/platform/hardening.py ROOT_IMAGES); "
            "never privileged. IPC_LOCK: the Raiden offload store locks its host pool, as the engine's Raiden recipes "
            "run it (components/platform/hardening.py TPU_ENGINE_CAPABILITIES)")
@@ -200,10 +201,13 @@ MODEL_VOLUMES = {"models": "persistentVolumeClaim", "dshm": "emptyDir"}
 WORKLOADS: tuple[Workload, ...] = (
     Workload("DisaggregatedSet", "{ns}-vllm", (VLLM_GPU, ROUTING_SIDECAR), host=frozenset({"hostIPC", "hostPID"}),
              claim_templates=frozenset({contract.RDMA_CLAIM_TEMPLATE, contract.COMPUTE_DOMAIN_CHANNEL_TEMPLATE}),
-             volumes={**MODEL_VOLUMES, "nvidia": "hostPath", "jit-cache": "emptyDir"},
-             source="components/serving/modelservers.py (jit-cache: the engines' JIT caches, `jit_cache_volume`)"),
+             volumes={**MODEL_VOLUMES, "nvidia": "hostPath", "jit-cache": "csi"},
+             service_account="{guide}-engine",
+             source="components/serving/modelservers.py (jit-cache: the engines' compile caches on the stack's cache "
+                    "bucket, components/serving/compilecache.py)"),
     Workload("LeaderWorkerSet", "{ns}-vllm-tpu", (TPU_NODE_SETUP, VLLM_TPU),
-             volumes=MODEL_VOLUMES, source="components/serving/modelservers.py"),
+             volumes={**MODEL_VOLUMES, "jit-cache": "csi"}, service_account="{guide}-engine",
+             source="components/serving/modelservers.py (jit-cache: components/serving/compilecache.py)"),
     Workload("LeaderWorkerSet", "{ns}-sglang", (TPU_NODE_SETUP, SGLANG_TPU), volumes=MODEL_VOLUMES,
              source="components/serving/modelservers.py"),
     Workload("DaemonSet", "{guide}-engine-image-prepull", (
@@ -397,6 +401,14 @@ GRANTS: tuple[Grant, ...] = (
     Grant("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/storage.objectCreator",
           WI_PRINCIPAL + re.escape(f"{catalog.GUIDE_NAME}-benchmark"),
           "the benchmark Job writes its results folder (limited by an IAM condition)", per_stack=True),
+    Grant("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/storage.objectViewer",
+          WI_PRINCIPAL + re.escape(f"{catalog.GUIDE_NAME}-engine"),
+          "the engines list and read their compile caches (the stack's cache bucket, components/serving/compilecache.py)",
+          per_stack=True),
+    Grant("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/storage.objectUser",
+          WI_PRINCIPAL + re.escape(f"{catalog.GUIDE_NAME}-engine"),
+          "the engines write their compile caches under cache/ of the stack's cache bucket (limited by an IAM "
+          "condition)", folder="cache/", per_stack=True),
     Grant(REPO_GRANT, "roles/artifactregistry.writer", BUILD_SA,
           "the TPU engine image's build pushes to the stack's one repository (components/serving/engineimage.py)"),
     Grant("gcp:projects/iAMMember:IAMMember", "roles/logging.logWriter", BUILD_SA,

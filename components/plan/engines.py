@@ -202,6 +202,36 @@ def vllm_role_flags(cfg: StackConfig, role: Role) -> list[str]:
     return [*flags, "--enable-cumem-allocator"]
 
 
+# --------------------------------------------------------------------------- compile caches (both tracks)
+CACHE_MOUNT = "/var/cache/vllm"
+"""Where the engines' caches live, the root llm-d's GB200 pods use for theirs
+(https://github.com/llm-d/llm-d/blob/6b047cf/guides/models/deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml)."""
+GPU_CACHE_ENV = {
+    # vLLM's cache root: its torch.compile cache and DeepGEMM's JIT cache (DG_JIT_CACHE_DIR defaults to
+    # VLLM_CACHE_ROOT/deep_gemm: vllm 0.33.0 vllm/utils/deep_gemm.py:280-285; vllm/envs.py:714).
+    "VLLM_CACHE_ROOT": "vllm",
+    # FlashInfer's JIT workspace, CUDA's PTX JIT cache and ccache, at the paths llm-d's GB200 pods use (above).
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+    "CUDA_CACHE_PATH": "cuda",
+    "CCACHE_DIR": "ccache",
+    # Triton's kernel cache (and the autotuning results vLLM has it write there: vllm/env_override.py:173;
+    # vllm/snapshot/runtime.py:95 reads the same variable, default ~/.triton/cache).
+    "TRITON_CACHE_DIR": "triton",
+}
+TPU_CACHE_ENV = {
+    # vLLM-TorchTPU's on-disk TorchTPU compilation cache: set, it also turns on the in-memory tier it needs
+    # (vllm_torchtpu/envs.py:978-982, vllm_torchtpu/env_override.py:11-20, vLLM-TorchTPU 0.29.0).
+    "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": "torch_tpu",
+    "VLLM_CACHE_ROOT": "vllm",
+}
+
+
+def cache_env(cfg: StackConfig) -> dict[str, str]:
+    """Each cache variable of the stack's engine -> its directory under CACHE_MOUNT."""
+    table = GPU_CACHE_ENV if cfg.track == "gpu" else TPU_CACHE_ENV
+    return {name: f"{CACHE_MOUNT}/{sub}" for name, sub in table.items()}
+
+
 GPU_DRIVER_MOUNT = "/usr/local/nvidia"
 """Where the GPU pods mount GKE's host driver install (components/serving/modelservers.py)."""
 GPU_DRIVER_LIBS = f"{GPU_DRIVER_MOUNT}/lib64"

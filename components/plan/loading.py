@@ -286,6 +286,13 @@ ENGINE_START_S = {"gpu": int(math.ceil(UPSTREAM_STARTUP_S["gpu"] / PROBE_MARGIN 
 capture or XLA compilation). Not published for these models. GPU: upstream's whole GB200 startup budget over the
 margin, so the budget with any load is at least upstream's (UPSTREAM_STARTUP_S); vLLM-TorchTPU's K3 nightly waits up
 to 240 minutes for a gs:// stream plus a cold compile (kimi-k3-tp32-ep.sh SERVER_READY_WAIT_MIN)."""
+COLD_COMPILE_S = {"gpu": 600, "tpu": 1200}
+"""ASSUMPTION (no figure is published for these models): the part of ENGINE_START_S an empty compile cache costs.
+GPU: the JIT builds of DeepGEMM's MegaMoE and GEMM kernels, FlashInfer's MLA kernels and the Triton KDA kernels with
+their autotuning (prefill runs eager and decode compiles nothing with torch.compile: components/plan/engines.py
+vllm_role_flags; decode's CUDA graphs are captured on every start and stay in the warm start). TPU: TorchTPU's
+compilation of the engine's buckets. A warm start finds them in the stack's cache bucket
+(components/serving/compilecache.py)."""
 PROBE_PERIOD_S = 10
 IMAGE_PULL_S = 600
 """Assumption: pulling the engine image onto a fresh node (tens of GB; not measured here)."""
@@ -357,6 +364,32 @@ def image_pull_s(cfg: StackConfig) -> float:
     """The engine image onto a fresh node: the TPU build's modelled pull, else the assumption `IMAGE_PULL_S`."""
     built = engine_image(cfg)
     return built.pull_s if built else IMAGE_PULL_S
+
+
+@dataclass(frozen=True)
+class GroupStart:
+    """One serving group's start, from its pods' creation to serving: the first (cold caches) and a warm restart (a
+    pod or group restart, or a group a scale-out adds once any group has started)."""
+
+    pull_s: float
+    load_s: float
+    engine_cold_s: float
+    engine_warm_s: float
+
+    @property
+    def first_s(self) -> float:
+        return self.pull_s + self.load_s + self.engine_cold_s
+
+    @property
+    def warm_s(self) -> float:
+        """The image is on the node already (the kubelet keeps it; the pre-pull DaemonSet holds it) and the compile
+        caches are warm; the weights load again (each start reads its ranks' shares from the volume)."""
+        return self.load_s + self.engine_warm_s
+
+
+def group_start(cfg: StackConfig) -> GroupStart:
+    start = ENGINE_START_S[cfg.track] + pod_start_s(cfg)
+    return GroupStart(image_pull_s(cfg), load_model(cfg).load_s, start, start - COLD_COMPILE_S[cfg.track])
 
 
 def pod_start_s(cfg: StackConfig) -> float:

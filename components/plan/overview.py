@@ -121,6 +121,13 @@ def capacity_lines(cfg: StackConfig) -> list[str]:
     lines.append(f"per engine: at most {running:,} requests running at once, {c.sequences_per_engine} "
                  f"{'session' if c.sequences_per_engine == 1 else 'sessions'} at full context in HBM; KV block "
                  f"{c.block_tokens:,} tokens")
+    device = "GPU" if cfg.track == "gpu" else "TensorCore"
+    margins = {role: r.start_ceiling_non_weight_bytes / 1e9 for role, r in (
+        (("prefill", capacity.serving_capacity(cfg)), ("decode", c)) if cfg.track == "gpu" else (("engine", c),))}
+    said = (f"{next(iter(margins.values())):.1f} GB" if len(set(f"{v:.1f}" for v in margins.values())) == 1
+            else ", ".join(f"{role} {v:.1f} GB" for role, v in margins.items()))
+    lines.append(f"start margin: an engine starts only while its memory besides weights and KV stays under {said} per "
+                 f"{device} ({c.non_weight_bytes_per_device / 1e9:.1f} GB assumed), one full-context session must fit")
     if cfg.autoscaling_on:
         env = autoscaling.envelope(cfg, autoscaling.roles(cfg))
         unit = "nodes" if cfg.track == "gpu" else "hosts"
@@ -137,6 +144,7 @@ def time_lines(cfg: StackConfig) -> list[str]:
     model = staging.staging_model(cfg)
     vol = capacity.weight_staging(cfg)
     load = loading.load_model(cfg)
+    group = loading.group_start(cfg)
     lines = [
         f"checkpoint copy from the Hugging Face Hub: {minutes(model.seconds)} "
         f"({minutes(staging.proof_readback_seconds(cfg))} to re-verify when the bucket holds it already)",
@@ -144,6 +152,9 @@ def time_lines(cfg: StackConfig) -> list[str]:
         f"per replica (target {catalog.WEIGHT_LOAD_TARGET_SECONDS // 60} min)",
         f"engine start: {loading.ENGINE_START_S[cfg.track] // 60} min (assumed); pulumi waits up to "
         f"{loading.ready_timeout_s(cfg) // 60} min for the serving replicas",
+        f"a serving replica's start: {minutes(group.first_s)} the first time, {minutes(group.warm_s)} warm (a restart "
+        f"or a replica added later: compile caches kept in the stack's cache bucket, "
+        f"{loading.COLD_COMPILE_S[cfg.track] // 60} min of compiling assumed saved)",
     ]
     if cfg.autoscaling_on:
         add, _ = autoscaling.time_to_add_s(cfg)

@@ -230,4 +230,15 @@ def summary_lines(cfg: StackConfig, resources: list[dict[str, Any]]) -> list[str
     return [f"time to serving (first up, from the dependency graph): {cp.serving_s / 60:.1f} min; bound "
             f"{cp.bound_s / 60:.1f} min = {cp.bound_terms}; ratio {cp.ratio:.3f} (target <= {TARGET_RATIO})",
             f"  staging (bucket empty): {pods} pod(s), {rate / 1e9:.2f} GB/s aggregate, {seconds / 60:.1f} min",
-            f"  critical path (min): {path}"]
+            f"  critical path (min): {path}",
+            restart_line(cfg)]
+
+
+def restart_line(cfg: StackConfig) -> str:
+    """A serving group's own start, first and warm (loading.group_start)."""
+    g = loading.group_start(cfg)
+    return (f"  a serving group's start: first {g.first_s / 60:.1f} min = image pull {g.pull_s / 60:.1f} + weight load "
+            f"{g.load_s / 60:.1f} + engine start {g.engine_cold_s / 60:.1f} (compile caches empty); warm restart "
+            f"{g.warm_s / 60:.1f} min = weight load {g.load_s / 60:.1f} + engine start {g.engine_warm_s / 60:.1f} (a pod "
+            f"or group restart, or a group a scale-out adds: image on the node, compile caches on the stack's cache "
+            f"bucket; {loading.COLD_COMPILE_S[cfg.track] // 60} min of cold compile assumed, loading.COLD_COMPILE_S)")

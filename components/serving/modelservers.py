@@ -17,6 +17,7 @@ from ..facts import catalog, contract
 from ..plan import autoscaling, engines, images, loading, parallel
 from ..platform import hardening
 from ..platform.dra import NVIDIA_DRIVER_ROOT
+from . import compilecache
 
 PROBE_TIMEOUT_S = 5
 """The kubelet's default is 1 s; a busy engine answers /health slower (llm-d's GB200 pods use 5)."""
@@ -147,28 +148,6 @@ def gpu_placement(machine: catalog.GpuMachine) -> tuple[dict[str, str], list[k8s
                                         effect="NoSchedule")])
 
 
-JIT_CACHE_MOUNT = "/var/cache/vllm"
-JIT_CACHE_GIB = 64
-"""Half the 128Gi of ephemeral storage llm-d's GB200 pods reserve (the guide below)."""
-JIT_CACHE_ENV = {"VLLM_CACHE_ROOT": "vllm", "FLASHINFER_WORKSPACE_BASE": "flashinfer", "CUDA_CACHE_PATH": "cuda",
-                 "CCACHE_DIR": "ccache"}
-"""The JIT caches llm-d's GB200 pods keep on a volume, at the same paths under JIT_CACHE_MOUNT
-(https://github.com/llm-d/llm-d/blob/6b047cf/guides/models/deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml).
-vLLM puts DeepGEMM's JIT cache under VLLM_CACHE_ROOT (vllm 0.33.0 utils/deep_gemm.py:281)."""
-
-
-def jit_cache_volume() -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs, list[k8s.core.v1.EnvVarArgs]]:
-    """Compiled kernels off the image's writable layer, kept across container restarts. An emptyDir, not upstream's
-    hostPath: Container-Optimized OS mounts its writable host paths (/var, /home) noexec
-    (https://cloud.google.com/container-optimized-os/docs/concepts/disks-and-filesystem), and JIT-built kernels are
-    loaded as shared objects; a recreated group compiles again, which ENGINE_START_S covers
-    (components/plan/loading.py)."""
-    volume = k8s.core.v1.VolumeArgs(name="jit-cache", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
-        size_limit=f"{JIT_CACHE_GIB}Gi"))
-    env = [_env(key, f"{JIT_CACHE_MOUNT}/{sub}") for key, sub in JIT_CACHE_ENV.items()]
-    return volume, k8s.core.v1.VolumeMountArgs(name="jit-cache", mount_path=JIT_CACHE_MOUNT), env
-
-
 def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.v1.PodSpecArgs:
     machine = cfg.gpu.spec
     command = engines.vllm_command(cfg, role)
@@ -176,7 +155,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
     shm_gib, memory_gib = gpu_memory_gib(cfg)
     models, models_mount = weights_volume(claim)
     shm, shm_mount = shm_volume(shm_gib)
-    jit, jit_mount, jit_env = jit_cache_volume()
+    jit, jit_mount = compilecache.volume(cfg)
     nvidia = k8s.core.v1.VolumeArgs(name="nvidia", host_path=k8s.core.v1.HostPathVolumeSourceArgs(
         path=NVIDIA_DRIVER_ROOT))
     claims = [k8s.core.v1.PodResourceClaimArgs(name="compute-domain-channel",
@@ -198,7 +177,8 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         env=[
             *common_env(command),
             _field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP"),
-            *jit_env,
+            # The compile caches on the stack's cache bucket: warm after the first start (serving/compilecache.py).
+            *(_env(key, value) for key, value in compilecache.cache_env(cfg).items()),
             # The API server waits this long for its engines: the same startup budget as the probe.
             _env("VLLM_ENGINE_READY_TIMEOUT_S", str(loading.startup_budget_s(cfg))),
             *(_env(key, value) for key, value in loading.GPU_LOADER.env),
@@ -298,6 +278,7 @@ def vllm_pod(cfg: StackConfig, role: engines.Role, claim: StrInput) -> k8s.core.
         node_selector=node_selector,
         tolerations=tolerations,
         volumes=[models, shm, jit, nvidia],
+        service_account_name=compilecache.SERVICE_ACCOUNT,
         automount_service_account_token=False,
         termination_grace_period_seconds=autoscaling.termination_grace_s(cfg, 120),
     )
@@ -320,7 +301,7 @@ def vllm_role(cfg: StackConfig, role: engines.Role, claim: StrInput) -> dict[str
             "leaderWorkerTemplate": {
                 "size": engines.vllm_group_nodes(cfg, role),
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "workerTemplate": pod_template(labels, vllm_pod(cfg, role, claim)),
+                "workerTemplate": pod_template(labels, vllm_pod(cfg, role, claim), dict(compilecache.SIDECAR_ANNOTATION)),
             },
             "rolloutStrategy": rollout(),
         },
@@ -519,6 +500,11 @@ def tpu_pod(cfg: StackConfig, rank: engines.TpuRank, memory_gib: int, claim: Str
     volumes, mounts = [models, shm], [models_mount, shm_mount]
     env = [*common_env(command)]
     if cfg.tpu.engine == "vllm-torchtpu":
+        # The compile caches on the stack's cache bucket: warm after the first start (serving/compilecache.py).
+        cache, cache_mount = compilecache.volume(cfg)
+        volumes.append(cache)
+        mounts.append(cache_mount)
+        env += [_env(key, value) for key, value in compilecache.cache_env(cfg).items()]
         # Offloading hybrid (MLA + KDA) pages needs the unified block pool, K3's default; set it so a changed
         # default fails loudly (vllm_torchtpu/platforms/tpu_platform.py, gdn_pool_layout.py).
         env += [_env("TPU_VLLM_ENABLE_UNIFIED_BLOCK_POOL", "1"),
@@ -558,6 +544,7 @@ def tpu_pod(cfg: StackConfig, rank: engines.TpuRank, memory_gib: int, claim: Str
         tolerations=tolerations,
         volumes=volumes,
         security_context=hardening.pod_context(user=None),
+        service_account_name=compilecache.SERVICE_ACCOUNT if cfg.tpu.engine == "vllm-torchtpu" else None,
         automount_service_account_token=False,
         termination_grace_period_seconds=autoscaling.termination_grace_s(cfg, 120),
     )
@@ -600,6 +587,7 @@ class TpuLeaderWorkerSet(Component):
         leader = tpu_pod(cfg, "leader", memory, args.models_claim, args.image)
         worker = tpu_pod(cfg, "worker", memory, args.models_claim, args.image)
         engine = engines.tpu_engine_type(cfg)
+        cache_annotation = dict(compilecache.SIDECAR_ANNOTATION) if cfg.tpu.engine == "vllm-torchtpu" else None
         self.set = k8s.apiextensions.CustomResource(
             f"{name}-lws",
             api_version="leaderworkerset.x-k8s.io/v1",
@@ -620,8 +608,9 @@ class TpuLeaderWorkerSet(Component):
                     "size": cfg.tpu.hosts_per_slice,
                     "restartPolicy": "RecreateGroupOnPodRestart",
                     # Only the leader serves the API, so only leaders carry the router's selector labels.
-                    "leaderTemplate": pod_template(serving_labels("tpu", engine), leader),
-                    "workerTemplate": pod_template(serving_labels("tpu", engine, serving=False), worker),
+                    "leaderTemplate": pod_template(serving_labels("tpu", engine), leader, cache_annotation),
+                    "workerTemplate": pod_template(serving_labels("tpu", engine, serving=False), worker,
+                                                   cache_annotation),
                 },
                 "rolloutStrategy": rollout(),
             },

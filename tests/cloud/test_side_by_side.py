@@ -64,7 +64,7 @@ def test_one_project_and_region(side_by_side):
 
 def test_stacks_share_only_the_checkpoint_bucket(side_by_side):
     held = {name: cloud_objects(plan) for name, plan in side_by_side.items()}
-    bucket = side_by_side["gpu"].one(BUCKET)["inputs"]["name"]
+    bucket = side_by_side["gpu"].one(BUCKET, "weights-bucket")["inputs"]["name"]
     for (a, mine), (b, theirs) in itertools.combinations(held.items(), 2):
         shared = sorted(set(mine) & set(theirs))
         assert shared == [f"{BUCKET} name={bucket}"], (a, b, shared)

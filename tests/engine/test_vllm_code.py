@@ -5,6 +5,7 @@ engine."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -166,3 +167,18 @@ def test_shared_experts_held_per_tp_rank_are_the_models(gpu_cfg, tp, monkeypatch
     share = capacity.dense_bytes_per_device(cfg, tp) - loading.layout_bytes("whole", "split") / tp \
         - loading.layout_bytes("whole", "replicated")
     assert share == pytest.approx(loading.layout_bytes("whole", "sp_replicated") * held / whole)
+
+
+def test_vllm_reads_its_cache_root_from_the_pods_variable(monkeypatch):
+    """components/plan/engines.py `cache_env` points VLLM_CACHE_ROOT at the cache bucket's mount: vLLM 0.33.0 takes its
+    cache root (and DeepGEMM's JIT cache under it, vllm/utils/deep_gemm.py) from that variable."""
+    import vllm.envs as envs
+
+    from components.plan import engines
+    from tests.engine_support import stack_config
+
+    root = engines.cache_env(stack_config("gpu"))["VLLM_CACHE_ROOT"]
+    monkeypatch.setenv("VLLM_CACHE_ROOT", root)
+    assert envs.VLLM_CACHE_ROOT == root
+    source = (Path(envs.__file__).parent / "utils" / "deep_gemm.py").read_text()
+    assert 'os.path.join(\n            envs.VLLM_CACHE_ROOT, "deep_gemm"' in source

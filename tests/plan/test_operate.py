@@ -64,7 +64,7 @@ def test_benchmark_is_wired_to_the_router_bucket_and_weights(variants):
     port = chart["values"]["router"]["extraServicePorts"][0]["port"]
     assert config["server"]["base_url"] == f"http://{chart['name']}-epp:{port}" == "http://kimi-k3-1-epp:80"
     assert config["server"]["type"] == chart["values"]["router"]["modelServers"]["type"]
-    bucket = plan.one("gcp:storage/bucket:Bucket")["inputs"]["name"]
+    bucket = plan.one("gcp:storage/bucket:Bucket", "weights-bucket")["inputs"]["name"]
     gcs = config["storage"]["google_cloud_storage"]
     assert gcs["bucket_name"] == bucket
     assert plan.outputs["benchmarkResultsUri"] == f"gs://{bucket}/{gcs['path']}"
@@ -127,7 +127,7 @@ def test_max_lifetime_label_on_billable_resources(plans, variants):
         for pool in plan.of_type("gcp:container/nodePool:NodePool"):
             assert pool["inputs"]["nodeConfig"]["resourceLabels"]["max-lifetime-hours"] == hours
         assert plan.one("gcp:container/cluster:Cluster")["inputs"]["resourceLabels"]["max-lifetime-hours"] == hours
-        assert plan.one("gcp:storage/bucket:Bucket")["inputs"]["labels"]["max-lifetime-hours"] == hours
+        assert plan.one("gcp:storage/bucket:Bucket", "weights-bucket")["inputs"]["labels"]["max-lifetime-hours"] == hours
         # The Hyperdisk ML disk is created by the CSI driver, not Pulumi: its labels come from the StorageClass.
         storage_class = next(m for m in plan.manifests if m["kind"] == "StorageClass")
         disk_labels = dict(item.split("=") for item in storage_class["parameters"]["labels"].split(","))

@@ -126,7 +126,7 @@ def engine_set(image: str = "vllm/vllm-openai:v9.9.9@sha256:" + "0" * 64, name: 
     """A GPU engine set as components/checks/declared.py declares it: privileged, host IPC, the driver's host path."""
     return {"kind": "DisaggregatedSet", "metadata": {"name": "kimi-k3-1-vllm", "namespace": "kimi-k3-1"},
             "spec": {"roles": [{"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {
-                "hostIPC": True, "automountServiceAccountToken": False,
+                "hostIPC": True, "automountServiceAccountToken": False, "serviceAccountName": "kimi-k3-1-engine",
                 "volumes": [{"name": "nvidia", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}}],
                 "containers": [{"name": name, "image": image, "securityContext": {"privileged": True},
                                 "volumeMounts": [{"name": "nvidia", "mountPath": "/usr/local/nvidia"}]}]}}}}}]}}

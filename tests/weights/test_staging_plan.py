@@ -72,7 +72,7 @@ def test_the_job_runs_the_copier_of_this_repository(plans, stack):
     assert "-r /app/tools/staging/requirements.lock" in install and "python -m tools.live.stage_weights" in install
     args = dict(zip(container["args"][::2], container["args"][1::2], strict=True))
     assert args["--revision"] == plan.outputs["stagedRevision"] == UNRESOLVED_REVISION
-    bucket = plan.one("gcp:storage/bucket:Bucket")["inputs"]["name"]
+    bucket = plan.one("gcp:storage/bucket:Bucket", "weights-bucket")["inputs"]["name"]
     assert args["--dest"] == plan.outputs["checkpointUri"] == (
         f"gs://{bucket}/moonshotai/Kimi-K3.1-Pro/{UNRESOLVED_REVISION}/")
     source = next(m for m in plan.manifests if m["kind"] == "GCPDataSource")
@@ -94,7 +94,7 @@ def test_the_stager_may_list_the_bucket_and_write_only_the_checkpoint_prefix(pla
     grants = {g["name"]: g["inputs"] for g in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
               if g["parent"] == "weights-staging"}
     project = plan.one("gcp:container/cluster:Cluster")["inputs"]["project"]
-    bucket = plan.one("gcp:storage/bucket:Bucket")["inputs"]["name"]
+    bucket = plan.one("gcp:storage/bucket:Bucket", "weights-bucket")["inputs"]["name"]
     member = (f"principal://iam.googleapis.com/projects/{PROJECT_NUMBER}/locations/global/workloadIdentityPools/"
               f"{project}.svc.id.goog/subject/ns/kimi-k3-1/sa/{contract.STAGING_SERVICE_ACCOUNT}")
     assert {g["member"] for g in grants.values()} == {member}

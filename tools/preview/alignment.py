@@ -137,6 +137,9 @@ def pod_settings(template: Mapping[str, Any]) -> dict[str, str]:
     for volume in spec.get("volumes", []):
         kind = next(k for k in volume if k != "name")
         detail = volume[kind] or {}
+        attributes = detail.get("volumeAttributes", {}) if kind == "csi" else {}
+        if "bucketName" in attributes:  # the stack's own bucket (project and cluster in its name), by its shape
+            detail = {**detail, "volumeAttributes": {**attributes, "bucketName": "<project>-<cluster>-cache"}}
         out[f"volume.{volume['name']}"] = f"{kind} " + ",".join(f"{k}={scalar(v)}" for k, v in sorted(detail.items()))
     main = spec["containers"][0]
     out.update(engine_flags(main))
