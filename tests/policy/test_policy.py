@@ -59,6 +59,8 @@ def bucket(**overrides: Any) -> dict[str, Any]:
     return {"name": "b", "publicAccessPrevention": "enforced", "uniformBucketLevelAccess": True, **overrides}
 
 
+KEPT = {"on-destroy": "keep"}
+"""The label of a bucket destroy keeps (components/checks/declared.py BUCKET_DISPOSITIONS)."""
 SHIELDED = {"enableSecureBoot": True, "enableIntegrityMonitoring": True}
 
 
@@ -348,9 +350,43 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ["a local command that is not declared (components/checks/declared.py commands): interpreter [\"/bin/sh\", "
       "\"-c\"], "
       "dir \"components/locks\", script starting 'set -euo pipefail'"]),
+    # ---- k8s-secrets-not-plain-env: credentials by value, and the names the program fills from Secrets only
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, deployment(env=[{"name": "SETTING", "value": "AKIAZ7Q3MUTANT4EXAMP"}]),
+     ["spec.template.spec.containers[0].env[0]: env SETTING holds an AWS access key as a literal value; use "
+      "valueFrom.secretKeyRef to a Secret the workload declares"]),
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, deployment(env=[{"name": "DSN", "value": "postgres://u:pw@db:5432/x"}]),
+     ["spec.template.spec.containers[0].env[0]: env DSN holds a URL with a password as a literal value; use "
+      "valueFrom.secretKeyRef to a Secret the workload declares"]),
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, deployment(env=[{"name": "DSN", "value": "https://db.internal:5432/x"}]),
+     []),
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, {"kind": "Deployment", "spec": {"template": {"spec": {"containers": [
+        {"name": "a", "image": "r/a:1", "env": [{"name": "DB_URL", "valueFrom": {"secretKeyRef": {
+            "name": "db", "key": "url"}}}]},
+        {"name": "b", "image": "r/b:1", "env": [{"name": "DB_URL", "value": "db.internal"}]}]}}}},
+     ["spec.template.spec.containers[1].env[0]: env DB_URL is filled from a Secret only, but sets a plain value"]),
+    ("k8s-secrets-not-plain-env", "command:local:Command", {"environment": {"BASE": "AKIAZ7Q3MUTANT4EXAMP"}},
+     ["environment BASE: holds an AWS access key; a local command gets no credential from the plan"]),
     # ---- declared-artifacts
-    ("declared-artifacts", BUCKET, bucket(), []),
-    ("declared-artifacts", BUCKET, bucket(lifecycleRules=[{"action": {"type": "Delete"}, "condition": {"age": 1}}]),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT), []),
+    ("declared-artifacts", BUCKET, bucket(labels={"on-destroy": "delete"}, forceDestroy=True), []),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT, forceDestroy=True),
+     ['bucket "b": forceDestroy is true on a bucket declared \'keep\' on destroy (a kept bucket is never '
+      "force-destroyable: its staged checkpoint outlives the stack) (components/checks/declared.py "
+      "BUCKET_DISPOSITIONS)"]),
+    ("declared-artifacts", BUCKET, bucket(labels={"on-destroy": "delete"}, forceDestroy=False),
+     ['bucket "b": forceDestroy is false on a bucket declared \'delete\' on destroy (destroy would fail on its '
+      "objects and leave it billing) (components/checks/declared.py BUCKET_DISPOSITIONS)"]),
+    ("declared-artifacts", BUCKET, bucket(),
+     ['bucket "b": label on-destroy is not set, not one of [\'delete\', \'keep\']: every bucket declares whether '
+      "destroy keeps it (components/checks/declared.py BUCKET_DISPOSITIONS)"]),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT, softDeletePolicy={"retentionDurationSeconds": 86400}),
+     ['bucket "b": soft-delete retention 86400 s is not 0 or 7-90 days (components/checks/declared.py '
+      "SOFT_DELETE_SECONDS)"]),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT, retentionPolicy={"retentionPeriod": 1, "isLocked": True}),
+     ['bucket "b": a retention policy or object retention lock is not declared (a locked one could never be '
+      "removed, nor the bucket deleted) (components/checks/declared.py BUCKET_DISPOSITIONS)"]),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT, lifecycleRules=[{"action": {"type": "Delete"},
+                                                                       "condition": {"age": 1}}]),
      ['bucket "b": lifecycle rules ("Delete") are not declared; the checkpoint is staged once and kept'
       ' (components/checks/declared.py TYPES: the bucket, without lifecycle rules)']),
     ("declared-artifacts", "gcp:artifactregistry/repository:Repository",
