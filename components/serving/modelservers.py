@@ -56,7 +56,8 @@ def common_env(command: engines.Command) -> list[k8s.core.v1.EnvVarArgs]:
     """The pod's address only where the command reads it (the TPU launcher's VLLM_HOST_IP), and
     engines.ENGINE_PRIVACY_ENV (usage stats and the Hub off). No PYTHONHASHSEED: it only made block hashes comparable
     with the router's KV-event index, which nothing runs (components/plan/engines.py), and the engines' default
-    `--prefix-caching-hash-algo sha256` does not read it (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/core/kv_cache_utils.py L146-158)."""
+    `--prefix-caching-hash-algo sha256` does not read it
+    (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/core/kv_cache_utils.py L146-158)."""
     pod_ip = [_field_env("POD_IP", "status.podIP")] if engines.POD_IP in command.script() else []
     return [*pod_ip, *(_env(name, value) for name, value in engines.ENGINE_PRIVACY_ENV)]
 
