@@ -325,16 +325,12 @@ MP_LAUNCHER_ENV: tuple[tuple[str, str, int], ...] = (
     ("TPU_MULTIHOST_BACKEND", "mp", 71),
     ("TPU_SKIP_MDS_QUERY", "1", 73),
 )
-HOST_RENDEZVOUS_S = 300
-"""The host rendezvous's timeout: a constant, `_RENDEZVOUS_TIMEOUT_S = 300` (vllm_torchtpu/distributed/
-tpu_mp_multihost.py L66; no variable changes it). The leader's TCPStore waits this long for every host to connect and
-every host this long for all the others' addresses (L85-118), so every host's engine must reach it within 300 s of
-the first (docs/engine-preconditions.md TPU-MH-7)."""
 HEAD_RESOLVE_RETRY_S = 5
 HEAD_RESOLVE_S = 240
 """How long a host tries to resolve the head before its pod fails (MP_LAUNCHER lines 83-93: `getent hosts` every 5 s,
 for 300 s). Shorter than the launcher's: a host that resolves the head at the last try still starts its engine within
-HOST_RENDEZVOUS_S of the others (240 + 5 < 300), rather than arriving after the leader's store gave up."""
+loading.TPU_RENDEZVOUS_TIMEOUT_S of the others (240 + 5 < 300), rather than after the leader's store gave up
+(docs/engine-preconditions.md TPU-MH-7)."""
 
 
 def tpu_launcher_preamble() -> tuple[str, ...]:

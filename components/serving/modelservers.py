@@ -619,16 +619,16 @@ class TpuLeaderWorkerSet(Component):
                 "leaderWorkerTemplate": {
                     "size": cfg.tpu.hosts_per_slice,
                     "restartPolicy": "RecreateGroupOnPodRestart",
-                    # Workers are created with the leader, not once it is ready (LWS CRD `startupPolicy`, default
-                    # LeaderCreated): the leader is ready only after every host joined its rendezvous, which gives up
-                    # after 300 s (docs/engine-preconditions.md TPU-MH-7). Set, so a changed default cannot
-                    # deadlock the group.
-                    "startupPolicy": "LeaderCreated",
                     # Only the leader serves the API, so only leaders carry the router's selector labels.
                     "leaderTemplate": pod_template(serving_labels("tpu", engine), leader),
                     "workerTemplate": pod_template(serving_labels("tpu", engine, serving=False), worker),
                 },
                 "rolloutStrategy": rollout(),
+                # Workers are created with the leader, not once it is ready (LWS v0.10.0 CRD `spec.startupPolicy`,
+                # default LeaderCreated): the leader is ready only after every host joined its rendezvous, which
+                # gives up after 300 s (docs/engine-preconditions.md TPU-MH-7). Set, so a changed default cannot
+                # fail every group's start.
+                "startupPolicy": "LeaderCreated",
             },
             # The autoscaler owns spec.replicas once the set exists (its ScaledObject writes /scale): a later
             # `pulumi up` must not set it back.

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from components.facts import catalog
-from components.plan import engines
+from components.plan import engines, loading
 from tests.engine_support import record
 from tests.engine_tpu.test_torchtpu_code import _k3_config_dir
 
@@ -103,7 +103,7 @@ def test_every_rank_listens_on_a_port_the_pods_declare(tpu_cfg, monkeypatch):
     record(f"TPU slice builders (prepare_mp_multihost_env after a loopback rendezvous of {nnodes} hosts on master "
            f"port + 1): {len(addresses)} addresses, ports {min(declared)}-{max(declared)} on each host = "
            f"{config.local_world_size} ranks per host (local_world_size), {catalog.IRONWOOD.chips_per_host} chips "
-           f"x {catalog.IRONWOOD.tensorcores_per_chip} TensorCores; rendezvous timeout {engines.HOST_RENDEZVOUS_S} s "
+           f"x {catalog.IRONWOOD.tensorcores_per_chip} TensorCores; rendezvous timeout {loading.TPU_RENDEZVOUS_TIMEOUT_S} s "
            f"in the wheel")
 
 
@@ -112,7 +112,7 @@ def test_the_rendezvous_timeout_is_the_wheels_constant():
     from vllm_torchtpu.distributed import tpu_mp_multihost as mh
 
     source = Path(mh.__file__).read_text()
-    assert mh._RENDEZVOUS_TIMEOUT_S == engines.HOST_RENDEZVOUS_S
+    assert mh._RENDEZVOUS_TIMEOUT_S == loading.TPU_RENDEZVOUS_TIMEOUT_S
     assert "_RENDEZVOUS_TIMEOUT_S = 300\n" in source and "environ" not in source.split("_RENDEZVOUS_TIMEOUT_S", 2)[1]
     assert engines.HEAD_RESOLVE_S + engines.HEAD_RESOLVE_RETRY_S < mh._RENDEZVOUS_TIMEOUT_S
 

@@ -229,14 +229,14 @@ def _no_core_dumps(objs):
         assert "ulimit -c 0" in pc.script(c).split("\nexec ", 1)[0].splitlines(), f"{where}: core dumps stay on"
 
 
-@pc.row("TPU-MH-7", breaks=lambda objs: [o["spec"]["leaderWorkerTemplate"].update(startupPolicy="LeaderReady")
+@pc.row("TPU-MH-7", breaks=lambda objs: [o["spec"].update(startupPolicy="LeaderReady")
                                           for o in objs if o["kind"] == "LeaderWorkerSet"])
 def _hosts_meet_within_the_rendezvous(objs):
     """Every host reaches the rendezvous within its fixed 300 s: workers start with the leader, not once it is ready
     (it is ready only after the rendezvous), and no host spends longer than that resolving the head."""
     for obj in objs:
         if obj["kind"] == "LeaderWorkerSet":
-            policy = obj["spec"]["leaderWorkerTemplate"].get("startupPolicy")
+            policy = obj["spec"].get("startupPolicy")
             assert policy == "LeaderCreated", f"{obj['metadata']['name']}: startupPolicy {policy!r}: workers " \
                                               "must start with the leader, not once it is ready"
     for where, c in _engines(objs):
