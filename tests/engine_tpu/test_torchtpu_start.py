@@ -103,8 +103,8 @@ def test_every_rank_listens_on_a_port_the_pods_declare(tpu_cfg, monkeypatch):
     record(f"TPU slice builders (prepare_mp_multihost_env after a loopback rendezvous of {nnodes} hosts on master "
            f"port + 1): {len(addresses)} addresses, ports {min(declared)}-{max(declared)} on each host = "
            f"{config.local_world_size} ranks per host (local_world_size), {catalog.IRONWOOD.chips_per_host} chips "
-           f"x {catalog.IRONWOOD.tensorcores_per_chip} TensorCores; rendezvous timeout {loading.TPU_RENDEZVOUS_TIMEOUT_S} s "
-           f"in the wheel")
+           f"x {catalog.IRONWOOD.tensorcores_per_chip} TensorCores; rendezvous timeout "
+           f"{loading.TPU_RENDEZVOUS_TIMEOUT_S} s in the wheel")
 
 
 def test_the_rendezvous_timeout_is_the_wheels_constant():
