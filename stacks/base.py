@@ -309,6 +309,7 @@ def summary(cfg: StackConfig) -> list[str]:
         f"(${throughput_cost / prices.HOURS_PER_MONTH:.2f}/h), capacity ${capacity_cost:,.0f}/month",
         *capacity_lines(cfg, capacity.serving_capacity(cfg)),
         *engine_limit_lines(cfg),
+        start_margin_line(cfg),
         *slice_lines(cfg),
         *autoscaling_lines(cfg),
         *tpu_memory_lines(cfg),
@@ -551,6 +552,20 @@ def engine_limit_lines(cfg: StackConfig) -> list[str]:
             f"the pool runs at most {c.max_running}), {c.sequences_per_engine} full-context requests per slice; "
             f"host offload cpu_bytes_to_use {capacity.tpu_offload_bytes_per_engine(cfg) / 1e9:.0f} GB "
             f"(tpu.hicacheRatio {cfg.tpu.hicacheRatio} x the slice's HBM pool)"]
+
+
+def start_margin_line(cfg: StackConfig) -> str:
+    """How far the non-weight memory the plan assumes sits under the point where the engine refuses to start: its KV
+    pool must hold one request at --max-model-len (capacity.ServingCapacity.start_ceiling_non_weight_bytes;
+    docs/engine-preconditions.md GPU-KVFIT-1)."""
+    device = "GPU" if cfg.track == "gpu" else "TensorCore"
+    roles = ((("prefill", capacity.serving_capacity(cfg)), ("decode", capacity.decode_capacity(cfg)))
+             if cfg.track == "gpu" else (("slice", capacity.serving_capacity(cfg)),))
+    parts = [f"{role} starts while non-weight memory stays under {c.start_ceiling_non_weight_bytes / 1e9:.1f} GB per "
+             f"{device}; assumed {c.non_weight_bytes_per_device / 1e9:.1f} (one {c.context_length:,}-token request "
+             f"needs a {c.one_request_pool_bytes / 1e9:.1f} GB pool)" for role, c in roles]
+    return ("start margin (the engine refuses to start unless its KV pool holds one --max-model-len request, "
+            f"vLLM kv_cache_planning): {'; '.join(parts)}")
 
 
 def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:

@@ -163,6 +163,45 @@ NCCL GIN: vllm/utils/import_utils.py:472-499, distributed/device_communicators/a
 evidence shows in the arm64 image (docs/seed-vs-reality.md). `--all2all-backend` stays at its default."""
 
 
+def vllm_moe_backend(cfg: StackConfig, role: Role) -> str:
+    """The role's `--moe-backend` (`gpu.prefillMoeBackend`, `gpu.decodeMoeBackend`; GPU_MOE_BACKEND by default)."""
+    return cfg.gpu.prefillMoeBackend if role == "prefill" else cfg.gpu.decodeMoeBackend
+
+
+UPSTREAM_GB200 = ("https://github.com/llm-d/llm-d/blob/6b047cfb1bece71ca1f95a83b11417a63d0c3369/guides/models/"
+                  "deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml")
+"""llm-d's GB200 NVL72 P/D DisaggregatedSet (DeepSeek-V4, MegaMoE on both roles): the per-role engine settings below
+follow it."""
+DECODE_BATCHED_TOKENS = 512
+"""Decode's `--max-num-batched-tokens`: llm-d's GB200 decode pods run `MAX_TOKENS` = 512 (UPSTREAM_GB200, decode env
+`MAX_TOKENS`, "multiplied by the number of speculated tokens" with MTP). vLLM sizes from it the MegaMoE symmetric
+buffer (vllm/model_executor/layers/fused_moe/deep_gemm_mega_moe.py:304, `max_num_tokens =
+max_num_batched_tokens`), the memory profile's dummy batch and the warm-up; a decode step holds at most
+`--max-num-seqs` x (1 + speculative tokens) tokens, so the default 16,384 only made the buffer and the profile
+32 times larger than any step."""
+DECODE_COMPILATION = {"cudagraph_mode": "FULL_DECODE_ONLY", "mode": 0}
+"""Decode's `--compilation-config`, as UPSTREAM_GB200's decode pods: no torch.compile (`mode` 0 is
+`CompilationMode.NONE`, vllm/config/compilation.py:41-43) and full CUDA graphs of uniform decode batches only, so a
+restart spends no Inductor compile, and the graphs cover exactly the steps decode runs."""
+
+
+def vllm_role_flags(cfg: StackConfig, role: Role) -> list[str]:
+    """Each role as llm-d's GB200 pods run it (UPSTREAM_GB200). Prefill: the router's calibration chunk
+    (contract.PREFILL_CHUNK_TOKENS) and `--enforce-eager` (prefill steps are long, graphs buy nothing, and nothing is
+    compiled or captured at start). Decode: DECODE_BATCHED_TOKENS, raised to what a full batch of speculative steps
+    needs, and DECODE_COMPILATION. Both: `--enable-cumem-allocator`, vLLM's cuMem-based allocator "to leverage
+    advanced GPU memory allocation features such as multi-node NVLink support" (vllm/config/model.py:391-393),
+    which both upstream roles pass beside the same MNNVL NIXL/UCX settings."""
+    if role == "prefill":
+        flags = ["--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS), "--enforce-eager"]
+    else:
+        step = decode_capacity(cfg).max_running * (1 + (cfg.model.speculativeTokens
+                                                         if cfg.model.speculative != "off" else 0))
+        flags = ["--max-num-batched-tokens", str(max(DECODE_BATCHED_TOKENS, step)),
+                 "--compilation-config", _json(DECODE_COMPILATION)]
+    return [*flags, "--enable-cumem-allocator"]
+
+
 GPU_DRIVER_MOUNT = "/usr/local/nvidia"
 """Where the GPU pods mount GKE's host driver install (components/serving/modelservers.py)."""
 GPU_DRIVER_LIBS = f"{GPU_DRIVER_MOUNT}/lib64"
@@ -206,7 +245,7 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "--enable-expert-parallel",
         # Each rank reads only its own experts, with a loader that honours that filter (components/plan/loading.py).
         *loading.GPU_LOADER.argv,
-        "--moe-backend", GPU_MOE_BACKEND,
+        "--moe-backend", vllm_moe_backend(cfg, role),
         "--kv-cache-dtype", {"fp8": "fp8", "bf16": "bfloat16"}[cfg.model.kvCacheDtype],
         "--mamba-ssm-cache-dtype", cfg.model.kdaStateDtype,
         # The engine-effective block: vLLM would raise a smaller one to this itself (components/plan/kvblocks.py).
@@ -217,7 +256,7 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         *vllm_prefix_match_flags(cfg),
         "--mamba-cache-mode", "align",
         "--max-model-len", str(cfg.context_length),
-        *(["--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS)] if role == "prefill" else []),
+        *vllm_role_flags(cfg, role),
         *autoscaling.drain_flags(cfg),
         *vllm_batch_flags(cfg, role),
         "--gpu-memory-utilization", f"{gpu.gpuMemoryPercent / 100:.2f}",
