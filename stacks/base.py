@@ -235,6 +235,8 @@ def add_scaling(foundation: Foundation, servers: pulumi.Resource, set_name: str)
                                    config=foundation.cfg),
             pulumi.ResourceOptions(provider=foundation.cluster.provider,
                                    depends_on=[servers, foundation.autoscaler.release]))
+    # What `python -m tools bench --ramp` watches and the plan's times it holds each role to.
+    pulumi.export("autoscaledRoles", autoscaling.scaled_roles_output(foundation.cfg))
 
 
 def api_server_cidrs(cluster: GkeCluster) -> tuple[pulumi.Output, ...]:
