@@ -21,7 +21,7 @@ from typing import Literal
 
 from ..config import ConfigError, StackConfig
 from ..facts import catalog, contract
-from ..facts.versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHTPU
+from ..facts.versions import SGLANG_TORCHTPU_ARCHITECTURES, TCMALLOC_LIBRARY, VLLM, VLLM_TORCHTPU
 from . import autoscaling, kvblocks, loading, parallel
 from .capacity import cpu_offload_bytes_per_engine, decode_capacity, serving_capacity, tpu_offload_bytes_per_engine
 
@@ -66,6 +66,22 @@ def _word(token: str) -> str:
 
 def _json(value: dict) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+ENGINE_PRIVACY_ENV = (
+    ("VLLM_NO_USAGE_STATS", "1"),
+    ("DO_NOT_TRACK", "1"),
+    ("HF_HUB_OFFLINE", "1"),
+)
+"""What keeps an engine from calling out: vLLM's usage stats off (`is_usage_stats_enabled` is false once
+VLLM_NO_USAGE_STATS=1 or VLLM_DO_NOT_TRACK, which falls back to DO_NOT_TRACK, is set: vllm/usage/usage_lib.py
+L50-68 and vllm/envs.py L842-850 in vLLM 0.33.0; the same lines at vllm/envs.py L813-821 in the vLLM 0.29.0 that
+vllm-torchtpu bundles, whose TPU worker reports at start, vllm_torchtpu/worker/tpu_worker.py L475), and the Hub off:
+huggingface_hub reads HF_HUB_OFFLINE into `constants.HF_HUB_OFFLINE`, which vLLM passes as `local_files_only` to every
+config and file lookup (vllm/transformers_utils/config.py L351, L830; repo_utils.py L83, L291, L352 in 0.33.0). The
+engines load the model, its config and its tokenizer from the weights volume (`cfg.model.path`), so nothing at start
+needs the Hub, and no engine pod carries the Hub token: only the staging Job that copies from the Hub does
+(components/weights/staging.py). components/serving/modelservers.py `common_env` puts them on every engine container."""
 
 
 # --------------------------------------------------------------------------- vLLM (GPU)
@@ -348,8 +364,12 @@ MP_LAUNCHER_ENV: tuple[tuple[str, str, int], ...] = (
     ("TPU_MULTIHOST_BACKEND", "mp", 71),
     ("TPU_SKIP_MDS_QUERY", "1", 73),
 )
-HEAD_RESOLVE_S = 300
-"""The launcher's bound on resolving the head (MP_LAUNCHER lines 83-93: `getent hosts`, every 5 s, 300 s)."""
+HEAD_RESOLVE_RETRY_S = 5
+HEAD_RESOLVE_S = 240
+"""How long a host tries to resolve the head before its pod fails (MP_LAUNCHER lines 83-93: `getent hosts` every 5 s,
+for 300 s). Shorter than the launcher's: a host that resolves the head at the last try still starts its engine within
+loading.TPU_RENDEZVOUS_TIMEOUT_S of the others (240 + 5 < 300), rather than after the leader's store gave up
+(docs/engine-preconditions.md TPU-MH-7)."""
 
 
 def tpu_launcher_preamble() -> tuple[str, ...]:
@@ -367,9 +387,32 @@ def tpu_launcher_preamble() -> tuple[str, ...]:
         '  [ -n "$LEADER_IP" ] && break\n'
         f'  [ "$SECONDS" -lt "$deadline" ] || '
         f'{{ echo "{LEADER} did not resolve within {HEAD_RESOLVE_S} s" >&2; exit 1; }}\n'
-        "  sleep 5\n"
+        f"  sleep {HEAD_RESOLVE_RETRY_S}\n"
         "done",
         f'echo "host {WORKER_INDEX}: master address {LEADER_IP}"',
+    )
+
+
+UNIFIED_BLOCK_POOL_ENV = "TPU_VLLM_ENABLE_UNIFIED_BLOCK_POOL"
+"""vLLM-TorchTPU's unified block pool switch (vllm_torchtpu/envs.py L500-502): an explicit 0/1 wins, unset takes the
+pool for the architectures in `POOLED_GDN_ARCHITECTURES`, Kimi K3 among them (vllm_torchtpu/gdn_pool_layout.py
+L23-33, L66-79). Prefix caching and the Raiden offload on the hybrid both refuse to start without it
+(docs/engine-preconditions.md TPU-PREFIX-1, TPU-RAIDEN-7), so the pods set it rather than lean on that list."""
+
+
+def vllm_torchtpu_env(cfg: StackConfig) -> tuple[tuple[str, str], ...]:
+    """The environment every vLLM-TorchTPU host's engine starts with (besides the pod's address and the privacy
+    settings every engine gets, ENGINE_PRIVACY_ENV)."""
+    return (
+        (UNIFIED_BLOCK_POOL_ENV, "1"),
+        # torch-tpu's allocator, preloaded as it asks (components/facts/versions.py TCMALLOC_LIBRARY).
+        ("LD_PRELOAD", TCMALLOC_LIBRARY),
+        # The API server waits this long for its engine core (vllm/v1/engine/core_client.py L650-670 in the bundled
+        # vLLM 0.29.0; default 600 s, vllm/envs.py L796-798): the startup probe's budget, no less.
+        ("VLLM_ENGINE_READY_TIMEOUT_S", str(loading.startup_budget_s(cfg))),
+        # The leader's controller waits this long for all ranks of the slice (raiden_registration_timeout_s).
+        ("RAIDEN_EXPECTED_WORKERS_TIMEOUT_S", str(raiden_registration_timeout_s(cfg))),
+        ("USER", "llm-d"),
     )
 
 
