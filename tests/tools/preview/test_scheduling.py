@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from components.facts import machines
-from tests.conftest import STACKS, Plan
+from tests.conftest import SGLANG_IMAGE, STACKS, Plan
 from tests.conftest import rendered as with_charts
 from tools.preview import helm_render, scheduling
 
@@ -316,7 +316,7 @@ def test_an_image_not_pinned_here_is_noted_not_failed(tpu, variants):
     checked rather than passing it silently."""
     report = run(variants["sglang"])
     assert not report.failures
-    assert any("image registry.example/sglang-tpu:k31 has no architectures in components/plan/images.py; "
+    assert any(f"image {SGLANG_IMAGE} has no architectures in components/plan/images.py; "
                "not checked against pool tpu7x-2x2x4-0 (amd64)" in n for n in report.notes)
 
 
