@@ -781,8 +781,84 @@ def _added(resources: list[Resource]) -> Iterator[Mutant]:
                              lambda p: p["metadata"].pop("labels", None), removed=(i,))
 
 
+# --------------------------------------------------------------------------- every field, by what it means
+FIELD_CHANGES: dict[str, Callable[[Any], list[tuple[str, Any]]]] = {
+    # a security field's unsafe values, by the field's name wherever it sits (Kubernetes and Google Cloud schemas)
+    "privileged": lambda v: [("true", True)] if v is not True else [],
+    "allowPrivilegeEscalation": lambda v: [("true", True)] if v is not True else [],
+    "automountServiceAccountToken": lambda v: [("true", True)] if v is False else [],
+    "hostNetwork": lambda v: [("true", True)] if v is not True else [],
+    "hostPID": lambda v: [("true", True)] if v is not True else [],
+    "hostIPC": lambda v: [("true", True)] if v is not True else [],
+    "forceDestroy": lambda v: [(str(not v).lower(), not v)] if isinstance(v, bool) else [],
+    "publicAccessPrevention": lambda v: [("inherited", "inherited")] if v == "enforced" else [],
+    "uniformBucketLevelAccess": lambda v: [("false", False)] if v is True else [],
+    "immutableTags": lambda v: [("false", False)] if v is True else [],
+    "enablePrivateNodes": lambda v: [("false", False)] if v is True else [],
+    "enableLegacyAbac": lambda v: [("true", True)],
+    "member": lambda v: [(m, m) for m in ("allUsers", "allAuthenticatedUsers", "domain:example.com")]
+    if isinstance(v, str) else [],
+    "image": lambda v: image_variants(v) if isinstance(v, str) else [],
+    "secretKeyRef": lambda v: [("another Secret", {**v, "name": "other-credentials"})] if isinstance(v, dict) else [],
+    "secretRef": lambda v: [("another Secret", {**v, "name": "other-credentials"})] if isinstance(v, dict) else [],
+    "clientConfig": lambda v: [("a URL", {"url": "https://hook.example.invalid/x"})] if isinstance(v, dict) else [],
+    "subjects": lambda v: [("one more subject", [*v, {"kind": "ServiceAccount", "name": "attacker",
+                                                      "namespace": "other"}])] if isinstance(v, list) else [],
+}
+"""Every field of every resource is visited (`walk`); a field whose name is one of these gets each unsafe value,
+one mutant apiece, whatever resource or chart it is in."""
+
+
+def walk(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """(path, value) of every field of a resource's inputs, depth first."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield (*path, key), item
+            yield from walk(item, (*path, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from walk(item, (*path, i))
+
+
+USER_NAMED_PATHS = ("sglang",)
+"""Image fields of a user-named engine (`tpu.sglangImage`): the user declares their registry, so only the digest's
+changes apply (`image_variants(user_named=True)`)."""
+
+
+def _field_mutants(index: int, resource: Resource, fields: list[int]) -> Iterator[Mutant]:
+    """The field walk: every field of the resource, and the unsafe values of those FIELD_CHANGES names."""
+    for path, value in walk(resource["inputs"]):
+        fields[0] += 1
+        key = path[-1]
+        if not isinstance(key, str) or key not in FIELD_CHANGES or "openAPIV3Schema" in path:
+            continue  # a CRD's schema names the fields of its objects; it sets none of them
+        if key == "image":
+            parent = _at(resource["inputs"], path[:-1])
+            user = isinstance(parent, dict) and str(parent.get("name")) in USER_IMAGES
+            changes = image_variants(value, user) if isinstance(value, str) else []
+        else:
+            changes = FIELD_CHANGES[key](value)
+        where = f"{resource['name']} {'.'.join(map(str, path))}"
+        for what, new in changes:
+            yield Mutant("fields", f"{where}: {key} {what}", index,
+                         lambda p, path=path, new=new: _at(p, path[:-1]).__setitem__(path[-1], copy.deepcopy(new)))
+
+
+FIELDS_WALKED: dict[int, int] = {}
+"""id(resources) -> fields the last `generate` over that plan walked (the suite prints it)."""
+
+
 def generate(resources: list[Resource]) -> Iterator[Mutant]:
-    """Every mutant of a plan's resources (resources Pulumi reads, not creates, are left alone)."""
+    """Every mutant of a plan's resources (resources Pulumi reads, not creates, are left alone): each family's, and
+    the field walk's over every field of every resource."""
+    fields = [0]
+    for index, resource in enumerate(resources):
+        if resource.get("options", {}).get("read") or not resource.get("inputs"):
+            continue
+        if resource["type"].startswith(("kubernetes:", "gcp:", "command:")) \
+                and not resource["type"].startswith("kubernetes:helm"):
+            yield from _field_mutants(index, resource, fields)
+    FIELDS_WALKED[id(resources)] = fields[0]
     for index, resource in enumerate(resources):
         if resource.get("options", {}).get("read") or not resource.get("inputs"):
             continue

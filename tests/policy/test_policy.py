@@ -1181,17 +1181,23 @@ def run_mutants(resources: list[dict[str, Any]], kinds: dict[str, bool] | None =
     return {family: (n, r) for family, (n, r) in counts.items()}, missed
 
 
-def record_mutants(record_property, plan: str, counts: dict[str, tuple[int, int]], kinds: dict[str, bool]) -> None:
-    """For the run's summary (tests/conftest.py): sites (mutants, each one change at one site) and kinds caught."""
+def record_mutants(record_property, plan: str, counts: dict[str, tuple[int, int]], kinds: dict[str, bool],
+                   resources: list[dict[str, Any]]) -> None:
+    """For the run's summary (tests/conftest.py): the fields the walk visited, sites (mutants, each one change at one
+    site) and kinds caught, and the images' share of them."""
     record_property("mutants", counts)
+    images = counts.get("images", (0, 0))
     record_property("mutation-summary", {"plan": plan, "sites": sum(n for n, _ in counts.values()),
                                          "sites_refused": sum(r for _, r in counts.values()), "kinds": len(kinds),
-                                         "kinds_refused": sum(kinds.values())})
+                                         "kinds_refused": sum(kinds.values()),
+                                         "fields": mutations.FIELDS_WALKED.get(id(resources), 0),
+                                         "field_sites": counts.get("fields", (0, 0)),
+                                         "image_sites": images})
 
 
-FAMILIES = {"pods", "containers", "start commands", "services", "network policies", "rbac", "service accounts",
-            "code ConfigMaps", "volumes", "node pools", "cluster", "NAT", "subnets", "addresses", "network", "IAM",
-            "buckets", "namespaces", "firewall", "ingress", "webhooks", "images"}
+FAMILIES = {"fields", "pods", "containers", "start commands", "services", "network policies", "rbac",
+            "service accounts", "code ConfigMaps", "volumes", "node pools", "cluster", "NAT", "subnets", "addresses",
+            "network", "IAM", "buckets", "namespaces", "firewall", "ingress", "webhooks", "images"}
 """Every resource family the committed plans hold, each of which the generator must reach."""
 
 
@@ -1199,7 +1205,7 @@ FAMILIES = {"pods", "containers", "start commands", "services", "network policie
 def test_every_generated_mutant_of_a_committed_plan_is_refused(plans, plan_resources, stack, record_property):
     kinds: dict[str, bool] = {}
     counts, missed = run_mutants(plan_resources[stack], kinds)
-    record_mutants(record_property, stack, counts, kinds)
+    record_mutants(record_property, stack, counts, kinds, plan_resources[stack])
     assert missed == []
     rendered(plans[stack])  # the families below include the charts' objects (router, LWS RBAC): skip, saying why
     assert set(counts) >= FAMILIES
@@ -1210,8 +1216,9 @@ def test_every_generated_mutant_of_a_committed_plan_is_refused(plans, plan_resou
 def test_every_generated_mutant_of_a_variant_is_refused(variants, variant, family, record_property):
     """The variants add workloads (benchmark and calibration Jobs), a Gateway and its policies, the SGLang engine."""
     kinds: dict[str, bool] = {}
-    counts, missed = run_mutants(variants[variant].resources, kinds)
-    record_mutants(record_property, variant, counts, kinds)
+    resources = variants[variant].resources
+    counts, missed = run_mutants(resources, kinds)
+    record_mutants(record_property, variant, counts, kinds, resources)
     assert missed == []
     assert counts[family][0] > 0
 

@@ -219,14 +219,21 @@ def test_every_image_carries_its_configured_digest(variants, name):
         assert dra["image"] == {"tag": images.IMAGES["dra-driver"].tag + f"@sha256:{9:064x}"}
 
 
-def test_unpinned_plans_pull_by_tag_and_set_no_chart_image(plans):
-    """Without digest keys every image is pulled by its tag, but the TPU engine: the stack's own build, always by
-    digest."""
-    for stack in ("gpu", "tpu"):
-        from components.plan import images
+def test_without_digest_keys_every_image_runs_by_the_digest_its_registry_names(plans):
+    """Without digest keys every image still runs by digest: the one its registry names for the pinned tag
+    (components/checks/registry.py; the offline plan's stand-in, derived from the reference), the TPU engine by the
+    stack's own build's."""
+    from components.checks import registry
+    from components.plan import images
+    from tools.preview.render import stand_in_digest
 
-        assert not [ref for ref in _image_refs(plans[stack]).values() if "@" in ref
-                    and not images.is_built_tpu_engine(ref)]
+    for stack in ("gpu", "tpu"):
+        refs = _image_refs(plans[stack]).values()
+        assert refs and all(re.fullmatch(r"[^@]+@sha256:[0-9a-f]{64}", ref) for ref in refs), refs
+        for ref in refs:
+            tag, digest = ref.split("@")
+            if not images.is_built_tpu_engine(ref) and "/" in tag:  # not a chart's tag value (`:v25.8.0@...`)
+                assert registry.split(tag) and digest == stand_in_digest(tag), ref
 
 
 def test_chart_default_images_are_the_ones_the_digests_belong_to(shared):
