@@ -1149,7 +1149,7 @@ ORDERED_CHECKS = sorted(rules.CHECKS.items(), key=lambda item: not item[0].start
 def refusal(plan: list[dict[str, Any]], changed: list[dict[str, Any]], first: str | None = None) -> str | None:
     """The first policy that refuses a mutated plan, or None: the resource checks on the resources that differ
     (the others passed already), then the whole-stack checks on the mutated plan. `first`: the check to try before
-    the others (the one that refused the family's last mutant: the answer is the same, found sooner)."""
+    the others (the one that refused the last mutant of its kind: the answer is the same, found sooner)."""
     order = ORDERED_CHECKS if first not in rules.CHECKS else [(first, rules.CHECKS[first]), *(
         item for item in ORDERED_CHECKS if item[0] != first)]
     for resource in changed:
@@ -1171,8 +1171,9 @@ def run_mutants(resources: list[dict[str, Any]], kinds: dict[str, bool] | None =
         plan, changed = mutant.apply(resources)
         tally = counts.setdefault(mutant.family, [0, 0])
         tally[0] += 1
-        last[mutant.family] = refusal(plan, changed, last.get(mutant.family))
-        refused = last[mutant.family] is not None
+        found = refusal(plan, changed, last.get(mutant.kind) or last.get(mutant.family))
+        last[mutant.kind] = last[mutant.family] = found
+        refused = found is not None
         tally[1] += refused
         if kinds is not None:
             kinds[mutant.kind] = kinds.get(mutant.kind, True) and refused
