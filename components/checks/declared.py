@@ -161,7 +161,7 @@ VLLM_GPU = Container(
     "vllm", _repos(versions.VLLM.image), programs=frozenset({"vllm", "find"}), shells=frozenset({"/bin/bash"}),
     privileged=True, root=True, writable_root=True, restricted=False,
     host_paths=frozenset({"/home/kubernetes/bin/nvidia"}), writable_volumes=frozenset({"nvidia"}),
-    secrets=frozenset({HF_SECRET}), claims=frozenset({"compute-domain-channel", "rdma"}),
+    claims=frozenset({"compute-domain-channel", "rdma"}),
     reason="DeepEP/NVSHMEM GPU-initiated communication needs a privileged container on GKE; CUDA IPC across the "
            "engines of a pod and the NVL72 domain needs the host IPC and PID namespaces; the GKE-installed NVIDIA "
            "driver is mounted from the host (llm-d docs/infrastructure/providers/gke/README.md and "
@@ -183,14 +183,14 @@ VLLM_TPU = Container(
     # (components/serving/engineimage.py).
     programs=frozenset({"vllm", "ulimit", "getent", "awk"}),
     shells=frozenset({"/bin/bash"}), root=True, writable_root=True,
-    restricted=False, secrets=frozenset({HF_SECRET}), capabilities=frozenset({"IPC_LOCK"}),
+    restricted=False, capabilities=frozenset({"IPC_LOCK"}),
     reason="the stack's engine image (Python 3.12 base) runs as root (components/platform/hardening.py ROOT_IMAGES); "
            "never privileged. IPC_LOCK: the Raiden offload store locks its host pool, as the engine's Raiden recipes "
            "run it (components/platform/hardening.py TPU_ENGINE_CAPABILITIES)")
 SGLANG_TPU = Container(
     "sglang", frozenset(), programs=frozenset({"python3 -m sglang.launch_server"}), shells=frozenset({"/bin/bash"}),
     root=True,
-    writable_root=True, restricted=False, secrets=frozenset({HF_SECRET}),
+    writable_root=True, restricted=False,
     reason="a user-supplied SGLang-TorchTPU image (tpu.sglangImage): any repository, never privileged")
 """`images` empty: the user names the image (config `tpu.sglangImage`), so only its privileges are declared."""
 

@@ -562,3 +562,26 @@ def test_the_image_has_what_the_tpu_pods_run(tpu):
         # The image keeps its base's root user (components/platform/hardening.py ROOT_IMAGES): nothing asks for another.
         context = container.get("securityContext") or {}
         assert "runAsUser" not in context and not context.get("readOnlyRootFilesystem")
+
+
+def test_the_image_carries_the_allocator_the_tpu_pods_preload(tpu):
+    """torch-tpu asks for tcmalloc preloaded (components/facts/versions.py TCMALLOC_LIBRARY): the build installs
+    Debian's package under either name the base's release uses, fails without the library, and runs torch-tpu's own
+    `check_tcmalloc` under the same LD_PRELOAD as the pods, with its warning an error; every TPU engine pod preloads
+    that library (docs/engine-preconditions.md TPU-ALLOC-1 holds it on the rendered pods)."""
+    from components.facts.versions import TCMALLOC_LIBRARY, TCMALLOC_PACKAGES
+
+    runs = re.sub(r"\\\n\s*", " ", engineimage.DOCKERFILE.read_text())
+    [packages] = re.findall(r"for p in ([\w. -]+); do", runs)
+    assert tuple(packages.split()) == TCMALLOC_PACKAGES
+    assert 'apt-get install -y --no-install-recommends "$pkg"' in runs
+    assert f"[ -f {TCMALLOC_LIBRARY} ] ||" in runs
+    [check] = re.findall(r"LD_PRELOAD=(\S+) python3 -W error::UserWarning -c \"[^\"]*_tcmalloc_check\.py'\)"
+                         r"\['check_tcmalloc'\]\(\)\"", runs)
+    assert check == TCMALLOC_LIBRARY
+    assert runs.index("apt-get install") < runs.index("pip install") < runs.index(f"LD_PRELOAD={TCMALLOC_LIBRARY}")
+    [lws] = [m for m in tpu.manifests if m["kind"] == "LeaderWorkerSet"]
+    for template in ("leaderTemplate", "workerTemplate"):
+        [container] = lws["spec"]["leaderWorkerTemplate"][template]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["LD_PRELOAD"] == TCMALLOC_LIBRARY, template

@@ -118,9 +118,9 @@ EXCEPTIONS: tuple[Allowed, ...] = (
             "asapd-lite configures the host"),
     Allowed(("CKV_K8S_29", "CKV_K8S_31"), PRIVILEGED, "pod security context, seccomp: privileged pods, whose "
             "containers run unconfined anyway"),
-    Allowed(("CKV_K8S_35",), (*ENGINES, STAGING), "secret in an env var: llm-d's guides and the weight copier read "
-            "HF_TOKEN from the environment, taken from the llm-d-hf-token Secret; the policy pack's "
-            "hf-token-via-secret rule keeps it to that Secret"),
+    Allowed(("CKV_K8S_35",), (STAGING,), "secret in an env var: the weight copier reads HF_TOKEN from the "
+            "environment, taken from the llm-d-hf-token Secret; the policy pack's hf-token-via-secret rule keeps it "
+            "to that Secret (the engines read no Hub: components/plan/engines.py ENGINE_PRIVACY_ENV)"),
     Allowed(("CKV_K8S_37",), (*PRIVILEGED, TPU_ENGINE), "capabilities: privileged containers hold all; the TPU engine "
             "drops only NET_RAW (which capabilities the TPU runtime uses is not published)"),
     Allowed(("CKV_K8S_25",), (TPU_ENGINE,), "added capability: the TPU engine adds IPC_LOCK, as the released Raiden "
