@@ -1250,7 +1250,7 @@ ISSUE_MUTATIONS = [
     ("tpu", "images", "engine-image-build environment BASE: another registry"),
     ("gpu", "pods", "an ephemeral container by tag"),
     # credentials from declared Secrets only, by value and by declaration
-    ("gpu", "containers", "vllm: env HF_TOKEN: from another Secret"),
+    ("gpu", "containers", "stage-weights: env HF_TOKEN: from another Secret"),
     ("tpu", "containers", "stage-weights: env HF_TOKEN: a secret given a plain value"),
     ("gpu", "containers", "epp: an innocuously named env var holding an AWS access key"),
     ("tpu", "containers", "vllm-tpu: envFrom an undeclared Secret"),
