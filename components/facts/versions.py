@@ -183,6 +183,10 @@ EPP_CONFIG_API_VERSION = "llm-d.ai/v1alpha1"
 ENVOY_PROXY_IMAGE = "docker.io/envoyproxy/envoy:distroless-v1.33.2"
 """The standalone router chart's Envoy proxy (values `router.proxy.presets.envoy.image` at v0.10.0,
 https://github.com/llm-d/llm-d-router/tree/v0.10.0/charts); set only to add a digest."""
+BUILD_STEP_IMAGE = "gcr.io/cloud-builders/docker:latest"
+"""The one step of the TPU engine image's Cloud Build (components/locks/cloudbuild.yaml): Google's Docker builder,
+which the build config named without a tag (so `latest`) before the step's image was pinned; the stack runs it by the
+digest its registry names (components/checks/registry.py) or `images.buildStepDigest`."""
 CALIBRATION_IMAGE = "docker.io/library/python:3.11-slim"
 """The router calibration Job runs a plain Python image
 (https://github.com/llm-d/llm-d/tree/main/guides/recipes/router/calibration)."""

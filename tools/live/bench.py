@@ -360,6 +360,13 @@ class Driver(Ramp, Steps, Teardown):
         self.out(f"results folder: {self.run_dir}")
         where = f"--stack {self.opts.stack} --cwd {self.opts.work_dir.resolve()}"
         self.claim_store = store = backend.claims()
+        if not store.atomic:
+            # Two drivers started together could both read "free" and both claim: refuse before touching anything.
+            return self._refuse(
+                f"stack {self.opts.stack}'s backend offers no compare-and-set ({store.where(self.opts.stack)}), so "
+                "two runs could both claim it",
+                "run benchmarks on a stack in a Cloud Storage or local backend, whose claims are atomic "
+                "(`pulumi login gs://<bucket>` or `pulumi login file://<folder>`; README.md, Run a benchmark)")
         mine = Claim(self.run_id, self.opts.stack, claim_deadline(self.deps.now(), self.opts.claim_lease),
                      socket.gethostname())
         held = store.create(mine)
@@ -381,10 +388,8 @@ class Driver(Ramp, Steps, Teardown):
             return self._refuse(f"stack {self.opts.stack} was just claimed by benchmark run "
                                 f"{self.claim.run if self.claim else '(gone)'}", "use another stack")
         self.claimed = True
-        atomic = "" if store.atomic else (" (note: this backend offers no compare-and-set, so the claim is a stack "
-                                          "tag set then read back; Pulumi's update lock still admits one `up`)")
         self.out(f"claimed stack {self.opts.stack} for this run until {self.claim.deadline}, renewed while the "
-                 f"driver lives ({store.where(self.opts.stack)}){atomic}")
+                 f"driver lives ({store.where(self.opts.stack)})")
         self._renew_claim_in_background()
         count = backend.resource_count()
         if count:

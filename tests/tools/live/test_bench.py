@@ -730,6 +730,20 @@ def test_stack_claimed_by_another_run_is_refused(tmp_path):
     assert world.tags[CLAIM_TAG] == "20260101T000000Z.other.7"
 
 
+def test_a_backend_without_compare_and_set_is_refused_before_anything(tmp_path):
+    """Pulumi Cloud's stack tags have no compare-and-set: two drivers could both claim, so the driver refuses the
+    backend in one line, claiming, deploying and destroying nothing (issue 45)."""
+    world = World()
+    backend = FakeBackend(world)
+    backend.claims = lambda: type("TagLike", (FakeClaims,), {"atomic": False})(world)  # type: ignore[method-assign]
+    code, lines = drive(world, tmp_path, backend=backend)
+    assert code == bench.EXIT_BUSY
+    assert not {"up", "destroy", "claim", "release"} & set(world.names())
+    [refusal] = [line for line in lines if line.startswith("REFUSED")]
+    assert "backend offers no compare-and-set (fake://claims/gpu.json), so two runs could both claim it" in refusal
+    assert "`pulumi login gs://<bucket>`" in refusal
+
+
 def test_stack_with_resources_it_did_not_create_is_refused(tmp_path):
     world = World(resources=12)
     code, lines = drive(world, tmp_path)
