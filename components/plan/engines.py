@@ -21,7 +21,7 @@ from typing import Literal
 
 from ..config import ConfigError, StackConfig
 from ..facts import catalog, contract
-from ..facts.versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHTPU
+from ..facts.versions import SGLANG_TORCHTPU_ARCHITECTURES, TCMALLOC_LIBRARY, VLLM, VLLM_TORCHTPU
 from . import autoscaling, kvblocks, loading, parallel
 from .capacity import cpu_offload_bytes_per_engine, decode_capacity, serving_capacity, tpu_offload_bytes_per_engine
 
@@ -66,6 +66,22 @@ def _word(token: str) -> str:
 
 def _json(value: dict) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+ENGINE_PRIVACY_ENV = (
+    ("VLLM_NO_USAGE_STATS", "1"),
+    ("DO_NOT_TRACK", "1"),
+    ("HF_HUB_OFFLINE", "1"),
+)
+"""What keeps an engine from calling out: vLLM's usage stats off (`is_usage_stats_enabled` is false once
+VLLM_NO_USAGE_STATS=1 or VLLM_DO_NOT_TRACK, which falls back to DO_NOT_TRACK, is set: vllm/usage/usage_lib.py
+L50-68 and vllm/envs.py L842-850 in vLLM 0.33.0; the same lines at vllm/envs.py L813-821 in the vLLM 0.29.0 that
+vllm-torchtpu bundles, whose TPU worker reports at start, vllm_torchtpu/worker/tpu_worker.py L475), and the Hub off:
+huggingface_hub reads HF_HUB_OFFLINE into `constants.HF_HUB_OFFLINE`, which vLLM passes as `local_files_only` to every
+config and file lookup (vllm/transformers_utils/config.py L351, L830; repo_utils.py L83, L291, L352 in 0.33.0). The
+engines load the model, its config and its tokenizer from the weights volume (`cfg.model.path`), so nothing at start
+needs the Hub, and no engine pod carries the Hub token: only the staging Job that copies from the Hub does
+(components/weights/staging.py). components/serving/modelservers.py `common_env` puts them on every engine container."""
 
 
 # --------------------------------------------------------------------------- vLLM (GPU)
@@ -341,7 +357,8 @@ published figure."""
 def raiden_registration_timeout_s(cfg: StackConfig) -> int:
     """The controller's wait for all ranks, sized to the slowest host: the default plus twice the time one host
     takes to fill its share of the pool, since a rank registers only once its host blocks exist."""
-    per_host = tpu_offload_bytes_per_engine(cfg) / cfg.tpu.hosts_per_slice
+    replica = parallel.layout(cfg).role("slice")
+    per_host = tpu_offload_bytes_per_engine(cfg) * replica.engines / replica.nodes
     return RAIDEN_DEFAULT_REGISTRATION_TIMEOUT_S + int(-(-2 * per_host // HOST_POOL_FILL_BYTES_PER_S))
 
 
@@ -351,15 +368,50 @@ def tpu_kv_transfer(cfg: StackConfig) -> dict:
     module docstring; `cpu_bytes_to_use` is required, vllm_torchtpu/offload/raiden_store.py:2186). Every rank of
     the slice reads the same config: the scheduler on the leader hosts the controller at `store_server_ip`, and
     each worker rank dials `store_server_ip:raiden_controller_port`, loopback when the key is unset
-    (raiden_store.py:2255, :2375-2379), so it must name the leader's address on every host."""
+    (raiden_store.py:2255, :2375-2379), so it must name the leader's address on every host. With
+    tpu.launch=dp-across-hosts every engine's scheduler runs on its own host (a headless host runs its DP ranks'
+    engine cores), each hosting its controller on the base port + its local DP rank (raiden_store.py:2300-2306): the
+    ranks dial their own host's address."""
     return {
         "kv_connector": "TPURaidenOffloadingConnector",
         "kv_connector_module_path": "vllm_torchtpu.offload.raiden_connector",
         "kv_role": "kv_both",
         "kv_connector_extra_config": {"cpu_bytes_to_use": tpu_offload_bytes_per_engine(cfg),
-                                      "store_server_ip": LEADER_IP,
+                                      "store_server_ip": POD_IP if dp_across_hosts(cfg) else LEADER_IP,
                                       "raiden_controller_port": RAIDEN_CONTROLLER_PORT},
     }
+
+
+def dp_across_hosts(cfg: StackConfig) -> bool:
+    """tpu.launch=dp-across-hosts: the released GKE launcher's layout (MP_LAUNCHER)."""
+    return cfg.track == "tpu" and cfg.tpu.launch == "dp-across-hosts"
+
+
+DP_MASTER_PORTS = 5
+"""With multi-host DP, vLLM-TorchTPU replaces vLLM's randomly picked DP-group ports by `--data-parallel-rpc-port` +
+100 + i for i < 5 on every host (vllm_torchtpu/distributed/tpu_mp_multihost.py L217-229), the ports the leader
+then binds for the DP process groups; the host rendezvous listens on the RPC port + 1 (L77-82, L240)."""
+
+
+def tpu_launch_flags(cfg: StackConfig, rank: TpuRank) -> list[str]:
+    """How the hosts of a slice join. tp-across-hosts: one engine, `--nnodes` hosts, this host's `--node-rank`, the
+    leader's master address (the mp executor's path, prepare_mp_multihost_env). dp-across-hosts: as the released
+    launcher (MP_LAUNCHER: its SERVE_ARGS, the head's `--api-server-count=1`, the headless hosts'
+    `--data-parallel-start-rank`): every host names the leader's address and one RPC port, runs
+    `--data-parallel-size-local` engines, and the workers run headless from their `--data-parallel-start-rank`; the
+    leader keeps one API server (`--api-server-count 1`), which vLLM would otherwise raise to the DP size
+    (vllm/entrypoints/cli/serve.py L104-125 in the 0.29.0 wheel)."""
+    if not dp_across_hosts(cfg):
+        return ["--nnodes", str(cfg.tpu.hosts_per_slice), "--node-rank", WORKER_INDEX,
+                "--master-addr", LEADER_IP, "--master-port", str(contract.TPU_MASTER_PORT),
+                *(["--headless"] if rank == "worker" else [])]
+    replica = parallel.layout(cfg).role("slice")
+    return ["--data-parallel-size", str(replica.engines),
+            "--data-parallel-size-local", str(replica.engines_per_node),
+            "--data-parallel-address", LEADER_IP,
+            "--data-parallel-rpc-port", str(contract.TPU_MASTER_PORT),
+            *(["--headless", "--data-parallel-start-rank", START_RANK] if rank == "worker"
+              else ["--api-server-count", "1"])]
 
 
 MP_LAUNCHER = ("https://github.com/kowalski-4831/vllm-torchtpu/blob/be9c868ee42f6e0186c833059f432c86a9014863/"
@@ -378,8 +430,12 @@ MP_LAUNCHER_ENV: tuple[tuple[str, str, int], ...] = (
     ("TPU_MULTIHOST_BACKEND", "mp", 71),
     ("TPU_SKIP_MDS_QUERY", "1", 73),
 )
-HEAD_RESOLVE_S = 300
-"""The launcher's bound on resolving the head (MP_LAUNCHER lines 83-93: `getent hosts`, every 5 s, 300 s)."""
+HEAD_RESOLVE_RETRY_S = 5
+HEAD_RESOLVE_S = 240
+"""How long a host tries to resolve the head before its pod fails (MP_LAUNCHER lines 83-93: `getent hosts` every 5 s,
+for 300 s). Shorter than the launcher's: a host that resolves the head at the last try still starts its engine within
+loading.TPU_RENDEZVOUS_TIMEOUT_S of the others (240 + 5 < 300), rather than after the leader's store gave up
+(docs/engine-preconditions.md TPU-MH-7)."""
 
 
 def tpu_launcher_preamble() -> tuple[str, ...]:
@@ -397,15 +453,66 @@ def tpu_launcher_preamble() -> tuple[str, ...]:
         '  [ -n "$LEADER_IP" ] && break\n'
         f'  [ "$SECONDS" -lt "$deadline" ] || '
         f'{{ echo "{LEADER} did not resolve within {HEAD_RESOLVE_S} s" >&2; exit 1; }}\n'
-        "  sleep 5\n"
+        f"  sleep {HEAD_RESOLVE_RETRY_S}\n"
         "done",
         f'echo "host {WORKER_INDEX}: master address {LEADER_IP}"',
     )
 
 
+UNIFIED_BLOCK_POOL_ENV = "TPU_VLLM_ENABLE_UNIFIED_BLOCK_POOL"
+"""vLLM-TorchTPU's unified block pool switch (vllm_torchtpu/envs.py L500-502): an explicit 0/1 wins, unset takes the
+pool for the architectures in `POOLED_GDN_ARCHITECTURES`, Kimi K3 among them (vllm_torchtpu/gdn_pool_layout.py
+L23-33, L66-79). Prefix caching and the Raiden offload on the hybrid both refuse to start without it
+(docs/engine-preconditions.md TPU-PREFIX-1, TPU-RAIDEN-7), so the pods set it rather than lean on that list."""
+
+
+def vllm_torchtpu_env(cfg: StackConfig) -> tuple[tuple[str, str], ...]:
+    """The environment every vLLM-TorchTPU host's engine starts with (besides the pod's address and the privacy
+    settings every engine gets, ENGINE_PRIVACY_ENV)."""
+    return (
+        (UNIFIED_BLOCK_POOL_ENV, "1"),
+        # torch-tpu's allocator, preloaded as it asks (components/facts/versions.py TCMALLOC_LIBRARY).
+        ("LD_PRELOAD", TCMALLOC_LIBRARY),
+        # The API server waits this long for its engine core (vllm/v1/engine/core_client.py L650-670 in the bundled
+        # vLLM 0.29.0; default 600 s, vllm/envs.py L796-798): the startup probe's budget, no less.
+        ("VLLM_ENGINE_READY_TIMEOUT_S", str(loading.startup_budget_s(cfg))),
+        # The leader's controller waits this long for all ranks of the slice (raiden_registration_timeout_s).
+        ("RAIDEN_EXPECTED_WORKERS_TIMEOUT_S", str(raiden_registration_timeout_s(cfg))),
+        ("USER", "llm-d"),
+    )
+
+
+K3_NIGHTLY = ("https://github.com/kowalski-4831/vllm-torchtpu/blob/ca556cac618562b7c0fb9bb72697edc78d336037/"
+              ".buildkite/pipeline_k3_sweep.yml")
+"""vLLM-TorchTPU's Kimi K3 runs on a v7x-32 slice: TP=32 with EP (scripts/vllm/benchmarking/configs/
+kimi-k3-tp32-ep*.sh) through .buildkite/scripts/run_multihost.sh, whose backend defaults to Ray
+(`BACKEND="${TPU_MULTIHOST_BACKEND:-ray}"`)."""
+
+
+def tpu_launch_line(cfg: StackConfig) -> str:
+    """The summary's statement of which released run the TPU launch follows, and where it departs from them."""
+    replica = parallel.layout(cfg).role("slice")
+    if not dp_across_hosts(cfg):
+        return (f"TPU launch (tpu.launch=tp-across-hosts): one engine per slice, TP={replica.tensor_parallel} across "
+                f"{replica.nodes} hosts with --nnodes and the mp backend (vllm_torchtpu/distributed/"
+                "tpu_mp_multihost.py prepare_mp_multihost_env, real code in the wheel), a path no released run "
+                "takes: the released GKE launcher runs data-parallel engines across hosts with TP inside each "
+                f"({MP_LAUNCHER}), Kimi K3's own runs take TP=32 with Ray ({K3_NIGHTLY}); "
+                "tpu.launch=dp-across-hosts with tpu.tensorParallel=8 switches to the launcher's layout")
+    return (f"TPU launch (tpu.launch=dp-across-hosts): the released GKE launcher's layout ({MP_LAUNCHER}): "
+            f"{replica.engines} engines per slice, {replica.engines_per_node} per host with TP="
+            f"{replica.tensor_parallel} inside it, experts over all {replica.expert_parallel} ranks; one API server "
+            "per slice balances its engines by load, so the router's prefix affinity reaches the slice, not the "
+            "engine (the replay's TPU figures assume one engine per slice); vLLM-TorchTPU validated K3's unified pool "
+            "at TP=32 (vllm_torchtpu/gdn_pool_layout.py L25-29) and the non-weight HBM per rank is the TP=32 "
+            "nightly's (capacity.tpu_non_weight_bytes)")
+
+
 def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
-    """One `vllm serve` per host of a slice, joined by `--nnodes` (the mp executor): vLLM-TorchTPU's multi-host path
-    without a Ray cluster (vllm_torchtpu/distributed/tpu_mp_multihost.py); workers run `--headless`, only the leader
+    """One `vllm serve` per host of a slice, joined by `--nnodes` (the mp executor; or, with
+    tpu.launch=dp-across-hosts, vLLM's multi-host DP as the released launcher runs it, tpu_launch_flags):
+    vLLM-TorchTPU's multi-host path without a Ray cluster (vllm_torchtpu/distributed/tpu_mp_multihost.py); workers
+    run `--headless`, only the leader
     serves HTTP (and the router's render calls: vLLM 0.29.0 registers `/v1/completions/render` on every `vllm serve`,
     vllm/entrypoints/launchers/api_server/routers.py L52-55 in the vllm-torchtpu 0.29.0 wheel). TP spans the slice's
     TensorCores and expert parallelism all of them, as the project's Kimi K3 nightly runs it (TP=32 + EP on a 4-host
@@ -417,11 +524,7 @@ def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
         "--served-model-name", catalog.KIMI.hf_id,
         "--trust-remote-code",
         "--port", str(contract.MODEL_SERVER_PORT),
-        "--nnodes", str(tpu.hosts_per_slice),
-        "--node-rank", WORKER_INDEX,
-        "--master-addr", LEADER_IP,
-        "--master-port", str(contract.TPU_MASTER_PORT),
-        *(["--headless"] if rank == "worker" else []),
+        *tpu_launch_flags(cfg, rank),
         "--tensor-parallel-size", str(parallel.layout(cfg).tensor_parallel),
         "--enable-expert-parallel",
         # Each rank reads only its own experts' weights and scales; prefetch reads only its byte ranges into the
@@ -446,7 +549,10 @@ def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
         "--enable-auto-tool-choice",
         "--disable-access-log-for-endpoints", "/health,/metrics",
     ]
-    return Command(tuple(argv), tpu_launcher_preamble())
+    preamble = tpu_launcher_preamble()
+    if dp_across_hosts(cfg):
+        preamble += (f"START_RANK=$(( LWS_WORKER_INDEX * {parallel.layout(cfg).role('slice').engines_per_node} ))",)
+    return Command(tuple(argv), preamble)
 
 
 def sglang_command(cfg: StackConfig) -> Command:

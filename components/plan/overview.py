@@ -121,13 +121,7 @@ def capacity_lines(cfg: StackConfig) -> list[str]:
     lines.append(f"per engine: at most {running:,} requests running at once, {c.sequences_per_engine} "
                  f"{'session' if c.sequences_per_engine == 1 else 'sessions'} at full context in HBM; KV block "
                  f"{c.block_tokens:,} tokens")
-    device = "GPU" if cfg.track == "gpu" else "TensorCore"
-    margins = {role: r.start_ceiling_non_weight_bytes / 1e9 for role, r in (
-        (("prefill", capacity.serving_capacity(cfg)), ("decode", c)) if cfg.track == "gpu" else (("engine", c),))}
-    said = (f"{next(iter(margins.values())):.1f} GB" if len(set(f"{v:.1f}" for v in margins.values())) == 1
-            else ", ".join(f"{role} {v:.1f} GB" for role, v in margins.items()))
-    lines.append(f"start margin: an engine starts only while its memory besides weights and KV stays under {said} per "
-                 f"{device} ({c.non_weight_bytes_per_device / 1e9:.1f} GB assumed), one full-context session must fit")
+    lines.append(start_margin_line(cfg))
     if cfg.autoscaling_on:
         env = autoscaling.envelope(cfg, autoscaling.roles(cfg))
         unit = "nodes" if cfg.track == "gpu" else "hosts"
@@ -138,6 +132,18 @@ def capacity_lines(cfg: StackConfig) -> list[str]:
     else:
         lines.append("autoscaling: off, the serving replicas keep the configured shape")
     return lines
+
+
+def start_margin_line(cfg: StackConfig) -> str:
+    """How much non-weight memory each role may use before its engine refuses to start (its KV pool must hold one
+    request at the served context), against what the plan assumes."""
+    device = "GPU" if cfg.track == "gpu" else "TensorCore"
+    roles = ((("prefill", capacity.serving_capacity(cfg)), ("decode", capacity.decode_capacity(cfg)))
+             if cfg.track == "gpu" else (("engines", capacity.serving_capacity(cfg)),))
+    ceilings = ", ".join(f"{c.start_ceiling_non_weight_bytes / 1e9:.1f} GB per {device} ({role})" for role, c in roles)
+    assumed = sorted({f"{c.non_weight_bytes_per_device / 1e9:.1f} GB" for _, c in roles})
+    return (f"start margin: the engines start while non-weight memory stays under {ceilings}; the plan assumes "
+            f"{' to '.join(assumed)}")
 
 
 def time_lines(cfg: StackConfig) -> list[str]:

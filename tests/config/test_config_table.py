@@ -49,11 +49,15 @@ MISTAKES: list[tuple[str, list[str], str]] = [
     ("tpu", ["tpu.engine: sglang-torchtpu", "tpu.sglangImage: registry.example/SGLang-TPU:day0"], "tpu.sglangImage"),
     ("tpu", ["tpu.engine: sglang-torchtpu", "tpu.sglangImage: registry.example/sglang@sha256:abc123"],
      "tpu.sglangImage"),
+    ("tpu", ["tpu.engine: sglang-torchtpu", "tpu.sglangImage: registry.example/sglang-tpu:day0"], "tpu.sglangImage"),
+    ("tpu", ["tpu.engine: sglang-torchtpu",
+             "tpu.sglangImage: 'registry.example/sglang-tpu:day0@sha512:" + "5" * 128 + "'"], "tpu.sglangImage"),
     ("tpu", ["tpu.engine: sglang-torchtpu", "tpu.sglangImage: 'registry.example/sglang:day 0'"],
      "tpu.sglangImage"),
     ("gpu", ["images.eppDigest: sha256:" + "AB" * 32], "images.eppDigest"),
     ("gpu", ["images.lwsDigest: md5:" + "a" * 32], "images.lwsDigest"),
     ("tpu", ["images.stagingDigest: sha512:" + "a" * 64], "images.stagingDigest"),
+    ("gpu", [f"images.eppDigest: '{SHA512}'"], "images.eppDigest"),
     # Paths and URLs.
     ("gpu", ["model.speculative: dflash", "model.draftModelPath: /models/../etc/drafter"], "model.draftModelPath"),
     ("gpu", ["model.speculative: dflash", "model.draftModelPath: /models"], "model.draftModelPath"),
@@ -85,6 +89,7 @@ MISTAKES: list[tuple[str, list[str], str]] = [
     ("gpu", ["gpu.prefillGroups: 4"], "gpu.prefillGroups"),
     ("gpu", ["gpu.decodeNodesPerGroup: 3"], "gpu.decodeNodesPerGroup"),
     ("tpu", ["tpu.tensorParallel: 64"], "tpu.tensorParallel"),
+    ("tpu", ["tpu.launch: dp-across-hosts"], "tpu.launch"),
     ("gpu", ["benchmark.enabled: true", "benchmark.outputTokensPerTurn: 200000"], "benchmark.outputTokensPerTurn"),
     ("tpu", ["benchmark.enabled: true", "benchmark.inputTokensPerTurn: 100000"], "benchmark.inputTokensPerTurn"),
     ("gpu", ["gcp.project: goog-weights-team"], "gcp.project"),
@@ -113,7 +118,6 @@ VALID: list[tuple[str, list[str]]] = [
     ("gpu", ["cluster.maintenanceExclusionStart: '2026-11-01T00:00:00.250Z'"]),
     ("tpu", ["tpu.slices: 1", "tpu.hicacheRatio: 1"]),
     ("gpu", ["lifecycle.maxLifetimeHours: 2160"]),
-    ("gpu", [f"images.eppDigest: '{SHA512}'"]),
     ("tpu", ["cluster.maintenanceWindowStart: 13:30"]),
     ("tpu", ["model.contextLength: 8192"]),
     ("gpu", ["gcp.allowUnlistedZone: true", "gcp.zone: us-central1-f"]),
@@ -127,7 +131,7 @@ VALID: list[tuple[str, list[str]]] = [
     ("gpu", ["network.nodesCidr: 10.0.0.0/27"]),
     ("tpu", ["storage.bucketName:"]),
     ("tpu", ["tpu.engine: sglang-torchtpu",
-             "tpu.sglangImage: 'registry.example:5000/sglang-tpu:day0@" + SHA512 + "'"]),
+             "tpu.sglangImage: 'registry.example:5000/sglang-tpu:day0@sha256:" + "5" * 64 + "'"]),
 ]
 
 

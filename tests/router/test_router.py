@@ -179,7 +179,8 @@ def test_values_layers(plans, variants, stack, engine):
     router = values["router"]
     # base
     assert router["epp"]["replicas"] == 1, "exact in-flight token accounting needs one EPP"
-    assert router["epp"]["image"]["tag"] == ROUTER_VERSION, "the chart's default tag is the moving `main`"
+    assert router["epp"]["image"]["tag"].startswith(ROUTER_VERSION + "@sha256:"), \
+        "the chart's default tag is the moving `main`: the pinned one, by its digest"
     assert router["inferencePool"]["failureMode"] == "FailOpen"
     # monitoring: metrics readable by our PodMonitoring
     assert router["monitoring"]["prometheus"]["auth"]["enabled"] is False

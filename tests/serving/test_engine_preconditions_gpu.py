@@ -516,6 +516,19 @@ def _draft_model(objs: pc.Objects) -> None:
             f"{where}: draft model {model} is on no volume the engine mounts"
 
 
+# --------------------------------------------------------------------------- what leaves the pods
+@pc.row("GPU-PRIVACY-1", breaks=lambda objs: [pc.drop_env(objs, ENGINE, name) for name in pc.USAGE_STATS_OFF])
+def _usage_stats_off(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        pc.assert_usage_stats_off(where, container)
+
+
+@pc.row("GPU-PRIVACY-2", breaks=lambda objs: pc.add_hub_token(objs, ENGINE))
+def _hub_off(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        pc.assert_hub_off(where, container)
+
+
 test_gpu_precondition_holds = pc.holds_test("GPU")
 
 

@@ -246,7 +246,11 @@ def test_pods_mount_the_weights_read_only_and_wait_long_enough(plans, stack):
             # than it.
             assert wait_s > startup["periodSeconds"] * startup["failureThreshold"], where
         env = {e["name"]: e for e in container["env"]}
-        assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "llm-d-hf-token", "key": "HF_TOKEN"}
+        # The weights, config and tokenizer are on the volume: the engine never reads the Hub, so no token
+        # (the staging Job keeps it, tests/weights/) and the Hub off (components/serving/modelservers.py
+        # ENGINE_PRIVACY_ENV).
+        assert "HF_TOKEN" not in env and not container.get("envFrom"), where
+        assert env["HF_HUB_OFFLINE"]["value"] == "1", where
     volumes = [v for role_or_pod in [served] for v in _volumes(role_or_pod)]
     assert all(v["persistentVolumeClaim"] == {"claimName": pvc, "readOnly": True}
                for v in volumes if "persistentVolumeClaim" in v)
@@ -385,13 +389,16 @@ def test_no_role_depends_on_deepep(gpu):
 
 def test_tpu_pods_declare_what_the_engine_binds(tpu):
     """Leader: HTTP, the --nnodes master port and the rendezvous next to it, the Raiden controller; every
-    host: one TorchTPU slice-builder port per chip (vllm_torchtpu/distributed/tpu_mp_multihost.py)."""
+    host: one TorchTPU slice-builder port per rank it runs, a TensorCore each: 8 on a 4-chip Ironwood host
+    (vllm_torchtpu/distributed/tpu_mp_multihost.py `local_world_size`)."""
     template = manifest(tpu, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
     leader = template["leaderTemplate"]["spec"]["containers"][0]
     worker = template["workerTemplate"]["spec"]["containers"][0]
     flags = dict(facts.split_flags(facts.exec_argv(leader["args"][0])))
     master = int(flags["--master-port"])
-    slices = {8070 + i for i in range(catalog.IRONWOOD.chips_per_host)}
+    ranks = catalog.IRONWOOD.chips_per_host * catalog.IRONWOOD.tensorcores_per_chip
+    assert int(flags["--tensor-parallel-size"]) // int(flags["--nnodes"]) == ranks == 8
+    slices = {8070 + i for i in range(ranks)}
     assert {p["containerPort"] for p in leader["ports"]} == {int(flags["--port"]), master, master + 1,
                                                              51515, *slices}
     assert {p["containerPort"] for p in worker["ports"]} == slices
@@ -431,3 +438,46 @@ def test_tpu_pod_memory_and_shm_follow_the_breakdown(plans):
             f"{need.total}Gi"
         [shm] = [v for v in spec["volumes"] if v["name"] == "dshm"]
         assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": f"{need.shm}Gi"}
+
+
+def test_the_tpu_launch_switch_runs_the_released_launchers_layout(plans):
+    """tpu.launch=dp-across-hosts (with tpu.tensorParallel=8): every host runs its data-parallel engine with TP inside
+    it, as vLLM-TorchTPU's released GKE launcher does (mp_multihost_entry.sh: --data-parallel-size/-local/-address/
+    -rpc-port; the head one API server; the others --headless from --data-parallel-start-rank); no --nnodes. Each host
+    declares its 8 ranks' slice builders and its engine's Raiden controller (its scheduler runs there, so the ranks dial
+    the pod's own address); the leader the RPC port, the rendezvous beside it and the DP groups' ports. The default
+    stays the --nnodes layout, and the summary says which released run each follows."""
+    from components.plan import capacity, engines, parallel
+    from components.serving import modelservers
+    from tests.config.test_config import parse
+
+    cfg = parse("tpu", tpu__launch="dp-across-hosts", tpu__tensorParallel=8)
+    replica = parallel.layout(cfg).role("slice")
+    assert (replica.engines, replica.engines_per_node, replica.expert_parallel) == (4, 1, 32)
+    for rank in ("leader", "worker"):
+        command = engines.vllm_torchtpu_command(cfg, rank)
+        flags = dict(facts.split_flags(list(command.argv)))
+        assert "--nnodes" not in flags and "--master-addr" not in flags
+        assert (flags["--data-parallel-size"], flags["--data-parallel-size-local"], flags["--tensor-parallel-size"],
+                flags["--data-parallel-address"], flags["--data-parallel-rpc-port"]) == (
+            "4", "1", "8", engines.LEADER_IP, str(contract.TPU_MASTER_PORT))
+        if rank == "worker":
+            assert "--headless" in flags and flags["--data-parallel-start-rank"] == engines.START_RANK
+            assert "START_RANK=$(( LWS_WORKER_INDEX * 1 ))" in command.preamble
+        else:
+            assert flags["--api-server-count"] == "1" and "--headless" not in flags
+        extra = json.loads(flags["--kv-transfer-config"])["kv_connector_extra_config"]
+        assert extra["store_server_ip"] == engines.POD_IP
+        assert extra["cpu_bytes_to_use"] == capacity.tpu_offload_bytes_per_engine(cfg)
+        ports = {p.name: p.container_port for p in modelservers.tpu_ports(cfg, rank)}
+        assert {ports[f"slice-{i}"] for i in range(8)} == set(range(8070, 8078))
+        assert ports["raiden-0"] == engines.RAIDEN_CONTROLLER_PORT
+        if rank == "leader":
+            master = contract.TPU_MASTER_PORT
+            assert (ports["master"], ports["rendezvous"]) == (master, master + 1)
+            assert {ports[f"dp-group-{i}"] for i in range(5)} == {master + 100 + i for i in range(5)}
+    # Four engines of TP=8 each hold a pool of their own.
+    assert capacity.serving_capacity(cfg).kv_groups == 4
+    summary = plans["tpu"].summary
+    assert "TPU launch (tpu.launch=tp-across-hosts)" in summary and "a path no released run takes" in summary
+    assert "tpu.launch=dp-across-hosts with tpu.tensorParallel=8 switches" in summary

@@ -162,6 +162,14 @@ def check_no_secret_leak(document: dict[str, Any], text: str | None = None) -> N
                         "keep it in secret Outputs")
 
 
+def stand_in_digest(reference: str) -> str:
+    """The offline plan's digest of a pinned image tag: derived from the reference, marked a stand-in."""
+    from tools.preview.mocks import _digest, stand_in
+
+    return stand_in(f"sha256:{_digest('image digest', reference)}",
+                    f"the digest the registry names for {reference} at `pulumi preview` and `pulumi up`")
+
+
 def render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
     """The plan document. `as_up`: run the program as `pulumi up` would, its preflight gate included (against
     whatever Google endpoint KIMI_GOOGLE_API_ROOT names: the gate's tests)."""
@@ -217,6 +225,10 @@ def _unchecked_render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
     from components.checks import preflight
 
     preflight.OFFLINE_PLAN = not as_up  # the plan asks no cloud; its mock engine runs with preview=False
+    from components.checks import registry
+
+    # Nor any registry, unless a test's fake stands in for them (components/checks/registry.py ROOT_ENV).
+    registry.LOOKUP = registry.registry_digest if os.environ.get(registry.ROOT_ENV) else stand_in_digest
     os.environ.pop("PULUMI_CONFIG", None)
     gcp_project = config.get(f"{project['name']}:gcp.project", "project")
     recording = Recording()
