@@ -27,8 +27,9 @@ CACHE_PREFIX = "cache"
 """The bucket folder the pods mount (gcsfuse `only-dir`) and the only one they may write."""
 VOLUME = "jit-cache"
 SERVICE_ACCOUNT = f"{catalog.GUIDE_NAME}-engine"
-"""The engine pods' Kubernetes service account: the Workload Identity principal the bucket grants name. No API token
-is mounted (automountServiceAccountToken false); the CSI driver requests the account's token for the mount itself."""
+"""The engine pods' Kubernetes service account: the Workload Identity principal the bucket grants name. The pods mount
+no API token (their automountServiceAccountToken is false, held by the policy pack); the CSI driver requests the
+account's token for the mount itself."""
 CSI_DRIVER = "gcsfuse.csi.storage.gke.io"
 SIDECAR_ANNOTATION = {"gke-gcsfuse/volumes": "true"}
 """The pod annotation that has GKE inject the Cloud Storage FUSE sidecar for the pod's CSI volumes
@@ -78,7 +79,7 @@ class CompileCache(Component):
             labels={**args.labels, contract.BUCKET_ON_DESTROY_LABEL: "delete"}, opts=self.child())
         self.account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata=k8s.meta.v1.ObjectMetaArgs(name=SERVICE_ACCOUNT, namespace=args.namespace),
-            automount_service_account_token=False, opts=self.child())
+            opts=self.child())
         whole = f'resource.name.startsWith("projects/_/buckets/{bucket}")'
         self.grants = [
             gcp.storage.BucketIAMMember(
