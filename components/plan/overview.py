@@ -9,8 +9,9 @@ the line budget and the units.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ..config import StackConfig
 from ..facts import catalog
@@ -47,7 +48,7 @@ class Overview:
         return {"title": self.title, "sections": [{"name": n, "lines": ls} for n, ls in self.sections.items() if ls]}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Overview":
+    def from_json(cls, data: dict[str, Any]) -> Overview:
         overview = cls(data["title"])
         for section in data["sections"]:
             overview.add(section["name"], *section["lines"])
