@@ -200,9 +200,8 @@ def test_calibration_job(variants, name, endpoint):
     assert env["ENDPOINT"] == endpoint
     # llm-d's method divides the engines' prefill chunk by the median TTFT: the two must agree. Decode engines
     # (their own 512-token budget, components/plan/engines.py DECODE_BATCHED_TOKENS) run no prefill the router sends.
-    from tests.serving.test_modelservers import engine_scripts
-
     from components.facts import contract
+    from tests.serving.test_modelservers import engine_scripts
 
     chunks = {flags.get("--max-num-batched-tokens") for flags in (dict(facts.split_flags(argv))
                                                                   for _, argv in engine_scripts(plan))
