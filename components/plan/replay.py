@@ -90,7 +90,9 @@ def shapes(benchmark_sessions: int, benchmark_concurrency: int, turns: int, syst
     agentic = Shape("agentic", benchmark_sessions, benchmark_concurrency, 16, 32768, True, 2048, 4096, 256,
                     "shared 32K system prompt, a 2K task, then tool turns: 256 generated (a tool call), 4K of tool "
                     "result back")
-    top = min(context_length, 1_048_576) - 8 * 4096
+    # The longest document a 4-turn session fits in the served context, in whole thousands (as a document's length
+    # is, not a whole number of KV blocks)
+    top = (min(context_length, 1_048_576) - 8 * 4096) // 1000 * 1000
     long = Shape("long", max(8, benchmark_concurrency // 4), max(4, benchmark_concurrency // 8), 4, 2048, True,
                  200_000, 2048, 1024, "single long sessions: a 200K-1M document, then follow-up turns",
                  first_input_spread=(200_000, 500_000, top))
@@ -159,6 +161,20 @@ class EngineSettings:
     `MambaManager.reachable_block_mask`)."""
     computes_output: bool
     """Whether the engine also generates (TPU) or only prefills (a GPU prefill engine: max_tokens 1)."""
+    chunk_end_states: int | None = None
+    """vLLM 0.29.0 (the core vLLM-TorchTPU ships): KDA states are written at prefill chunk ends only, so a prompt of
+    a whole number of blocks keeps a findable replay-boundary state (one block before its end) only where a chunk of
+    this many tokens, counted from the hit, ended; the state's block is held all the same
+    (vllm/v1/core/sched/scheduler.py `_mamba_block_aligned_split`: chunk ends are block-aligned, the prompt's last
+    chunk exempt; tests/engine_tpu/test_torchtpu_replay.py holds the rule equal to that manager). None: vLLM 0.33.0,
+    whose scheduler stops a chunk at the replay boundary (kv_cache_coordinator.py `replay_boundaries`)."""
+
+    def keeps_replay_state(self, prompt_tokens: int, hit: int) -> bool:
+        """Whether serving a prompt from `hit` leaves a KDA state at its replay boundary."""
+        if self.chunk_end_states is None or prompt_tokens % self.block_tokens:
+            return True
+        boundary = prompt_tokens - self.block_tokens
+        return boundary <= hit or (boundary - hit) % self.chunk_end_states == 0
 
 
 class RuleEngine:
@@ -231,6 +247,10 @@ class RuleEngine:
         for b in range(computed_units // per_block):
             self._add(self.mla, chain[b * per_block + per_block - 1], s.attention_groups)
         boundaries = {(len(prompt) - 1) // s.hash_unit}
+        if not s.keeps_replay_state(len(prompt), hit):
+            # The state block is still held and cached, at no position a later hit finds.
+            self._add(_Kind(self.lru, "x"), chain[(len(prompt) - 1) // s.hash_unit - 1], s.state_groups)
+            boundaries = set()
         if mla_reach > hit:
             boundaries.add(mla_reach // s.hash_unit)
         if s.retention_interval is None:
@@ -642,9 +662,18 @@ def deployment_for(cfg, choice: RoutingChoice | None = None, lru_capacity: int |
     g = c.groups
     engine = EngineSettings(block_tokens=block, hash_unit=choice.hash_unit, pool_blocks=c.blocks_per_engine,
                             attention_groups=g.attention_groups, state_groups=g.state_groups,
-                            retention_interval=choice.retention, computes_output=cfg.track != "gpu")
+                            retention_interval=choice.retention, computes_output=cfg.track != "gpu",
+                            chunk_end_states=chunk_end_states(cfg))
     return Deployment(cfg.track, endpoints, router, engine,
                       prefill_tokens_per_s=float(cfg.router.peakPrefillThroughput))
+
+
+def chunk_end_states(cfg) -> int | None:
+    """EngineSettings.chunk_end_states for the stack's engine: the prefill chunk on vLLM-TorchTPU (vLLM 0.29.0 core,
+    `--max-num-batched-tokens`, components/plan/engines.py), None on vLLM 0.33.0."""
+    from ..facts import contract
+
+    return contract.PREFILL_CHUNK_TOKENS if cfg.track == "tpu" and cfg.tpu.engine == "vllm-torchtpu" else None
 
 
 def stack_shapes(cfg) -> list[Shape]:

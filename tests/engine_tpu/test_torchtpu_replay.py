@@ -84,3 +84,26 @@ def test_the_rendered_routing_meets_the_bar_on_the_engines(tmp_path, shape_name)
     cell = " | ".join(f"{a:.1%} / {b:.1%}".replace("%", " %") for a, b in (figures["former"], figures["rendered"]))
     row = f"| TPU (vLLM-TorchTPU 0.29.0 KVCacheManager x 2) | {shape_name} | {cell} |"
     assert row in (ROOT / "docs" / "capacity.md").read_text(), f"docs/capacity.md lacks {row}"
+
+
+def test_the_rule_engine_is_the_engines_manager(tmp_path):
+    """Turn by turn, the replay's RuleEngine (with vLLM 0.29.0's chunk-end states, replay.EngineSettings
+    .chunk_end_states) gives the same hit, the same best slice and so the same routing as the released manager: the
+    benchmark's sessions sharing the 32K system prompt, and sessions that overflow a slice's pool with and without a
+    shared prefix."""
+    from dataclasses import replace
+
+    cfg = stack_config("tpu")
+    choice = replay.rendered_choice(cfg)
+    make = _engines(cfg, choice, tmp_path)
+    deployment = replay.deployment_for(cfg, choice)
+    bench = next(s for s in replay.stack_shapes(cfg) if s.name == "benchmark")
+    cases = [replace(bench, sessions=16, concurrency=8, turns=4),
+             replay.Shape("overflow", 12, 4, 4, 0, False, 300_000, 2048, 512),
+             replay.Shape("overflow-shared", 16, 8, 4, 32768, True, 150_000, 2048, 512)]
+    for shape in cases:
+        engine = replay.replay(deployment, shape, [make(i) for i in range(deployment.engines)])
+        rule = replay.replay(deployment, shape, [replay.RuleEngine(deployment.engine)
+                                                 for _ in range(deployment.engines)])
+        assert [(r.engine, r.hit, r.best) for r in engine.records] == \
+               [(r.engine, r.hit, r.best) for r in rule.records], shape.name
