@@ -250,9 +250,9 @@ class ServingCapacity:
     sequences_per_engine: int
     max_running: int
     """Requests one engine runs at once at most (max_running_requests); GPU `--max-num-seqs`."""
-    hbm_tokens: int
-    """Prefix tokens the replica's HBM pools can keep cached."""
     host_tokens: int
+    """vLLM's own count of its CPU tier at the served context (host_tier_tokens_per_engine, what the engine logs); the
+    prefix tokens either tier keeps depend on the session shape (shape_capacity)."""
     host_bytes_per_node: float
     endpoints_per_replica: int
 
@@ -286,12 +286,6 @@ class ServingCapacity:
         the weights less the blocks `sequences_per_engine` requests hold (and the null block)."""
         held = (self.sequences_per_engine * self.blocks_per_sequence + 1) * self.groups.bytes_per_block
         return self.usable_bytes_per_device - self.weights.total - held
-
-    @property
-    def lru_capacity_per_server(self) -> int:
-        """`approx-prefix-cache-producer` capacity: engine blocks per endpoint across HBM and host DRAM
-        (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/plugin.go)."""
-        return (self.hbm_tokens + self.host_tokens) // self.endpoints_per_replica // self.block_tokens
 
 
 def serving_capacity(cfg: StackConfig) -> ServingCapacity:
@@ -349,11 +343,10 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
                           f"one sequence of {context:,} tokens needs {per_sequence:,} KV blocks "
                           f"({per_sequence * groups.bytes_per_block / 1e9:.1f} GB) but one engine's pool holds "
                           f"{blocks:,} ({pool / 1e9:.1f} GB); lower it or change {size_keys}")
-    hbm_tokens = kv_groups * (blocks // groups.groups) * rule.block_tokens
     if cfg.track == "gpu":
         host_tokens = kv_groups * host_tier_tokens_per_engine(cfg)
     else:
-        host_tokens = hbm_tokens * cfg.tpu.hicacheRatio
+        host_tokens = kv_groups * (blocks // groups.groups) * rule.block_tokens * cfg.tpu.hicacheRatio
         devices_per_host = catalog.IRONWOOD.chips_per_host * catalog.IRONWOOD.tensorcores_per_chip
         host_per_node = cfg.tpu.hicacheRatio * pool * devices_per_host
         limit = catalog.IRONWOOD.usable_host_memory_gib * 2**30 * TPU_HOST_RAM_SHARE
@@ -369,7 +362,7 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
         weights=weights, non_weight_bytes_per_device=other, kv_pool_bytes_per_device=pool, kv_groups=kv_groups,
         rule=rule, groups=groups, context_length=context, blocks_per_engine=blocks,
         sequences_per_engine=blocks // per_sequence, max_running=max_running_requests(cfg, pool),
-        hbm_tokens=hbm_tokens, host_tokens=host_tokens,
+        host_tokens=host_tokens,
         host_bytes_per_node=host_per_node, endpoints_per_replica=endpoints,
     )
 
@@ -472,166 +465,40 @@ def tpu_offload_bytes_per_engine(cfg: StackConfig) -> int:
     return int(cfg.tpu.hicacheRatio * c.kv_pool_bytes_per_device * c.devices_per_replica)
 
 
-# --------------------------------------------------------------------------- prefix capacity per session shape
-@dataclass(frozen=True)
-class PrefixFootprint:
-    """What one engine keeps cached for a session shape, in the engine's own accounting, under vLLM's default sparse
-    KDA retention (`prefix_cache_retention_interval` 0, vllm/config/cache.py): every MLA block the engine computed,
-    and a KDA state (one block in each KDA group) only where it is reachable, at each turn's replay boundary and at a
-    shared-prefix junction (vllm/v1/core/single_type_kv_cache_manager.py `MambaManager.reachable_block_mask`;
-    kv_cache_coordinator.py `replay_boundaries`), with an MLA partial tail block at a boundary inside a block when
-    prefixes hash in units finer than the block (`--prefix-match-unit`). The replay's RuleEngine
-    (components/plan/replay.py) keeps the same entries; tests/engine/test_vllm_capacity.py and
-    tests/engine_tpu/test_torchtpu_capacity.py hold the sessions per engine equal to the released KVCacheManagers.
-
-    In blocks of one engine's pool (HBM) or chunks of its CPU tier (host): a chunk is one block id
-    (host_tier_chunks_per_engine), and the offload stores what the prefix cache keeps: MLA chunks per block, KDA
-    chunks per kept boundary (vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py
-    `_reachable_store_block_mask` calls the same `reachable_block_mask`; `_build_aligned_boundary_store_jobs`,
-    `_build_partial_tail_store_jobs` store a boundary's state and tail)."""
-
-    shape: str
-    shared_blocks: int
-    """Cached once for every session: the shared system prompt's whole MLA blocks and the KDA state at its junction."""
-    live_blocks: int
-    """Per session: what its next turn's hit needs or what its last hit touched (its own MLA blocks and partial tails,
-    the last two boundaries' states)."""
-    stale_blocks: int
-    """Per session: KDA states kept at earlier turns' boundaries, which no hit reaches again; the LRU evicts them
-    first, as vLLM frees them a turn earlier and no later hit touches them."""
-    hit_tokens: int
-    """Tokens a kept session's next turn hits: its last prompt, less one, floored to the hash unit."""
-    shared_tokens: int
-    """Of those, the shared prefix (the junction), counted once per engine."""
-
-    @property
-    def session_blocks(self) -> int:
-        return self.live_blocks + self.stale_blocks
-
-    def sessions(self, pool_blocks: int) -> int:
-        """Sessions an LRU pool of `pool_blocks` keeps whole after serving them one after another: the newest whole,
-        the oldest kept one with its stale states gone."""
-        room = pool_blocks - self.shared_blocks - self.live_blocks
-        return room // self.session_blocks + 1 if room >= 0 else 0
-
-    def tokens(self, sessions: int) -> int:
-        """Distinct cached prefix tokens those sessions reuse (the shared prefix once)."""
-        return sessions * (self.hit_tokens - self.shared_tokens) + (self.shared_tokens if sessions else 0)
+# --------------------------------------------------------------------------- the router's prefill rate
+ROUTER_DEFAULT_TOKENS_PER_S = 15928
+"""The affinity filter's built-in `peakPrefillThroughput`: "calibrated for Qwen 32B on 2x H100 80GB (TP=2) with vLLM
+0.19, measured as the prefill throughput of a single unloaded chunk of `max_num_batched_tokens` (8192) tokens"
+(llm-d-router v0.10.0 pkg/epp/framework/plugins/scheduling/filter/prefixcacheaffinity/README.md L80-84,
+plugin.go L93-101)."""
+ROUTER_DEFAULT_PARAMS = 32.8e9
+"""ASSUMPTION: "Qwen 32B" is Qwen3-32B, 32.8B parameters (https://huggingface.co/Qwen/Qwen3-32B model card)."""
+ROUTER_DEFAULT_TFLOPS = 2 * 989.4
+"""2 x H100 SXM, BF16 dense 989.4 TFLOPS each (NVIDIA's 1,979 "with sparsity", halved;
+https://glennklockwood.com/garden/processors/h100)."""
 
 
-def prefix_footprint(cfg: StackConfig, shape, hash_unit: int | None = None,
-                     computes_output: bool | None = None) -> PrefixFootprint:
-    """One engine's cache entries for a session of `shape` (components/plan/replay.py Shape; its first turn's input
-    `first_input_tokens`), served turn after turn. GPU prefill engines compute prompts only (max_tokens 1 in P/D);
-    a TPU slice also computes the answer, whose MLA blocks it keeps."""
-    from . import engines, replay
-
-    g, block = kv_cache_groups(cfg), kvblocks.block_rule(cfg).block_tokens
-    chunk = replay.chunk_end_states(cfg)
-    unit = hash_unit or engines.prefix_match_unit(cfg)
-    output = cfg.track != "gpu" if computes_output is None else computes_output
-    per = block // unit
-    a, k = g.attention_groups, g.state_groups
-    shared = shape.system_shared and shape.system_tokens >= block
-    shared_units = (shape.system_tokens // block) * per if shared else 0
-    prompt, computed, reach, boundaries = shape.system_tokens + shape.first_input_tokens, 0, 0, []
-    junctions, unreachable = [], 0
-    for turn in range(shape.turns):
-        if turn:
-            prompt += shape.output_tokens + shape.input_tokens
-        hit = max(boundaries + junctions + [shared_units if shared else 0])
-        # The MLA group reaches past the hit when whole blocks (here: the answer's, TPU) lie beyond the last state:
-        # a junction state at the reach (kv_cache_manager.py, the RuleEngine's `mla_reach > hit`).
-        if turn and reach > hit:
-            junctions.append(reach)
-            hit = reach
-        # vLLM 0.29.0 (TPU) keeps a block-aligned prompt's replay state only where a prefill chunk ended
-        # (replay.EngineSettings.chunk_end_states).
-        if chunk is None or prompt % block or (prompt - block - hit * unit) % chunk == 0 \
-                or prompt - block <= hit * unit:
-            boundaries.append((prompt - 1) // unit)
-        else:
-            unreachable += 1  # its state block is held, at no position a hit finds
-        computed = prompt + (shape.output_tokens - 1 if output else 0)
-        reach = (computed // block) * per
-    kept = sorted(set(boundaries + junctions) - {0})
-    # An MLA partial block at each boundary inside a block: below the next hit, so every hit touches it again
-    # (the MLA group's hit walks them) and it lives as long as the session.
-    tails = sum(a for b in kept if b % per)
-    last = max(kept) if kept else 0
-    # The last turn's hit also touches the state it hit (the previous boundary's), after the blocks that turn added:
-    # that state outlives them, so it counts with the session.
-    touched = min(len(kept), 2)
-    live = (computed // block - shared_units // per) * a + tails + k * touched
-    stale = k * (len(kept) - touched + unreachable)
-    shared_blocks = (shared_units // per) * a + (k if shared else 0)
-    return PrefixFootprint(shape.name, shared_blocks, live, stale, last * unit, shared_units * unit)
-
-
-@dataclass(frozen=True)
-class ShapeCapacity:
-    """Per session shape: what one engine (and one replica, and one router endpoint) keeps in HBM and host DRAM."""
-
-    footprint: PrefixFootprint
-    engines_per_replica: int
-    router_block: int
-    hbm_sessions_per_engine: int
-    host_sessions_per_engine: int
-    hbm_tokens_per_engine: int
-    host_tokens_per_engine: int
-
-    @property
-    def sessions_per_replica(self) -> int:
-        """Sessions whose next turn hits in HBM or host DRAM (the host tier keeps what HBM evicted)."""
-        return self.engines_per_replica * max(self.hbm_sessions_per_engine, self.host_sessions_per_engine)
-
-    @property
-    def hbm_tokens_per_replica(self) -> int:
-        return self.engines_per_replica * self.hbm_tokens_per_engine
-
-    @property
-    def host_tokens_per_replica(self) -> int:
-        return self.engines_per_replica * self.host_tokens_per_engine
-
-    @property
-    def lru_capacity_per_server(self) -> int:
-        """Router blocks one endpoint (one engine) holds across HBM and host DRAM: the host tier's copies cover what
-        HBM keeps, so the larger of the two."""
-        return max(self.hbm_tokens_per_engine, self.host_tokens_per_engine) // self.router_block
-
-
-def host_chunks_per_engine(cfg: StackConfig) -> int:
-    """Chunks (one block id each) one engine's host tier holds: vLLM's CPU tier on GPU (host_tier_chunks_per_engine);
-    on TPU `cpu_bytes_to_use` over one block id across the slice's ranks (tpu_offload_bytes_per_engine)."""
+def endpoint_bf16_tflops(cfg: StackConfig) -> float:
+    """Peak BF16 compute behind one router endpoint once every endpoint is busy: GPU, the GPUs of one data-parallel
+    engine (`gpu.tensorParallel`; with expert parallelism the group's engines share the experts, so a loaded
+    group gives each engine its own GPUs' worth); TPU, the slice's chips (one engine per slice)."""
     if cfg.track == "gpu":
-        return host_tier_chunks_per_engine(cfg)
-    c = serving_capacity(cfg)
-    return tpu_offload_bytes_per_engine(cfg) // (c.groups.bytes_per_block * c.devices_per_replica)
+        return cfg.gpu.spec.bf16_dense_tflops_per_gpu * parallel.layout(cfg).tensor_parallel
+    return catalog.IRONWOOD.bf16_tflops_per_chip * cfg.tpu.chips_per_slice
 
 
-def shape_capacity(cfg: StackConfig, shape) -> ShapeCapacity:
-    from . import engines
+def rule_prefill_throughput(cfg: StackConfig) -> int:
+    """`peakPrefillThroughput` (tokens/s per endpoint: TTFT_ms = in-flight tokens / it x 1000, prefixcacheaffinity/
+    plugin.go L82-86) for this model and endpoint, from the filter's own calibration point carried over at the same
+    utilization: 15,928 tokens/s x (this endpoint's BF16 peak / 2 x H100's) x (Qwen 32B's parameters / Kimi K3.1
+    Pro's active parameters, catalog.KIMI.active_params), prefill costing 2 FLOPs per active parameter per token in
+    both. Attention over long prompts (24 MLA layers) and the FP4/FP8 kernels K3 runs are outside the rule: a
+    calibration (`router.calibrate`) replaces it."""
+    scale = endpoint_bf16_tflops(cfg) / ROUTER_DEFAULT_TFLOPS * ROUTER_DEFAULT_PARAMS / catalog.KIMI.active_params
+    return round(ROUTER_DEFAULT_TOKENS_PER_S * scale)
 
-    c = serving_capacity(cfg)
-    f = prefix_footprint(cfg, shape)
-    hbm, host = f.sessions(c.blocks_per_engine), f.sessions(host_chunks_per_engine(cfg))
-    return ShapeCapacity(f, c.kv_groups, engines.prefix_match_unit(cfg), hbm, host, f.tokens(hbm), f.tokens(host))
 
-
-def capacity_shapes(cfg: StackConfig) -> list:
-    """The session shapes capacity is reported for: the replay's at the benchmark's concurrency, the long shape
-    split by document size (components/plan/replay.py stack_shapes)."""
-    from dataclasses import replace
-
-    from . import replay
-
-    out = []
-    for shape in replay.stack_shapes(cfg):
-        if "@" in shape.name:
-            continue
-        if shape.first_input_spread:
-            out += [replace(shape, name=f"{shape.name} {n // 1000}K", first_input_tokens=n, first_input_spread=())
-                    for n in shape.first_input_spread]
-        else:
-            out.append(shape)
-    return out
+def peak_prefill_throughput(cfg: StackConfig) -> int:
+    """What the router renders and the replay and autoscaling models assume: `router.peakPrefillThroughput` when set
+    (a calibration), else the rule."""
+    return cfg.router.peakPrefillThroughput or rule_prefill_throughput(cfg)

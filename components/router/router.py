@@ -26,7 +26,8 @@ from ..facts.versions import (
     ROUTER_STANDALONE_CHART,
     ChartRef,
 )
-from ..plan import autoscaling, engines, images, replay
+from ..plan import autoscaling, engines, images, prefixcache, replay
+from ..plan import capacity as plan_capacity
 from ..plan.capacity import ServingCapacity
 from ..platform import hardening
 
@@ -115,10 +116,11 @@ def router_block_tokens(cfg: StackConfig) -> int:
     return engines.prefix_match_unit(cfg)
 
 
-def lru_capacity(cfg: StackConfig, capacity: ServingCapacity) -> int:
-    """`lruCapacityPerServer` in router blocks: the plan's prefix tokens per endpoint (HBM and host DRAM) over the
-    router's block."""
-    return capacity.lru_capacity_per_server * capacity.block_tokens // router_block_tokens(cfg)
+def lru_capacity(cfg: StackConfig) -> int:
+    """`lruCapacityPerServer` in router blocks: the prefix tokens one endpoint's engine keeps for the benchmark's
+    sessions across HBM and host DRAM, as the engines count them (components/plan/prefixcache.py
+    lru_capacity_per_server), over the router's block."""
+    return prefixcache.lru_capacity_per_server(cfg)
 
 
 def prefix_producer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
@@ -131,7 +133,7 @@ def prefix_producer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, An
     return {"type": PREFIX_PRODUCER, "parameters": {
         "autoTune": False,
         "blockSizeTokens": block,
-        "lruCapacityPerServer": lru_capacity(cfg, capacity),
+        "lruCapacityPerServer": lru_capacity(cfg),
         "maxPrefixTokensToMatch": cfg.context_length,
         "maxPrefixBlocksToMatch": -(-cfg.context_length // block),
     }}
@@ -177,7 +179,7 @@ def endpoint_picker_config(cfg: StackConfig, capacity: ServingCapacity) -> dict[
         *([tokens] if tokens else []),
         prefix_producer(cfg, capacity),
         {"type": "prefix-cache-affinity-filter",
-         "parameters": {"peakPrefillThroughput": cfg.router.peakPrefillThroughput,
+         "parameters": {"peakPrefillThroughput": plan_capacity.peak_prefill_throughput(cfg),
                         "maxTTFTPenaltyMs": TTFT_PENALTY_MS}},
         {"type": "token-load-scorer"},
         # Feeds token-load-scorer and the affinity filter; exact only with one EPP replica

@@ -70,7 +70,7 @@ def test_the_rendered_routing_meets_the_bar_on_the_engines(tmp_path, shape_name)
     for which in ("former", "rendered"):
         choice = getattr(replay, f"{which}_choice")(cfg)
         make = _engines(cfg, choice, tmp_path)
-        deployment = replay.deployment_for(cfg, choice)
+        deployment = replay.deployment_for(cfg, choice, host=False)
         result = replay.replay(deployment, shape, [make(i) for i in range(deployment.engines)])
         rule = replay.replay(deployment, shape, [replay.RuleEngine(deployment.engine)
                                                  for _ in range(deployment.engines)])
@@ -96,7 +96,7 @@ def test_the_rule_engine_is_the_engines_manager(tmp_path):
     cfg = stack_config("tpu")
     choice = replay.rendered_choice(cfg)
     make = _engines(cfg, choice, tmp_path)
-    deployment = replay.deployment_for(cfg, choice)
+    deployment = replay.deployment_for(cfg, choice, host=False)
     bench = next(s for s in replay.stack_shapes(cfg) if s.name == "benchmark")
     cases = [replace(bench, sessions=16, concurrency=8, turns=4),
              replay.Shape("overflow", 12, 4, 4, 0, False, 300_000, 2048, 512),
