@@ -5,7 +5,7 @@
 
 import pulumi
 
-from components.checks import preflight
+from components.checks import preflight, registry
 from components.config import ConfigError, load_config
 from components.plan.capacity import serving_capacity
 from components.plan.engines import check_engine
@@ -20,6 +20,8 @@ try:
     # The checkpoint bucket: created, taken back after a destroy kept it, or shared with another stack of the
     # project; someone else's stops here, in one line (components/checks/preflight.py find_bucket).
     config = config.model_copy(update={"bucket_use": preflight.bucket_use(config, pulumi.get_stack())})
+    # Every image by digest: the configured one, else the one its registry names for the pinned tag now.
+    config = registry.pinned(config)
 except ConfigError as err:
     # RunError ends the program with this one line and no traceback; nothing has been registered.
     raise pulumi.RunError(str(err)) from None

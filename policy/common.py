@@ -163,6 +163,7 @@ def _join(path: str, key: Any) -> str:
 
 
 _SCALARS = str | int | float | bool | type(None)
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 def _mappings(value: Any, path: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -172,13 +173,16 @@ def _mappings(value: Any, path: str = "") -> Iterator[tuple[str, Mapping[str, An
     pending = [(path, value)]
     while pending:
         path, value = pending.pop()
-        if isinstance(value, dict) or (not isinstance(value, list | str) and isinstance(value, Mapping)):
+        kind = type(value)
+        if kind is dict or (kind is not list and kind is not str and isinstance(value, Mapping)):
             yield path, value
-            children = [(_join(path, key), item) for key, item in value.items()
-                        if isinstance(item, dict | list) or not isinstance(item, _SCALARS)]
-        elif _is_list(value):
+            # Plain JSON first by exact type (most values are str or int), the ABC checks only for the rest.
+            children = [(f"{path}.{key}" if path else str(key), item) for key, item in value.items()
+                        if (t := type(item)) is dict or t is list
+                        or (t not in _PLAIN and not isinstance(item, _SCALARS))]
+        elif kind is list or _is_list(value):
             children = [(f"{path}[{index}]", item) for index, item in enumerate(value)
-                        if not isinstance(item, _SCALARS)]
+                        if type(item) not in _PLAIN and not isinstance(item, _SCALARS)]
         else:
             continue
         pending.extend(reversed(children))

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from components.checks import declared
+from components.facts import contract
 from components.platform import hardening
 
 from .common import (
@@ -323,6 +324,57 @@ def check_declared_workloads(resource_type: str, props: Mapping[str, Any]) -> li
     return list(dict.fromkeys(found))
 
 
+IMAGE_REFERENCE = re.compile(r"(?P<name>[^@:\s]+(?::[0-9]+)?/[^@:\s]+)(?::[\w][\w.-]{0,127})?@(?P<digest>[^@\s]*)")
+
+
+def image_problem(image: Any, user_named: bool = False) -> str | None:
+    """Why an image may not run, or None: not `registry/path[:tag]@sha256:<64 hex>`, or from a registry/repository
+    the program does not declare (declared.IMAGE_REPOSITORIES, the stack's own engine build). A user-named image
+    (`tpu.sglangImage`) is the user's declaration of its registry, but runs by digest too."""
+    if not isinstance(image, str) or not image:
+        return f"image {_show(image)} is not a reference"
+    match = IMAGE_REFERENCE.fullmatch(image)
+    if match is None or not re.fullmatch(declared.IMAGE_DIGEST, match["digest"]):
+        return (f"image {image!r} is not registry/path[:tag]@sha256:<64 hex>: every image runs by digest from its "
+                "registry" + _at("IMAGE_DIGEST"))
+    repository = match["name"]
+    if user_named or repository in declared.IMAGE_REPOSITORIES or re.fullmatch(
+            declared.BUILT_ENGINE_REPOSITORY, repository):
+        return None
+    return (f"image {image!r} comes from {repository}, not a declared registry/repository" + _at("IMAGE_REPOSITORIES"))
+
+
+def check_declared_images(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """Every image of every pod (containers, init and ephemeral containers, in every workload kind and custom
+    resource) and of the engine build (its base and its Cloud Build step) runs by digest from a declared
+    registry/repository. A Helm chart's values are left to the objects it renders, which are checked one by one."""
+    found = []
+    if resource_type == COMMAND:
+        env = props.get("environment")
+        for key in ("BASE", "STEP"):
+            value = env.get(key) if isinstance(env, Mapping) else None
+            if value is not None and not is_unknown(value) and (problem := image_problem(value)):
+                found.append(f"environment {key}: {problem}")
+        return found
+    if not _is_kubernetes(resource_type) or resource_type.startswith("kubernetes:helm.sh/"):
+        return []
+    kind = _kind(resource_type, props)
+    name, namespace = _object_name(props)
+    for path, spec in _pod_specs(props):
+        user = {c.name for w in declared.workloads(kind, name, namespace) for c in w.containers
+                if not c.images and not c.image_pattern}
+        for group in ("initContainers", "containers", "ephemeralContainers"):
+            listed = spec.get(group)
+            for index, container in enumerate(listed if _is_list(listed) else []):
+                image = container.get("image") if isinstance(container, Mapping) else None
+                if is_unknown(image):
+                    continue
+                problem = image_problem(image, isinstance(container, Mapping) and container.get("name") in user)
+                if problem:
+                    found.append(f"{path}.{group}[{index}]: {problem}" if path else f"{group}[{index}]: {problem}")
+    return found
+
+
 def check_declared_types(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     """Only the resource types the program declares (components/checks/declared.py TYPES) and its own components."""
     if resource_type in declared.TYPES or resource_type.startswith(declared.COMPONENT_PREFIX):
@@ -422,11 +474,7 @@ def check_declared_artifacts(resource_type: str, props: Mapping[str, Any]) -> li
     would drop the staged 1.56 TB); the engine's Artifact Registry repository keeps immutable tags (a moved tag
     would no longer be the lock it names)."""
     if resource_type == "gcp:storage/bucket:Bucket":
-        rules_ = props.get("lifecycleRules")
-        if _is_list(rules_) and rules_:
-            actions = [_show(_get(rule, "action", "type")) for rule in rules_]
-            return [f"bucket {_show(props.get('name'))}: lifecycle rules ({', '.join(actions)}) are not declared; the "
-                    "checkpoint is staged once and kept" + _at("TYPES: the bucket, without lifecycle rules")]
+        return _bucket_violations(props)
     elif resource_type == "gcp:artifactregistry/repository:Repository":
         tags = _get(props, "dockerConfig", "immutableTags")
         if tags is not True and not is_unknown(tags):
@@ -437,10 +485,15 @@ def check_declared_artifacts(resource_type: str, props: Mapping[str, Any]) -> li
         env = env if isinstance(env, Mapping) else {}
         base, builder, repository, project = (env.get(k) for k in ("BASE", "BUILDER", "REPOSITORY", "PROJECT"))
         found = []
-        if isinstance(base, str) and not is_unknown(base) and base != declared.ENGINE_BASE and \
-                not re.fullmatch(re.escape(declared.ENGINE_BASE) + r"@sha256:[0-9a-f]{64}", base):
-            found.append(f"the engine image's base is {_show(base)}, declared {declared.ENGINE_BASE} (optionally "
-                         "@sha256:...)" + _at("ENGINE_BASE"))
+        if isinstance(base, str) and not is_unknown(base) and \
+                not re.fullmatch(re.escape(declared.ENGINE_BASE) + "@" + declared.IMAGE_DIGEST, base):
+            found.append(f"the engine image's base is {_show(base)}, declared {declared.ENGINE_BASE}@sha256:..."
+                         + _at("ENGINE_BASE"))
+        step = env.get("STEP")
+        if isinstance(step, str) and not is_unknown(step) and \
+                not re.fullmatch(re.escape(declared.ENGINE_STEP) + "@" + declared.IMAGE_DIGEST, step):
+            found.append(f"the engine image's build step is {_show(step)}, declared {declared.ENGINE_STEP}@sha256:..."
+                         + _at("ENGINE_STEP"))
         if all(isinstance(v, str) and not is_unknown(v) for v in (builder, repository, project)):
             cluster = repository.rsplit("/", 1)[-1].removesuffix("-engine")
             if builder != f"{cluster}-build@{project}.iam.gserviceaccount.com":
@@ -448,6 +501,44 @@ def check_declared_artifacts(resource_type: str, props: Mapping[str, Any]) -> li
                              f"{cluster}-build@{project}.iam.gserviceaccount.com" + _at("BUILD_SA"))
         return found
     return []
+
+
+def _bucket_violations(props: Mapping[str, Any]) -> list[str]:
+    """The bucket's deletion as its `on-destroy` label declares (declared.BUCKET_DISPOSITIONS), no lifecycle rule,
+    no Autoclass, no retention lock and a soft-delete retention Cloud Storage offers."""
+    bucket = f"bucket {_show(props.get('name'))}"
+    found = []
+    rules_ = props.get("lifecycleRules")
+    if _is_list(rules_) and rules_:
+        actions = [_show(_get(rule, "action", "type")) for rule in rules_]
+        found.append(f"{bucket}: lifecycle rules ({', '.join(actions)}) are not declared; the checkpoint is staged "
+                     "once and kept" + _at("TYPES: the bucket, without lifecycle rules"))
+    labels = props.get("labels")
+    disposition = _get(labels, contract.BUCKET_ON_DESTROY_LABEL) if isinstance(labels, Mapping) else None
+    force = props.get("forceDestroy")
+    if not is_unknown(labels) and not is_unknown(disposition) and not is_unknown(force):
+        if disposition not in declared.BUCKET_DISPOSITIONS:
+            found.append(f"{bucket}: label {contract.BUCKET_ON_DESTROY_LABEL} is {_show(disposition)}, not one of "
+                         f"{sorted(declared.BUCKET_DISPOSITIONS)}: every bucket declares whether destroy keeps it"
+                         + _at("BUCKET_DISPOSITIONS"))
+        elif (force is True) != declared.BUCKET_DISPOSITIONS[disposition]:
+            found.append(f"{bucket}: forceDestroy is {_show(force)} on a bucket declared {disposition!r} on destroy"
+                         + (" (a kept bucket is never force-destroyable: its staged checkpoint outlives the stack)"
+                            if disposition == "keep" else " (destroy would fail on its objects and leave it billing)")
+                         + _at("BUCKET_DISPOSITIONS"))
+    if _get(props, "autoclass", "enabled") is True:
+        found.append(f"{bucket}: Autoclass would move the checkpoint to colder classes; not declared"
+                     + _at("BUCKET_DISPOSITIONS"))
+    if props.get("retentionPolicy") or props.get("enableObjectRetention") is True:
+        found.append(f"{bucket}: a retention policy or object retention lock is not declared (a locked one could "
+                     "never be removed, nor the bucket deleted)" + _at("BUCKET_DISPOSITIONS"))
+    seconds = _get(props, "softDeletePolicy", "retentionDurationSeconds")
+    off, low, high = declared.SOFT_DELETE_SECONDS
+    number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+    if seconds is not None and not is_unknown(seconds) and not (number and (seconds == off or low <= seconds <= high)):
+        found.append(f"{bucket}: soft-delete retention {_show(seconds)} s is not 0 or 7-90 days"
+                     + _at("SOFT_DELETE_SECONDS"))
+    return found
 
 
 def check_declared_commands(resource_type: str, props: Mapping[str, Any]) -> list[str]:

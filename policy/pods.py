@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from components.checks import declared
 from components.platform import hardening
 
 from .common import (
@@ -222,22 +223,64 @@ def _is_credential_name(name: str) -> bool:
     return bool(set(words) & CREDENTIAL_WORDS or pairs & CREDENTIAL_PAIRS)
 
 
+CREDENTIAL_VALUES = {
+    "an AWS access key": re.compile(r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"),
+    "a private key": PRIVATE_KEY_PATTERN,
+    "a Hugging Face token": HF_TOKEN_PATTERN,
+    "a URL with a password": re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/@:\s]+:[^/@\s]+@"),
+}
+"""Values that are credentials whatever their variable is called: an AWS access key id (gitleaks' default rule
+`aws-access-token`, https://github.com/gitleaks/gitleaks/blob/420a0f55f4a7a03dfe701ceb1f4f66a7c68b26b4/config/
+gitleaks.toml), a PEM private key (RFC 7468), a Hugging Face token, a password in a URL's userinfo (RFC 3986 3.2.1,
+`user:password@`)."""
+
+
+def credential_value(text: str) -> str | None:
+    """What kind of credential a value holds, or None."""
+    return next((what for what, pattern in CREDENTIAL_VALUES.items() if pattern.search(text)), None)
+
+
+def _env_entries(props: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(path, entry) of every environment variable of every container (any list under an `env` key)."""
+    for path, mapping in _mappings(props):
+        if path.rsplit(".", 1)[-1].startswith("env[") and isinstance(mapping.get("name"), str):
+            yield path, mapping
+
+
 def check_secrets_not_plain_env(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    """Credentials reach containers from Secrets (valueFrom.secretKeyRef), never as literal env values: an env
-    var named like a credential (TOKEN, SECRET, PASSWORD, API_KEY, ...) with a `value`, or a private key
-    anywhere in a Kubernetes input outside a Secret. The Hugging Face token has its own rule."""
+    """Credentials reach containers from Secrets (valueFrom.secretKeyRef), never as literal env values: an env var
+    whose value is a credential (CREDENTIAL_VALUES) whatever its name, one the program fills from a Secret only
+    (declared.SECRET_ENV_NAMES, or read from a Secret by another container of the object) given a plain `value`, one
+    named like a credential (TOKEN, SECRET, PASSWORD, API_KEY, ...) with a `value`, a credential in a local command's
+    environment, or a private key anywhere in a Kubernetes input outside a Secret. Which Secret (and key) each
+    container may read is the workload's declaration (policy/inventory.py)."""
+    if resource_type == "command:local:Command":
+        environment = props.get("environment")
+        return [f"environment {key}: holds {what}; a local command gets no credential from the plan"
+                for key, value in (environment.items() if isinstance(environment, Mapping) else ())
+                if isinstance(value, str) and not is_unknown(value) and (what := credential_value(value))]
     if not _is_kubernetes(resource_type):
         return []
     violations = []
-    for path, mapping in _mappings(props):
-        name, value = mapping.get("name"), mapping.get("value")
-        in_env = path.rsplit(".", 1)[-1].startswith("env[")
-        if (in_env and isinstance(name, str) and name not in HF_TOKEN_ENV_NAMES and _is_credential_name(name)
-                and isinstance(value, str) and value and not is_unknown(value)):
+    entries = list(_env_entries(props))
+    from_secrets = declared.SECRET_ENV_NAMES | {
+        entry["name"] for _, entry in entries if isinstance(_get(entry, "valueFrom", "secretKeyRef"), Mapping)}
+    for path, entry in entries:
+        name, value = entry["name"], entry.get("value")
+        if not isinstance(value, str) or is_unknown(value):
+            continue
+        what = credential_value(value)
+        if what:
+            violations.append(f"{path}: env {name} holds {what} as a literal value; use valueFrom.secretKeyRef to a "
+                              "Secret the workload declares")
+        elif name in from_secrets and name not in HF_TOKEN_ENV_NAMES:
+            violations.append(f"{path}: env {name} is filled from a Secret only, but sets a plain value")
+        elif name in from_secrets:
+            continue  # the Hugging Face rule names the Secret it must come from
+        elif value and _is_credential_name(name):
             violations.append(f"{path}: env {name} sets a literal credential; use valueFrom.secretKeyRef to a Secret")
     if resource_type != K8S_SECRET:
+        said = {f"{path}.value" for path, _ in entries}
         violations += [f"{path} contains a private key; keep it in a Secret" for path, text in _strings(props)
-                       if PRIVATE_KEY_PATTERN.search(text)]
+                       if PRIVATE_KEY_PATTERN.search(text) and path not in said]
     return violations
-
-

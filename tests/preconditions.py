@@ -251,3 +251,30 @@ def set_flag(objects: Objects, container: str, flag: str, value: str) -> None:
     """Give `flag` another value on the engine's exec line (appended: argparse keeps the last)."""
     edit_script(objects, container, lambda text: re.sub(r"^(exec .*?)$", lambda m: f"{m.group(1)} {flag} "
                                                         f"{shlex.quote(value)}", text, count=1, flags=re.M))
+
+
+# --------------------------------------------------------------------------- what leaves the pods (both tracks)
+USAGE_STATS_OFF = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+"""vLLM's two switches the engines set (vllm/envs.py `VLLM_NO_USAGE_STATS`, and `VLLM_DO_NOT_TRACK`, which falls back
+to DO_NOT_TRACK; vllm/usage/usage_lib.py `is_usage_stats_enabled`)."""
+
+
+def assert_usage_stats_off(where: str, container: dict[str, Any]) -> None:
+    values = env(container)
+    for name, value in USAGE_STATS_OFF.items():
+        assert values.get(name) == value, f"{where}: {name} is {values.get(name)!r}, not {value!r}: usage stats on"
+
+
+def assert_hub_off(where: str, container: dict[str, Any]) -> None:
+    """No Hub token in an engine container (by name, from a Secret or a whole envFrom) and the Hub off."""
+    values = env(container)
+    assert "HF_TOKEN" not in values and "HUGGING_FACE_HUB_TOKEN" not in values, f"{where}: carries a Hub token"
+    assert not container.get("envFrom"), f"{where}: envFrom {container['envFrom']} may carry a Hub token"
+    assert values.get("HF_HUB_OFFLINE") == "1", f"{where}: HF_HUB_OFFLINE is {values.get('HF_HUB_OFFLINE')!r}"
+
+
+def add_hub_token(objects: Objects, container: str) -> None:
+    """The Hub token back on every `container`, from the stack's Secret."""
+    for _, c in containers(objects, container):
+        c.setdefault("env", []).append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": "llm-d-hf-token", "key": "HF_TOKEN"}}})

@@ -62,6 +62,7 @@ NETWORK_CLIENTS = ("requests", "httpx", "httpx2", "urllib3", "aiohttp", "hugging
 """Modules that open connections (a client library, or the standard library's own)."""
 NETWORK_ALLOWED = {
     "components.checks.preflight": "the read-only questions to Google Cloud and the Hub before `up`",
+    "components.checks.registry": "the digest of each pinned image tag, from its registry, before any resource",
     COPIER: "the staging Job's copy from the Hub to Cloud Storage",
     "components.weights.revision": "a dynamic provider: asks the Hub for `main`'s commit inside `pulumi up`",
     "components.weights.geometry": "a dynamic provider: reads the staged config.json inside `pulumi up`",

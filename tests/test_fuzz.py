@@ -7,7 +7,8 @@ tried; tests/conftest.py prints the table at the end of the run (`fuzz tier: ...
 
 Surfaces: stack files (the reading `pulumi up` and the offline plan share, then the program's own validation, as
 __main__.py runs it), every command's arguments, the environment variables the tools read, and the claims a
-benchmark backend holds. The fake-cloud answers of the preflight are tests/checks/test_preflight_hostile.py's table and
+benchmark backend holds, and what a registry answers the image digest lookup. The fake-cloud answers of the
+preflight are tests/checks/test_preflight_hostile.py's table and
 the `preflight answers` surface below.
 """
 
@@ -539,6 +540,77 @@ def test_retry_after_values(record_property):
     @given(st.none() | st.text(CHARS, max_size=30) | st.floats().map(repr) | st.integers().map(str))
     def attempt(header: str | None) -> None:
         tally.run(lambda: wait(header))
+
+    attempt()
+    tally.record(record_property)
+
+
+class _Answer:
+    """One registry answer as urllib hands it back (status, headers, body)."""
+
+    def __init__(self, headers: dict[str, str], body: bytes):
+        import email.message
+
+        self.headers = email.message.Message()
+        for key, value in headers.items():
+            self.headers[key] = value
+        self.body = body
+
+    def read(self, limit: int = -1) -> bytes:
+        return self.body[:limit] if limit >= 0 else self.body
+
+    def __enter__(self) -> _Answer:
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        pass
+
+
+REGISTRY_HEADER = st.one_of(st.none(), st.text(CHARS, max_size=40), st.sampled_from([
+    "sha256:" + "a" * 64, "sha256:" + "A" * 64, "sha512:" + "a" * 128, "sha256:", 'Bearer realm="http://x.invalid/t"',
+    'Bearer realm="https://r.invalid/token",service="r",scope="repository:x:pull"', "Basic realm=x", "Bearer",
+    'Bearer realm=""']))
+REGISTRY_ANSWER = st.tuples(st.sampled_from([200, 200, 301, 401, 401, 403, 404, 429, 500, 503]), REGISTRY_HEADER,
+                            REGISTRY_HEADER, st.binary(max_size=64) | st.sampled_from([b"", b"{}", b'{"token": ""}',
+                                                                                      b'{"token": "t"}', b"[1]",
+                                                                                      b'{"access_token": 5}']))
+
+
+def test_registry_answers(monkeypatch, record_property):
+    """Whatever a registry (or something in its place) answers, in whatever order, the digest lookup ends in a
+    `sha256:<64 hex>` or one RegistryError line, never a traceback (components/checks/registry.py)."""
+    import urllib.error
+
+    from components.checks import registry
+
+    tally = Tally("registry answers")
+
+    def lookup(answers: list[tuple[int, str | None, str | None, bytes]]) -> str:
+        queue = list(answers)
+
+        class Opener:
+            def open(self, request: Any, timeout: float = 0) -> _Answer:
+                status, digest, challenge, body = queue.pop(0) if queue else (404, None, None, b"")
+                headers = {k: v for k, v in (("Docker-Content-Digest", digest), ("WWW-Authenticate", challenge))
+                           if v is not None}
+                if status >= 300:
+                    raise urllib.error.HTTPError(request.full_url, status, "answer", _Answer(headers, b"").headers,
+                                                 io.BytesIO(body))
+                return _Answer(headers, body)
+
+        monkeypatch.setattr(registry, "_opener", Opener)
+        try:
+            digest = registry.registry_digest("ghcr.io/kedacore/keda:2.20.2")
+        except registry.RegistryError as err:
+            one_line(str(err))
+            return "refused"
+        assert registry.DIGEST.fullmatch(digest), digest
+        return "a digest"
+
+    @budget(100)
+    @given(st.lists(REGISTRY_ANSWER, min_size=1, max_size=5))
+    def attempt(answers: list[tuple[int, str | None, str | None, bytes]]) -> None:
+        tally.run(lambda: lookup(answers))
 
     attempt()
     tally.record(record_property)

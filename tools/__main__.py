@@ -46,6 +46,8 @@ COMMANDS: dict[str, Command] = {
                           maintainer=True),
     "doc-figures": Command("tools.preview.doc_figures", "rewrite the plan figures in README.md, docs/weights.md",
                            maintainer=True),
+    "diagram": Command("tools.preview.diagram", "draw docs/architecture-<stack>.svg from the plan (or --check them)",
+                       maintainer=True),
     "scaling": Command("tools.preview.scaling", "replay step and diurnal load through a stack's autoscaling"),
     "replay": Command("tools.preview.replay", "replay session shapes through the router and the engines' caches"),
     "charts": Command("tools.preview.helm_render", "fetch the pinned Helm charts or print a chart's digest",

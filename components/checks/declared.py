@@ -26,6 +26,7 @@ from typing import Optional
 
 from ..facts import catalog, contract, versions
 from ..plan import images
+from ..platform import hardening
 from ..weights import shipped
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,12 +153,15 @@ SHELL_BUILTINS = frozenset({"set", "export", "exec", "echo", "true", "false", "t
 code (`eval`, `trap`, `source` and `.` do, so they are not here)."""
 
 HF_SECRET = (contract.HF_TOKEN_SECRET, contract.HF_TOKEN_KEY)
+SECRET_ENV_NAMES = frozenset({contract.HF_TOKEN_KEY, "HUGGING_FACE_HUB_TOKEN"})
+"""Environment variables the program fills from a Secret only (`valueFrom.secretKeyRef`), never with a plain `value`:
+the Hugging Face token under the name huggingface_hub reads and its older alias."""
 
 VLLM_GPU = Container(
     "vllm", _repos(versions.VLLM.image), programs=frozenset({"vllm", "find"}), shells=frozenset({"/bin/bash"}),
     privileged=True, root=True, writable_root=True, restricted=False,
     host_paths=frozenset({"/home/kubernetes/bin/nvidia"}), writable_volumes=frozenset({"nvidia"}),
-    secrets=frozenset({HF_SECRET}), claims=frozenset({"compute-domain-channel", "rdma"}),
+    claims=frozenset({"compute-domain-channel", "rdma"}),
     reason="DeepEP/NVSHMEM GPU-initiated communication needs a privileged container on GKE; CUDA IPC across the "
            "engines of a pod and the NVL72 domain needs the host IPC and PID namespaces; the GKE-installed NVIDIA "
            "driver is mounted from the host (llm-d docs/infrastructure/providers/gke/README.md and "
@@ -179,14 +183,14 @@ VLLM_TPU = Container(
     # (components/serving/engineimage.py).
     programs=frozenset({"vllm", "ulimit", "getent", "awk"}),
     shells=frozenset({"/bin/bash"}), root=True, writable_root=True,
-    restricted=False, secrets=frozenset({HF_SECRET}), capabilities=frozenset({"IPC_LOCK"}),
+    restricted=False, capabilities=frozenset({"IPC_LOCK"}),
     reason="the stack's engine image (Python 3.12 base) runs as root (components/platform/hardening.py ROOT_IMAGES); "
            "never privileged. IPC_LOCK: the Raiden offload store locks its host pool, as the engine's Raiden recipes "
            "run it (components/platform/hardening.py TPU_ENGINE_CAPABILITIES)")
 SGLANG_TPU = Container(
     "sglang", frozenset(), programs=frozenset({"python3 -m sglang.launch_server"}), shells=frozenset({"/bin/bash"}),
     root=True,
-    writable_root=True, restricted=False, secrets=frozenset({HF_SECRET}),
+    writable_root=True, restricted=False,
     reason="a user-supplied SGLang-TorchTPU image (tpu.sglangImage): any repository, never privileged")
 """`images` empty: the user names the image (config `tpu.sglangImage`), so only its privileges are declared."""
 
@@ -503,9 +507,29 @@ WEBHOOK_SERVICES = frozenset({("lws-system", "lws-webhook-service"),
                               (catalog.KEDA_NAMESPACE, "keda-admission-webhooks")})
 """The in-cluster Services an admission webhook may call (the LWS controller's): never a URL, never another Service."""
 
+IMAGE_REPOSITORIES = frozenset(hardening.repository(image.reference) for image in images.IMAGES.values())
+"""Every registry/repository an image of the stacks may come from: the pinned ones (components/plan/images.py)."""
+BUILT_ENGINE_REPOSITORY = images.BUILT_TPU_ENGINE
+"""The stack's own TPU engine build (a pattern here; the whole-stack check holds it to the plan's one Artifact
+Registry repository, policy/stack.py)."""
+IMAGE_DIGEST = r"sha256:[0-9a-f]{64}"
+"""Every image runs by this: `registry/repository[:tag]@sha256:<64 hex>` (a tag beside the digest is ignored by the
+runtime and kept for the reader)."""
+
+BUCKET_DISPOSITIONS = {"keep": False, "delete": True}
+"""A created bucket's `contract.BUCKET_ON_DESTROY_LABEL` -> its `forceDestroy`: a kept bucket (the default: the staged
+1.56 TB checkpoint outlives the stack) is never force-destroyable; one the stack deletes
+(`storage.deleteCheckpointOnDestroy`) must be, or `pulumi destroy` fails on its objects and leaves it billing. A bucket
+without the label, or with another value, is refused."""
+SOFT_DELETE_SECONDS = (0, 7 * 86400, 90 * 86400)
+"""Soft-delete retention a bucket may declare: 0 (off) or 7-90 days, what Cloud Storage accepts (pulumi_gcp
+BucketSoftDeletePolicyArgs) and `storage.softDeleteDays` offers."""
+
 ENGINE_BASE = images.IMAGES["tpu-engine"].reference
-"""The TPU engine image's base (components/plan/images.py `tpu-engine`): the build command's BASE is this tag, or this
-tag with a digest (`images.tpuEngineDigest`)."""
+"""The TPU engine image's base (components/plan/images.py `tpu-engine`): the build command's BASE is this tag with its
+digest (`images.tpuEngineDigest`, else its registry's)."""
+ENGINE_STEP = images.IMAGES["build-step"].reference
+"""The engine build's one Cloud Build step (components/plan/images.py `build-step`), with its digest likewise."""
 
 # --------------------------------------------------------------------------- NetworkPolicy address peers
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")

@@ -42,6 +42,9 @@ class GkeClusterArgs(Args):
     deletion_protection: bool
     dcgm_metrics: bool
     """Add NVIDIA DCGM metrics to Managed Prometheus (GPU track)."""
+    hpa_metrics: bool = False
+    """Add GKE's kube state metrics of HorizontalPodAutoscalers (the scaling dashboard group and alerts read them:
+    components/facts/metrics.py GKE_KSM)."""
     shielded_nodes: bool
     """Shielded GKE Nodes for the whole cluster; off only when a pool's machine cannot join such a cluster
     (catalog.GpuMachine.shielded_gke_nodes)."""
@@ -78,7 +81,8 @@ class GkeCluster(Component):
         master_version = pulumi.Output.all(
             versions.release_channel_default_version, versions.release_channel_latest_version,
         ).apply(lambda v: pick_master_version(args.release_channel, args.version_prefix, v[0], v[1]))
-        components = ["SYSTEM_COMPONENTS"] + (["DCGM"] if args.dcgm_metrics else [])
+        components = (["SYSTEM_COMPONENTS"] + (["DCGM"] if args.dcgm_metrics else [])
+                      + (["HPA"] if args.hpa_metrics else []))
 
         self.cluster = gcp.container.Cluster(
             f"{name}-gke",

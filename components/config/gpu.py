@@ -34,6 +34,12 @@ class GpuConfig(Section):
     tensorParallel: int = Field(
         1, ge=1, description="vLLM TP per engine; each pod runs GPUs/TP data-parallel engines (llm-d DP+EP form).")
     gpuMemoryPercent: int = Field(90, ge=50, le=98, description="vLLM --gpu-memory-utilization, in percent.")
+    prefillMoeBackend: Literal["deep_gemm_mega_moe", "auto"] = Field(
+        "deep_gemm_mega_moe", description="vLLM --moe-backend of the prefill engines: deep_gemm_mega_moe (DeepGEMM "
+                                          "MegaMoE, as llm-d's GB200 DeepSeek-V4 pods run both roles) or auto "
+                                          "(vLLM picks its kernel); compare the two with a benchmark run.")
+    decodeMoeBackend: Literal["deep_gemm_mega_moe", "auto"] = Field(
+        "deep_gemm_mega_moe", description="vLLM --moe-backend of the decode engines (see prefillMoeBackend).")
     hostOffloadPercent: int = Field(
         50, ge=0, le=80, description="Share of each node's Grace DRAM given to the KV offload tier, in percent.")
 

@@ -27,6 +27,8 @@ class ImagesConfig(Section):
     tpuEngineDigest: Optional[str] = _digest_field(
         "TPU engine build's Python 3.12 base", "tpu",
         "the stack builds its vLLM-TorchTPU image FROM tag@digest (the pods always run the build by digest)")
+    buildStepDigest: Optional[str] = _digest_field(
+        "TPU engine build's Cloud Build step (Docker builder)", "tpu", "the build runs its step by that digest")
     asapdLiteDigest: Optional[str] = _digest_field("asapd-lite NIC initializer", "gpu")
     calibrationDigest: Optional[str] = _digest_field("calibration Job's Python")
     stagingDigest: Optional[str] = _digest_field("checkpoint staging Job's Python")
@@ -43,4 +45,8 @@ class ImagesConfig(Section):
             value = getattr(self, field)
             if value is not None and (problem := imageref.digest_problem(value)):
                 _fail(self.key(field), value, f"{problem} (the image's digest, e.g. from `crane digest <image>`)")
+            if value is not None and not value.startswith("sha256:"):
+                # The policy pack runs every image as registry/path@sha256:<64 hex> (policy/inventory.py).
+                _fail(self.key(field), value, "a sha256 digest: every image runs by its sha256 digest "
+                                              "(`crane digest <image>` prints it)")
         return self

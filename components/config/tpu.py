@@ -68,6 +68,11 @@ class TpuConfig(Section):
         if self.engine == "sglang-torchtpu" and not self.sglangImage:
             _fail(self.key("sglangImage"), None, "tpu.engine=sglang-torchtpu needs the image of your SGLang-TorchTPU "
                                                  "build (no public release exists)")
+        if self.engine == "sglang-torchtpu" and not re.search(r"@sha256:[0-9a-f]{64}$", self.sglangImage or ""):
+            # Every image runs by digest (the policy pack refuses any other): a tag could name other bytes tomorrow.
+            _fail(self.key("sglangImage"), self.sglangImage, "pin your build by its sha256 digest: "
+                                                             "<registry>/<path>[:tag]@sha256:<64 hex> (`crane digest "
+                                                             "<image>` prints it)")
         if self.spot and self.reservation:
             _fail(self.key("spot"), self.spot, "choose either tpu.reservation or tpu.spot, not both")
         if not self.spot and not self.reservation:

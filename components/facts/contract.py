@@ -15,6 +15,11 @@ MODELS_PVC = f"{catalog.GUIDE_NAME}-models"
 MODELS_MOUNT_PATH = "/models"
 """Where model servers mount the checkpoint volume read-only (seed post)."""
 
+BUCKET_ON_DESTROY_LABEL = "on-destroy"
+"""Label of a bucket the program creates: `keep` (destroy leaves it and its objects; it is never force-destroyable)
+or `delete` (`storage.deleteCheckpointOnDestroy`: destroy deletes it with its objects). The policy pack holds each
+bucket to what its label declares (components/checks/declared.py BUCKET_DISPOSITIONS)."""
+
 HF_TOKEN_SECRET = "llm-d-hf-token"
 HF_TOKEN_KEY = "HF_TOKEN"
 """Secret name and key every llm-d guide uses

@@ -18,9 +18,10 @@ from typing import Literal
 
 from .versions import ROUTER_VERSION, SGLANG_TORCHTPU_FLAGS_VERSION, VLLM, VLLM_TORCHTPU
 
-Exporter = Literal["vllm", "vllm-torchtpu", "sglang", "epp", "gmp", "dcgm", "gke"]
+Exporter = Literal["vllm", "vllm-torchtpu", "sglang", "epp", "gmp", "dcgm", "gke", "ksm"]
 """Engines and the router (scraped by this stack's PodMonitorings), and what GKE collects by itself: the Managed
-Prometheus collectors' own `up`, DCGM on GPU nodes, accelerator system metrics on TPU nodes."""
+Prometheus collectors' own `up`, DCGM on GPU nodes, accelerator system metrics on TPU nodes, and the kube state
+metrics of HorizontalPodAutoscalers (KEDA's, where autoscaling is on)."""
 Kind = Literal["counter", "gauge", "histogram"]
 
 
@@ -47,6 +48,14 @@ GKE_SYSTEM_METRICS = "https://cloud.google.com/monitoring/api/metrics_kubernetes
 """GKE system metrics are not versioned; Cloud Monitoring's PromQL spells kubernetes.io/node/accelerator/duty_cycle
 as kubernetes_io:node_accelerator_duty_cycle, with the k8s_node resource labels (cluster_name, node_name)."""
 
+KSM_COMMIT = "bdcb1e852acd3969420b03aae1bd673100aea9b5"
+KSM_HPA = (f"https://github.com/kubernetes/kube-state-metrics/blob/{KSM_COMMIT}/docs/metrics/workload/"
+           "horizontalpodautoscaler-metrics.md")
+GKE_KSM = "https://cloud.google.com/kubernetes-engine/docs/how-to/kube-state-metrics"
+"""GKE's managed kube state metrics: the cluster's `HPA` monitoring component (MonitoringComponentConfig.Component
+HPA, "Horizontal Pod Autoscaling"; components/cloud/cluster.py) writes the HorizontalPodAutoscaler series to Managed
+Prometheus under kube-state-metrics' own names."""
+
 RELEASES: dict[Exporter, Release] = {
     "vllm": Release("vllm", VLLM.version, f"the vllm=={VLLM.version} wheel on PyPI (commit 4ba787ec9), the release "
                                           "the GPU image tag carries"),
@@ -68,6 +77,10 @@ RELEASES: dict[Exporter, Release] = {
                     "counters. GKE's managed DCGM package (cloud.google.com/kubernetes-engine/docs/how-to/"
                     "dcgm-metrics), turned on by the cluster's DCGM monitoring component on the GPU track, runs "
                     "DCGM-Exporter. ASSUMPTION: its curated set keeps these three basic fields"),
+    "ksm": Release("ksm", KSM_COMMIT[:7], f"kube-state-metrics' HorizontalPodAutoscaler metric reference at "
+                                          f"{KSM_COMMIT[:7]} (STABLE names), written by GKE's managed package "
+                                          f"({GKE_KSM}). ASSUMPTION: the package's series carry the HPA's own "
+                                          "`namespace`, as kube-state-metrics labels them"),
     "gke": Release("gke", "system metrics", f"{GKE_SYSTEM_METRICS} (kubernetes.io/node/accelerator/*, BETA; GKE "
                                             "writes them for TPU nodes without any scrape config)"),
 }
@@ -180,6 +193,18 @@ METRICS: tuple[Metric, ...] = (
     Metric("DCGM_FI_DEV_GPU_UTIL", "dcgm", "gauge", _DCGM_COUNTERS, (), "GPU utilization, percent"),
     Metric("DCGM_FI_DEV_FB_USED", "dcgm", "gauge", _DCGM_COUNTERS, (), "framebuffer (HBM) used, MiB"),
     Metric("DCGM_FI_DEV_FB_FREE", "dcgm", "gauge", _DCGM_COUNTERS, (), "framebuffer (HBM) free, MiB"),
+    # ---- the scaling group and alerts: the HPAs KEDA makes of the ScaledObjects (horizontalpodautoscaler = the
+    # ScaledObject's advanced.horizontalPodAutoscalerConfig.name, components/plan/autoscaling.py scaled_object)
+    *(Metric(f"kube_horizontalpodautoscaler_{name}", "ksm", "gauge", KSM_HPA, ("horizontalpodautoscaler", *labels),
+             what) for name, labels, what in (
+        ("spec_min_replicas", (), "the HPA's minReplicas (the ScaledObject's minReplicaCount)"),
+        ("spec_max_replicas", (), "the HPA's maxReplicas (the ScaledObject's maxReplicaCount: the reservation's "
+                                  "share of the role)"),
+        ("status_current_replicas", (), "replicas the HPA last saw on its target's /scale"),
+        ("status_desired_replicas", (), "replicas the HPA last asked for"),
+        ("status_condition", ("condition", "status"), "the HPA's conditions (AbleToScale, ScalingActive, "
+                                                      "ScalingLimited), one series per status, 1 for the current"),
+    )),
     Metric("kubernetes_io:node_accelerator_tensorcore_utilization", "gke", "gauge", GKE_SYSTEM_METRICS,
            ("cluster_name",), "kubernetes.io/node/accelerator/tensorcore_utilization, percent"),
     Metric("kubernetes_io:node_accelerator_duty_cycle", "gke", "gauge", GKE_SYSTEM_METRICS, ("cluster_name",),

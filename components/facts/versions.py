@@ -137,6 +137,17 @@ VLLM_TORCHTPU = TorchTpuRelease(
         "engine-flags/vllm-torchtpu-0.29.0.tsv is this release's parser)",
 )
 
+TCMALLOC_PACKAGES = ("libtcmalloc-minimal4t64", "libtcmalloc-minimal4")
+"""Debian's gperftools tcmalloc, the first of these the base image's release has (trixie renamed the package in its
+64-bit time_t transition; bookworm keeps the old name); components/locks/Dockerfile installs it and fails without the
+library."""
+TCMALLOC_LIBRARY = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+"""The allocator torch-tpu asks for: "Preload libtcmalloc before starting Python (e.g.
+LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4)"; its standard image preloads it, and without it
+`check_tcmalloc` warns of host performance lost to glibc ptmalloc contention between its dispatch and runtime threads
+(torch_tpu/_tcmalloc_check.py L100-150 in torch-tpu 0.2.0, the lock's wheel). The TPU pods set LD_PRELOAD to it
+(components/plan/engines.py `vllm_torchtpu_env`); the image build (components/locks/Dockerfile) runs that check
+under the preload and fails if it warns."""
 SGLANG_TORCHTPU_FLAGS_VERSION = "0.5.23"
 """SGLang-TorchTPU is announced, not released: a user-supplied build's flags other than
 engines.UNRELEASED_FLAG_VALUES are checked against this SGLang release's parser."""
@@ -172,6 +183,10 @@ EPP_CONFIG_API_VERSION = "llm-d.ai/v1alpha1"
 ENVOY_PROXY_IMAGE = "docker.io/envoyproxy/envoy:distroless-v1.33.2"
 """The standalone router chart's Envoy proxy (values `router.proxy.presets.envoy.image` at v0.10.0,
 https://github.com/llm-d/llm-d-router/tree/v0.10.0/charts); set only to add a digest."""
+BUILD_STEP_IMAGE = "gcr.io/cloud-builders/docker:latest"
+"""The one step of the TPU engine image's Cloud Build (components/locks/cloudbuild.yaml): Google's Docker builder,
+which the build config named without a tag (so `latest`) before the step's image was pinned; the stack runs it by the
+digest its registry names (components/checks/registry.py) or `images.buildStepDigest`."""
 CALIBRATION_IMAGE = "docker.io/library/python:3.11-slim"
 """The router calibration Job runs a plain Python image
 (https://github.com/llm-d/llm-d/tree/main/guides/recipes/router/calibration)."""

@@ -42,11 +42,21 @@ class Scope:
     router_job: str
     tpu_engine: str = "vllm-torchtpu"
     """tpu.engine: vLLM-TorchTPU exports vLLM's metrics; an unreleased SGLang build is read through the router only."""
+    hpas: tuple[str, ...] = ()
+    """The HPAs of the scaled roles (KEDA's, components/plan/autoscaling.py hpa_name); empty: no scaling group."""
+    add_s: float = 0.0
+    """The plan's time to add one replica (autoscaling.time_to_add_s): how long a shortfall may last."""
 
     @classmethod
-    def of(cls, track: str, cluster: str, namespace: str, tpu_engine: str = "vllm-torchtpu") -> Scope:
+    def of(cls, track: str, cluster: str, namespace: str, tpu_engine: str = "vllm-torchtpu",
+           hpas: tuple[str, ...] = (), add_s: float = 0.0) -> Scope:
         jobs = {t.name: f"{catalog.GUIDE_NAME}-{t.name}" for t in serving_targets(track)}
-        return cls(track, cluster, namespace, jobs, f"{catalog.GUIDE_NAME}-{router_target().name}", tpu_engine)
+        return cls(track, cluster, namespace, jobs, f"{catalog.GUIDE_NAME}-{router_target().name}", tpu_engine,
+                   tuple(hpas), add_s)
+
+    @property
+    def hpa(self) -> str:
+        return self.matchers(f'horizontalpodautoscaler=~"{"|".join(self.hpas)}"')
 
     @property
     def exporter(self) -> Optional[metrics.Exporter]:
@@ -286,11 +296,64 @@ def accelerator_group(s: Scope) -> Group:
     ), note="From the GKE system metrics kubernetes.io/node/accelerator/* (one series per chip).")
 
 
+FLAP_WINDOW = "1h"
+FLAP_CHANGES = 4
+"""More changes of a role's desired replicas in an hour than a rise and a fall each way: the scale-down window is at
+least the time to add a replica (about half an hour, docs/scaling.md), so a load that moves once an hour changes it
+at most twice; four means the signal or the windows are wrong."""
+
+
+def _hpa(name: str, s: Scope, agg: str = "max") -> str:
+    return gauge(f"kube_horizontalpodautoscaler_{name}", "ksm", s.hpa, agg=agg, by="horizontalpodautoscaler")
+
+
+HPA_CONDITIONS = "https://github.com/kubernetes/api/blob/v0.34.0/autoscaling/v2/types.go"
+"""HorizontalPodAutoscalerConditionType: ScalingActive is false when the HPA cannot compute a scale (it cannot read
+its metric: for KEDA's HPAs, KEDA's external metrics API failing to read the trigger)."""
+
+
+def _inactive(s: Scope) -> str:
+    return gauge("kube_horizontalpodautoscaler_status_condition", "ksm",
+                 f'{s.hpa},condition="ScalingActive",status="false"', by="horizontalpodautoscaler")
+
+
+def scaling_group(s: Scope) -> Group:
+    """What the autoscaler asked for and got, per role: the HPAs KEDA makes of the ScaledObjects (kube state
+    metrics), beside the router's queue the triggers read."""
+    desired, current, top = _hpa("status_desired_replicas", s), _hpa("status_current_replicas", s), \
+        _hpa("spec_max_replicas", s)
+    router = s.matchers(f'job="{s.router_job}"')
+    return Group("Scaling", "Is the autoscaler keeping up, and is it capped?", (
+        Panel("Replicas per role: desired, current and the maximum", "1", (
+            Query(desired, "${horizontalpodautoscaler} desired"),
+            Query(current, "${horizontalpodautoscaler} current"),
+            Query(top, "${horizontalpodautoscaler} maximum (the reservation's share)"),
+        )),
+        Panel("Capped: desired at the maximum (1 = wants more than the reservation holds)", "1", (
+            Query(f"{desired} >= bool {top}", "${horizontalpodautoscaler}"),
+        )),
+        Panel(f"Changes of the desired replicas per {FLAP_WINDOW} (flapping above {FLAP_CHANGES})", "1", (
+            Query(f"max by (horizontalpodautoscaler) (changes("
+                  f"{metrics.require('kube_horizontalpodautoscaler_status_desired_replicas', 'ksm')}{{{s.hpa}}}"
+                  f"[{FLAP_WINDOW}]))", "${horizontalpodautoscaler}"),
+        )),
+        Panel("Trigger unreadable: the HPA's ScalingActive condition is false (1 = no scaling)", "1", (
+            Query(_inactive(s), "${horizontalpodautoscaler}"),
+        )),
+        Panel("What the triggers read: requests held and running at the router", "1", (
+            Query(gauge("llm_d_epp_flow_control_queue_size", "epp", router, agg="sum"), "held by flow control"),
+            Query(gauge("llm_d_epp_request_running", "epp", router, agg="sum"), "running"),
+        )),
+    ), note="From GKE's kube state metrics of the HorizontalPodAutoscalers KEDA makes of the ScaledObjects "
+            "(keda-hpa-<role>); the maximum is the role's share of the reservation, so desired at the maximum "
+            "means the load wants capacity the stack does not hold.")
+
+
 def groups(s: Scope) -> list[Group]:
     found = [serving_group(s), speed_group(s), kv_cache_group(s)]
     if s.track == "gpu":
         found.append(pd_group(s))
-    return [*found, router_group(s), accelerator_group(s)]
+    return [*found, router_group(s), *([scaling_group(s)] if s.hpas else []), accelerator_group(s)]
 
 
 # ---------------------------------------------------------------------------------------------- dashboard
@@ -373,6 +436,47 @@ def alert_rules(s: Scope, error_ratio: float, kv_full: float) -> list[AlertRule]
                   f"absent({_selector('up', 'gmp', router)} == 1)", "300s", "CRITICAL",
                   "No router (EPP) target has answered a scrape for 5 minutes: the router is down or unscraped. "
                   f"Check `kubectl get pods -n {s.namespace}` and the router's PodMonitoring."),
+        *scaling_rules(s),
+    ]
+
+
+def scaling_rules(s: Scope) -> list[AlertRule]:
+    """Where autoscaling is on: a role that stays short of what it asked for past the modelled time to add a replica,
+    one that wants more than the reservation holds, and one whose desired replicas flap."""
+    if not s.hpas:
+        return []
+    desired, current, top = _hpa("status_desired_replicas", s), _hpa("status_current_replicas", s), \
+        _hpa("spec_max_replicas", s)
+    behind = int(-(-1.5 * s.add_s // 60)) * 60
+    changes = (f"max by (horizontalpodautoscaler) (changes("
+               f"{metrics.require('kube_horizontalpodautoscaler_status_desired_replicas', 'ksm')}{{{s.hpa}}}"
+               f"[{FLAP_WINDOW}]))")
+    get = f"`kubectl describe hpa -n {s.namespace}`"
+    return [
+        AlertRule("scaling-behind", "Autoscaling: replicas short of desired", f"{desired} > {current}",
+                  f"{behind}s", "WARNING",
+                  f"A role has had fewer replicas than its autoscaler asked for over {behind // 60} minutes, 1.5 x the "
+                  f"plan's time to add one ({s.add_s / 60:.1f} min): a new replica is not starting (no node free in "
+                  f"its pool, an image or volume that does not attach, an engine that fails its probe). {get} and "
+                  "the new pods' events say which."),
+        AlertRule("scaling-capped", "Autoscaling: capped at the reservation",
+                  f"({desired} >= {top}) and ({top} > {_hpa('spec_min_replicas', s)})", "1800s",
+                  "WARNING",
+                  "For 30 minutes a role's autoscaler (one with room between its minimum and maximum) has wanted at "
+                  "least its maximum, which is the role's share of "
+                  "the node pools the reservation holds: the load wants capacity the stack does not have, and "
+                  "requests wait in the router's flow-control queue. Raise autoscaling.<role>Max within the "
+                  "reservation, move capacity between prefill and decode, or grow the reservation (docs/scaling.md)."),
+        AlertRule("scaling-inactive", "Autoscaling: trigger unreadable", f"{_inactive(s)} == 1", "600s", "WARNING",
+                  "For 10 minutes a role's HPA could not compute a scale (ScalingActive false): KEDA cannot read the "
+                  "router's metric from Managed Prometheus, so the role stays at its current size whatever the load. "
+                  f"{get} names the error; `kubectl logs -n {catalog.KEDA_NAMESPACE} deploy/keda-operator` shows the "
+                  "scaler's."),
+        AlertRule("scaling-flapping", "Autoscaling: desired replicas flapping", f"{changes} > {FLAP_CHANGES}",
+                  "0s", "WARNING",
+                  f"A role's desired replicas changed more than {FLAP_CHANGES} times in an hour: each change starts "
+                  f"or drains a replica that takes {s.add_s / 60:.1f} min to serve. Check the trigger's signal on "
+                  f"the Scaling group of the dashboard and the ScaledObject's windows ({get})."),
     ]
 
 
@@ -384,6 +488,8 @@ class ObservabilityArgs(Args):
     namespace: str
     display_name: str
     tpu_engine: str = "vllm-torchtpu"
+    hpas: tuple[str, ...] = ()
+    add_s: float = 0.0
     notification_channels: tuple[str, ...] = ()
     error_ratio: float
     kv_full: float
@@ -395,7 +501,7 @@ class Observability(Component):
 
     def __init__(self, name: str, args: ObservabilityArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("observability", "Observability", name, opts)
-        scope = Scope.of(args.track, args.cluster, args.namespace, args.tpu_engine)
+        scope = Scope.of(args.track, args.cluster, args.namespace, args.tpu_engine, args.hpas, args.add_s)
         self.dashboard = gcp.monitoring.Dashboard(
             f"{name}-dashboard", project=args.project,
             dashboard_json=json.dumps(dashboard(scope, args.display_name, args.labels), sort_keys=True),

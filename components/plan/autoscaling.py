@@ -642,10 +642,35 @@ def scale_target(cfg: StackConfig, role: Role, set_name: str) -> dict:
     return {"apiVersion": api, "kind": kind, "name": name}
 
 
+def scaled_object_name(role: str) -> str:
+    return f"{catalog.GUIDE_NAME}-{role}"
+
+
+def hpa_name(role: str) -> str:
+    """The HPA KEDA makes of the role's ScaledObject: named here (advanced.horizontalPodAutoscalerConfig.name), as
+    KEDA's default would (`keda-hpa-<ScaledObject>`), so the dashboard and alerts can select it by name."""
+    return f"keda-hpa-{scaled_object_name(role)}"
+
+
+def scaled_roles_output(cfg: StackConfig) -> dict[str, dict[str, int | str]]:
+    """The stack output `autoscaledRoles`: each scaled role's HPA, its bounds and the plan's times to move between
+    them, which `python -m tools bench --ramp` holds the autoscaler to. Up: the time to add a replica (the behavior
+    adds every missing replica in one step). Down: the stabilisation window, one period per further step, the drain
+    grace of the replica let go, and the detection."""
+    found: dict[str, dict[str, int | str]] = {}
+    for role in roles(cfg):
+        rules = behavior(role)
+        steps = max(1, math.ceil((role.max - role.min) / rules.down_pods))
+        down = rules.down_window_s + (steps - 1) * rules.down_period_s + drain_grace_s() + DETECT_S
+        found[role.name] = {"hpa": hpa_name(role.name), "min": role.min, "max": role.max,
+                            "upSeconds": math.ceil(role.add_s), "downSeconds": math.ceil(down)}
+    return found
+
+
 def scaled_object(cfg: StackConfig, role: Role, set_name: str) -> dict:
     """The role's ScaledObject: its target's /scale between min and max, one trigger, the HPA behavior above."""
     rules = behavior(role)
-    name = f"{catalog.GUIDE_NAME}-{role.name}"
+    name = scaled_object_name(role.name)
     return {
         "apiVersion": KEDA_API, "kind": "ScaledObject",
         "metadata": {"name": name, "namespace": cfg.kubernetes.namespace,
@@ -656,7 +681,7 @@ def scaled_object(cfg: StackConfig, role: Role, set_name: str) -> dict:
             "pollingInterval": KEDA_POLLING_S,
             # Only scale-to-zero reads it (min >= 1 here); set to the scale-down window all the same.
             "cooldownPeriod": rules.down_window_s,
-            "advanced": {"horizontalPodAutoscalerConfig": {"name": f"keda-hpa-{name}", "behavior": {
+            "advanced": {"horizontalPodAutoscalerConfig": {"name": hpa_name(role.name), "behavior": {
                 "scaleUp": {"stabilizationWindowSeconds": rules.up_window_s, "selectPolicy": "Max",
                             "policies": [{"type": "Pods", "value": rules.up_pods, "periodSeconds": rules.up_period_s}]},
                 "scaleDown": {"stabilizationWindowSeconds": rules.down_window_s, "selectPolicy": "Max",

@@ -287,6 +287,21 @@ class ServingCapacity:
         held = (self.sequences_per_engine * self.blocks_per_sequence + 1) * self.groups.bytes_per_block
         return self.usable_bytes_per_device - self.weights.total - held
 
+    @property
+    def one_request_pool_bytes(self) -> int:
+        """The least KV pool per device the engine starts with: vLLM refuses to start unless its usable blocks (the
+        pool less the null block) hold one request at `--max-model-len` (vLLM 0.33.0
+        vllm/v1/core/kv_cache_planning.py `get_kv_cache_configs` -> `_check_enough_kv_cache_memory`, "To serve at
+        least one request with the model's max seq len"; the same check in vLLM 0.29.0's kv_cache_utils.py, which
+        vLLM-TorchTPU runs). tests/engine/test_vllm_kv_cache.py bisects it with the engine's planner."""
+        return (self.blocks_per_sequence + 1) * self.groups.bytes_per_block
+
+    @property
+    def start_ceiling_non_weight_bytes(self) -> float:
+        """Non-weight memory per device above which the engine does not start at all (docs/engine-preconditions.md
+        GPU-KVFIT-1): usable HBM less the weights less `one_request_pool_bytes`."""
+        return self.usable_bytes_per_device - self.weights.total - self.one_request_pool_bytes
+
 
 def serving_capacity(cfg: StackConfig) -> ServingCapacity:
     """Capacity of one serving replica (on GPU, a prefill group, which the router's prefix model sizes).

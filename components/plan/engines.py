@@ -21,7 +21,7 @@ from typing import Literal
 
 from ..config import ConfigError, StackConfig
 from ..facts import catalog, contract
-from ..facts.versions import SGLANG_TORCHTPU_ARCHITECTURES, VLLM, VLLM_TORCHTPU
+from ..facts.versions import SGLANG_TORCHTPU_ARCHITECTURES, TCMALLOC_LIBRARY, VLLM, VLLM_TORCHTPU
 from . import autoscaling, kvblocks, loading, parallel
 from .capacity import cpu_offload_bytes_per_engine, decode_capacity, serving_capacity, tpu_offload_bytes_per_engine
 
@@ -66,6 +66,22 @@ def _word(token: str) -> str:
 
 def _json(value: dict) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+ENGINE_PRIVACY_ENV = (
+    ("VLLM_NO_USAGE_STATS", "1"),
+    ("DO_NOT_TRACK", "1"),
+    ("HF_HUB_OFFLINE", "1"),
+)
+"""What keeps an engine from calling out: vLLM's usage stats off (`is_usage_stats_enabled` is false once
+VLLM_NO_USAGE_STATS=1 or VLLM_DO_NOT_TRACK, which falls back to DO_NOT_TRACK, is set: vllm/usage/usage_lib.py
+L50-68 and vllm/envs.py L842-850 in vLLM 0.33.0; the same lines at vllm/envs.py L813-821 in the vLLM 0.29.0 that
+vllm-torchtpu bundles, whose TPU worker reports at start, vllm_torchtpu/worker/tpu_worker.py L475), and the Hub off:
+huggingface_hub reads HF_HUB_OFFLINE into `constants.HF_HUB_OFFLINE`, which vLLM passes as `local_files_only` to every
+config and file lookup (vllm/transformers_utils/config.py L351, L830; repo_utils.py L83, L291, L352 in 0.33.0). The
+engines load the model, its config and its tokenizer from the weights volume (`cfg.model.path`), so nothing at start
+needs the Hub, and no engine pod carries the Hub token: only the staging Job that copies from the Hub does
+(components/weights/staging.py). components/serving/modelservers.py `common_env` puts them on every engine container."""
 
 
 # --------------------------------------------------------------------------- vLLM (GPU)
@@ -163,6 +179,45 @@ NCCL GIN: vllm/utils/import_utils.py:472-499, distributed/device_communicators/a
 evidence shows in the arm64 image (docs/seed-vs-reality.md). `--all2all-backend` stays at its default."""
 
 
+def vllm_moe_backend(cfg: StackConfig, role: Role) -> str:
+    """The role's `--moe-backend` (`gpu.prefillMoeBackend`, `gpu.decodeMoeBackend`; GPU_MOE_BACKEND by default)."""
+    return cfg.gpu.prefillMoeBackend if role == "prefill" else cfg.gpu.decodeMoeBackend
+
+
+UPSTREAM_GB200 = ("https://github.com/llm-d/llm-d/blob/6b047cfb1bece71ca1f95a83b11417a63d0c3369/guides/models/"
+                  "deepseek-v4/modelserver/gpu/vllm/base/disaggregatedset.yaml")
+"""llm-d's GB200 NVL72 P/D DisaggregatedSet (DeepSeek-V4, MegaMoE on both roles): the per-role engine settings below
+follow it."""
+DECODE_BATCHED_TOKENS = 512
+"""Decode's `--max-num-batched-tokens`: llm-d's GB200 decode pods run `MAX_TOKENS` = 512 (UPSTREAM_GB200, decode env
+`MAX_TOKENS`, "multiplied by the number of speculated tokens" with MTP). vLLM sizes from it the MegaMoE symmetric
+buffer (vllm/model_executor/layers/fused_moe/deep_gemm_mega_moe.py:304, `max_num_tokens =
+max_num_batched_tokens`), the memory profile's dummy batch and the warm-up; a decode step holds at most
+`--max-num-seqs` x (1 + speculative tokens) tokens, so the default 16,384 only made the buffer and the profile
+32 times larger than any step."""
+DECODE_COMPILATION = {"cudagraph_mode": "FULL_DECODE_ONLY", "mode": 0}
+"""Decode's `--compilation-config`, as UPSTREAM_GB200's decode pods: no torch.compile (`mode` 0 is
+`CompilationMode.NONE`, vllm/config/compilation.py:41-43) and full CUDA graphs of uniform decode batches only, so a
+restart spends no Inductor compile, and the graphs cover exactly the steps decode runs."""
+
+
+def vllm_role_flags(cfg: StackConfig, role: Role) -> list[str]:
+    """Each role as llm-d's GB200 pods run it (UPSTREAM_GB200). Prefill: the router's calibration chunk
+    (contract.PREFILL_CHUNK_TOKENS) and `--enforce-eager` (prefill steps are long, graphs buy nothing, and nothing is
+    compiled or captured at start). Decode: DECODE_BATCHED_TOKENS, raised to what a full batch of speculative steps
+    needs, and DECODE_COMPILATION. Both: `--enable-cumem-allocator`, vLLM's cuMem-based allocator "to leverage
+    advanced GPU memory allocation features such as multi-node NVLink support" (vllm/config/model.py:391-393),
+    which both upstream roles pass beside the same MNNVL NIXL/UCX settings."""
+    if role == "prefill":
+        flags = ["--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS), "--enforce-eager"]
+    else:
+        step = decode_capacity(cfg).max_running * (1 + (cfg.model.speculativeTokens
+                                                         if cfg.model.speculative != "off" else 0))
+        flags = ["--max-num-batched-tokens", str(max(DECODE_BATCHED_TOKENS, step)),
+                 "--compilation-config", _json(DECODE_COMPILATION)]
+    return [*flags, "--enable-cumem-allocator"]
+
+
 GPU_DRIVER_MOUNT = "/usr/local/nvidia"
 """Where the GPU pods mount GKE's host driver install (components/serving/modelservers.py)."""
 GPU_DRIVER_LIBS = f"{GPU_DRIVER_MOUNT}/lib64"
@@ -206,7 +261,7 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         "--enable-expert-parallel",
         # Each rank reads only its own experts, with a loader that honours that filter (components/plan/loading.py).
         *loading.GPU_LOADER.argv,
-        "--moe-backend", GPU_MOE_BACKEND,
+        "--moe-backend", vllm_moe_backend(cfg, role),
         "--kv-cache-dtype", {"fp8": "fp8", "bf16": "bfloat16"}[cfg.model.kvCacheDtype],
         "--mamba-ssm-cache-dtype", cfg.model.kdaStateDtype,
         # The engine-effective block: vLLM would raise a smaller one to this itself (components/plan/kvblocks.py).
@@ -217,7 +272,7 @@ def vllm_command(cfg: StackConfig, role: Role) -> Command:
         *vllm_prefix_match_flags(cfg),
         "--mamba-cache-mode", "align",
         "--max-model-len", str(cfg.context_length),
-        *(["--max-num-batched-tokens", str(contract.PREFILL_CHUNK_TOKENS)] if role == "prefill" else []),
+        *vllm_role_flags(cfg, role),
         *autoscaling.drain_flags(cfg),
         *vllm_batch_flags(cfg, role),
         "--gpu-memory-utilization", f"{gpu.gpuMemoryPercent / 100:.2f}",
@@ -309,8 +364,12 @@ MP_LAUNCHER_ENV: tuple[tuple[str, str, int], ...] = (
     ("TPU_MULTIHOST_BACKEND", "mp", 71),
     ("TPU_SKIP_MDS_QUERY", "1", 73),
 )
-HEAD_RESOLVE_S = 300
-"""The launcher's bound on resolving the head (MP_LAUNCHER lines 83-93: `getent hosts`, every 5 s, 300 s)."""
+HEAD_RESOLVE_RETRY_S = 5
+HEAD_RESOLVE_S = 240
+"""How long a host tries to resolve the head before its pod fails (MP_LAUNCHER lines 83-93: `getent hosts` every 5 s,
+for 300 s). Shorter than the launcher's: a host that resolves the head at the last try still starts its engine within
+loading.TPU_RENDEZVOUS_TIMEOUT_S of the others (240 + 5 < 300), rather than after the leader's store gave up
+(docs/engine-preconditions.md TPU-MH-7)."""
 
 
 def tpu_launcher_preamble() -> tuple[str, ...]:
@@ -328,9 +387,32 @@ def tpu_launcher_preamble() -> tuple[str, ...]:
         '  [ -n "$LEADER_IP" ] && break\n'
         f'  [ "$SECONDS" -lt "$deadline" ] || '
         f'{{ echo "{LEADER} did not resolve within {HEAD_RESOLVE_S} s" >&2; exit 1; }}\n'
-        "  sleep 5\n"
+        f"  sleep {HEAD_RESOLVE_RETRY_S}\n"
         "done",
         f'echo "host {WORKER_INDEX}: master address {LEADER_IP}"',
+    )
+
+
+UNIFIED_BLOCK_POOL_ENV = "TPU_VLLM_ENABLE_UNIFIED_BLOCK_POOL"
+"""vLLM-TorchTPU's unified block pool switch (vllm_torchtpu/envs.py L500-502): an explicit 0/1 wins, unset takes the
+pool for the architectures in `POOLED_GDN_ARCHITECTURES`, Kimi K3 among them (vllm_torchtpu/gdn_pool_layout.py
+L23-33, L66-79). Prefix caching and the Raiden offload on the hybrid both refuse to start without it
+(docs/engine-preconditions.md TPU-PREFIX-1, TPU-RAIDEN-7), so the pods set it rather than lean on that list."""
+
+
+def vllm_torchtpu_env(cfg: StackConfig) -> tuple[tuple[str, str], ...]:
+    """The environment every vLLM-TorchTPU host's engine starts with (besides the pod's address and the privacy
+    settings every engine gets, ENGINE_PRIVACY_ENV)."""
+    return (
+        (UNIFIED_BLOCK_POOL_ENV, "1"),
+        # torch-tpu's allocator, preloaded as it asks (components/facts/versions.py TCMALLOC_LIBRARY).
+        ("LD_PRELOAD", TCMALLOC_LIBRARY),
+        # The API server waits this long for its engine core (vllm/v1/engine/core_client.py L650-670 in the bundled
+        # vLLM 0.29.0; default 600 s, vllm/envs.py L796-798): the startup probe's budget, no less.
+        ("VLLM_ENGINE_READY_TIMEOUT_S", str(loading.startup_budget_s(cfg))),
+        # The leader's controller waits this long for all ranks of the slice (raiden_registration_timeout_s).
+        ("RAIDEN_EXPECTED_WORKERS_TIMEOUT_S", str(raiden_registration_timeout_s(cfg))),
+        ("USER", "llm-d"),
     )
 
 

@@ -97,6 +97,10 @@ IMAGES: dict[str, Image] = {
                         "Cloud TPU VM hosts are x86 (components/facts/machines.py); the Docker official python image "
                         "publishes amd64 among its architectures (https://github.com/docker-library/official-images/"
                         "blob/master/library/python); vLLM-TorchTPU's wheels are manylinux x86_64"),
+    "build-step": Image(versions.BUILD_STEP_IMAGE, "buildStepDigest", (AMD64,),
+                        "the build config asks for an E2 machine (components/locks/cloudbuild.yaml `machineType`), "
+                        "and E2 machines are x86 (https://cloud.google.com/compute/docs/general-purpose-machines"
+                        "#e2_machine_types)"),
     "asapd-lite": Image(versions.ASAPD_LITE_IMAGE, "asapdLiteDigest", (ARM64,),
                         "Cluster Toolkit runs this tag only on a4x-maxgpu-4g-metal nodes (Grace, arm64) "
                         "(https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/20315cfa56440c2c74099a8a1bfee39"
@@ -131,6 +135,11 @@ IMAGES: dict[str, Image] = {
                         "(https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/examples/"
                         "gke-a4x-max-bm/nvidia-dra-driver.yaml)"),
 }
+
+
+GPU_ONLY = frozenset({"vllm", "routing-sidecar", "asapd-lite", "dra-driver"})
+TPU_ONLY = frozenset({"tpu-engine", "build-step"})
+"""Images one track only runs (the config's digest keys of the other track have no effect there)."""
 
 
 BUILT_TPU_ENGINE = r"[a-z0-9-]+-docker\.pkg\.dev/[a-z0-9-]+/[a-z0-9-]+-engine/vllm-torchtpu"

@@ -75,15 +75,15 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def build_inputs(base_image: str) -> list[str]:
+def build_inputs(base_image: str, step_image: str) -> list[str]:
     """What the image is made of: the lock's, the Dockerfile's and the build config's sha256, and the base image.
     They are the build command's triggers, and their sha256 is the image's tag."""
-    return [lock_sha256(), file_sha256(DOCKERFILE), file_sha256(BUILD_CONFIG), base_image]
+    return [lock_sha256(), file_sha256(DOCKERFILE), file_sha256(BUILD_CONFIG), base_image, step_image]
 
 
-def image_tag(base_image: str) -> str:
-    """`inputs-<sha256 of build_inputs>`: a changed Dockerfile or base gets a new tag, never the old image."""
-    return "inputs-" + hashlib.sha256("\n".join(build_inputs(base_image)).encode()).hexdigest()
+def image_tag(base_image: str, step_image: str) -> str:
+    """`inputs-<sha256 of build_inputs>`: a changed Dockerfile, base or builder gets a new tag, never the old image."""
+    return "inputs-" + hashlib.sha256("\n".join(build_inputs(base_image, step_image)).encode()).hexdigest()
 
 
 def repository_id(cluster_name: str) -> str:
@@ -157,7 +157,8 @@ def build_script() -> str:
         '  gcloud builds submit . --project "$PROJECT" --region "$REGION" --config cloudbuild.yaml '
         '--service-account "projects/$PROJECT/serviceAccounts/$BUILDER" '
         '--gcs-source-staging-dir "gs://$BUCKET/' + SOURCE_PREFIX + 'source" --suppress-logs --quiet '
-        '--substitutions "_IMAGE=$image,_BASE=$BASE,_LOCK_SHA256=$LOCK_SHA256,_INPUTS_SHA256=${TAG#inputs-}" '
+        '--substitutions "_IMAGE=$image,_BASE=$BASE,_LOCK_SHA256=$LOCK_SHA256,_INPUTS_SHA256=${TAG#inputs-},'
+        '_STEP=$STEP" '
         '>"$log" 2>&1 || status=$?',
         "  why=$(grep '^ERROR:' \"$log\" | tail -n 1 | cut -c1-300) || why=''",
         '  found=$(digest) || found=""',
@@ -179,7 +180,7 @@ def build_script() -> str:
 
 
 BUILD_INTERPRETER = ("/bin/bash", "-c")
-BUILD_ENVIRONMENT = ("PROJECT", "REGION", "REPOSITORY", "BASE", "LOCK_SHA256", "TAG", "BUILDER", "BUCKET")
+BUILD_ENVIRONMENT = ("PROJECT", "REGION", "REPOSITORY", "BASE", "LOCK_SHA256", "TAG", "BUILDER", "BUCKET", "STEP")
 """What the build command reads from its environment (`build_script`); components/checks/declared.py declares the
 same."""
 
@@ -189,7 +190,11 @@ class EngineImageArgs(Args):
     region: str
     cluster_name: str
     base_image: str
-    """The Python 3.12 base (components/plan/images.py `tpu-engine`, with its configured digest if any)."""
+    """The Python 3.12 base (components/plan/images.py `tpu-engine`), by digest."""
+    step_image: str
+    """The build's one step, Google's Docker builder (components/plan/images.py `build-step`), by digest: Cloud Build
+    takes substitutions in its steps (https://cloud.google.com/build/docs/configuring-builds/substitute-variable-values),
+    so the build config names it `${_STEP}` and the policy pack sees it in the command's environment."""
     bucket: StrInput
     """The stack's bucket: the build's source is staged under `SOURCE_PREFIX`."""
     node_member: StrInput
@@ -247,11 +252,12 @@ class EngineImage(Component):
             interpreter=list(BUILD_INTERPRETER),
             # Relative to the program's directory, where `pulumi up` runs it: no machine's own path in the state.
             dir=str(LOCKS.relative_to(LOCKS.parents[1])),
-            environment=dict(zip(BUILD_ENVIRONMENT, (args.project, args.region, repository, args.base_image, lock,
-                                                     image_tag(args.base_image), self.builder.email, args.bucket),
-                                 strict=True)),
+            environment=dict(zip(BUILD_ENVIRONMENT, (
+                args.project, args.region, repository, args.base_image, lock,
+                image_tag(args.base_image, args.step_image), self.builder.email, args.bucket, args.step_image),
+                strict=True)),
             # Re-run only when what the image is made of changes.
-            triggers=build_inputs(args.base_image),
+            triggers=build_inputs(args.base_image, args.step_image),
             opts=self.child(depends_on=[*self.grants, self.repository]),
         )
         self.digest = self.build.stdout

@@ -53,17 +53,13 @@ def _field_env(name: str, path: str) -> k8s.core.v1.EnvVarArgs:
 
 
 def common_env(command: engines.Command) -> list[k8s.core.v1.EnvVarArgs]:
-    """The pod's address only where the command reads it (the TPU launcher's VLLM_HOST_IP). No PYTHONHASHSEED: it
-    only made block hashes comparable with the router's KV-event index, which nothing runs (components/plan/engines.py),
-    and the engines' default `--prefix-caching-hash-algo sha256` does not read it
+    """The pod's address only where the command reads it (the TPU launcher's VLLM_HOST_IP), and
+    engines.ENGINE_PRIVACY_ENV (usage stats and the Hub off). No PYTHONHASHSEED: it only made block hashes comparable
+    with the router's KV-event index, which nothing runs (components/plan/engines.py), and the engines' default
+    `--prefix-caching-hash-algo sha256` does not read it
     (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/core/kv_cache_utils.py L146-158)."""
     pod_ip = [_field_env("POD_IP", "status.podIP")] if engines.POD_IP in command.script() else []
-    return [
-        *pod_ip,
-        k8s.core.v1.EnvVarArgs(name=contract.HF_TOKEN_KEY, value_from=k8s.core.v1.EnvVarSourceArgs(
-            secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(
-                name=contract.HF_TOKEN_SECRET, key=contract.HF_TOKEN_KEY))),
-    ]
+    return [*pod_ip, *(_env(name, value) for name, value in engines.ENGINE_PRIVACY_ENV)]
 
 
 def weights_volume(claim_name: StrInput) -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:
@@ -445,17 +441,26 @@ def tpu_shm_gib(cfg: StackConfig) -> int:
 
 
 TORCH_TPU_SLICEBUILDER_PORT = 8070
-"""TorchTPU's per-chip slice-builder ports start here, one per local chip
-(vllm_torchtpu/envs.py TORCH_TPU_BASE_PORT, used by distributed/tpu_mp_multihost.py)."""
+"""TorchTPU's slice-builder ports start here, one per rank a host runs: `TORCH_TPU_BASE_PORT` (vllm_torchtpu/envs.py
+L974) + the rank's local index, for `local_world_size` ranks per host under `--nnodes`
+(vllm_torchtpu/distributed/tpu_mp_multihost.py L160-166; vLLM's `ParallelConfig.local_world_size` = world size / nnodes)
+and `world_size x data_parallel_size_local` under multi-host DP (L264-272). A rank is a TensorCore, two per Ironwood
+chip: 8 ranks, ports 8070-8077, on a 4-chip host."""
+
+
 RAIDEN_CONTROLLER_PORT = engines.RAIDEN_CONTROLLER_PORT
 
 
+def tpu_ranks_per_host(cfg: StackConfig) -> int:
+    """Engine ranks (TorchTPU workers) one TPU host runs: the devices its pod drives, a TensorCore each."""
+    return parallel.layout(cfg).role("slice").devices_per_node
+
+
 def tpu_ports(cfg: StackConfig, rank: engines.TpuRank) -> list[k8s.core.v1.ContainerPortArgs]:
-    """What a TPU pod listens on: the leader serves HTTP and hosts the rendezvous; every host runs
-    its chips' slice builders."""
-    chips = catalog.IRONWOOD.chips_per_host
+    """What a TPU pod listens on: the leader serves HTTP and hosts the rendezvous; every host runs its ranks' slice
+    builders."""
     ports = [k8s.core.v1.ContainerPortArgs(name=f"slice-{i}", container_port=TORCH_TPU_SLICEBUILDER_PORT + i)
-             for i in range(chips)] if cfg.tpu.engine == "vllm-torchtpu" else []
+             for i in range(tpu_ranks_per_host(cfg))] if cfg.tpu.engine == "vllm-torchtpu" else []
     if rank == "worker":
         return ports
     ports = [k8s.core.v1.ContainerPortArgs(name="http", container_port=contract.MODEL_SERVER_PORT), *ports]
@@ -519,13 +524,8 @@ def tpu_pod(cfg: StackConfig, rank: engines.TpuRank, memory_gib: int, claim: Str
     volumes, mounts = [models, shm], [models_mount, shm_mount]
     env = [*common_env(command)]
     if cfg.tpu.engine == "vllm-torchtpu":
-        # Offloading hybrid (MLA + KDA) pages needs the unified block pool, K3's default; set it so a changed
-        # default fails loudly (vllm_torchtpu/platforms/tpu_platform.py, gdn_pool_layout.py).
-        env += [_env("TPU_VLLM_ENABLE_UNIFIED_BLOCK_POOL", "1"),
-                _env("VLLM_ENGINE_READY_TIMEOUT_S", str(loading.startup_budget_s(cfg))),
-                # The leader's controller waits this long for all ranks of the slice (engines.py says why).
-                _env("RAIDEN_EXPECTED_WORKERS_TIMEOUT_S", str(engines.raiden_registration_timeout_s(cfg))),
-                _env("USER", "llm-d")]
+        # The unified block pool, tcmalloc, the engine-ready and Raiden timeouts (engines.py says why for each).
+        env += [_env(name, value) for name, value in engines.vllm_torchtpu_env(cfg)]
     else:
         env.append(_field_env("SGLANG_HOST_IP", "status.podIP"))
     # Headless vLLM workers serve no HTTP; the leader's probes speak for the group (LWS recreates it on failure).
@@ -624,6 +624,11 @@ class TpuLeaderWorkerSet(Component):
                     "workerTemplate": pod_template(serving_labels("tpu", engine, serving=False), worker),
                 },
                 "rolloutStrategy": rollout(),
+                # Workers are created with the leader, not once it is ready (LWS v0.10.0 CRD `spec.startupPolicy`,
+                # default LeaderCreated): the leader is ready only after every host joined its rendezvous, which
+                # gives up after 300 s (docs/engine-preconditions.md TPU-MH-7). Set, so a changed default cannot
+                # fail every group's start.
+                "startupPolicy": "LeaderCreated",
             },
             # The autoscaler owns spec.replicas once the set exists (its ScaledObject writes /scale): a later
             # `pulumi up` must not set it back.

@@ -8,6 +8,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from ..cloud.base import Args, Component, StrInput
+from ..facts import contract
 
 CHECKPOINT_READER_ROLE = "roles/storage.objectViewer"
 """Role the Volume Populator guide grants on the bucket
@@ -104,7 +105,7 @@ class CheckpointBucket(Component):
             soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(
                 retention_duration_seconds=args.soft_delete_days * 86400),
             force_destroy=args.delete_on_destroy,
-            labels=args.labels,
+            labels={**args.labels, contract.BUCKET_ON_DESTROY_LABEL: "delete" if args.delete_on_destroy else "keep"},
             opts=self.child(retain_on_delete=not args.delete_on_destroy, import_=args.name if args.adopt else None),
         )
 

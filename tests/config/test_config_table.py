@@ -49,11 +49,15 @@ MISTAKES: list[tuple[str, list[str], str]] = [
     ("tpu", ["tpu.engine: sglang-torchtpu", "tpu.sglangImage: registry.example/SGLang-TPU:day0"], "tpu.sglangImage"),
     ("tpu", ["tpu.engine: sglang-torchtpu", "tpu.sglangImage: registry.example/sglang@sha256:abc123"],
      "tpu.sglangImage"),
+    ("tpu", ["tpu.engine: sglang-torchtpu", "tpu.sglangImage: registry.example/sglang-tpu:day0"], "tpu.sglangImage"),
+    ("tpu", ["tpu.engine: sglang-torchtpu",
+             "tpu.sglangImage: 'registry.example/sglang-tpu:day0@sha512:" + "5" * 128 + "'"], "tpu.sglangImage"),
     ("tpu", ["tpu.engine: sglang-torchtpu", "tpu.sglangImage: 'registry.example/sglang:day 0'"],
      "tpu.sglangImage"),
     ("gpu", ["images.eppDigest: sha256:" + "AB" * 32], "images.eppDigest"),
     ("gpu", ["images.lwsDigest: md5:" + "a" * 32], "images.lwsDigest"),
     ("tpu", ["images.stagingDigest: sha512:" + "a" * 64], "images.stagingDigest"),
+    ("gpu", [f"images.eppDigest: '{SHA512}'"], "images.eppDigest"),
     # Paths and URLs.
     ("gpu", ["model.speculative: dflash", "model.draftModelPath: /models/../etc/drafter"], "model.draftModelPath"),
     ("gpu", ["model.speculative: dflash", "model.draftModelPath: /models"], "model.draftModelPath"),
@@ -113,7 +117,6 @@ VALID: list[tuple[str, list[str]]] = [
     ("gpu", ["cluster.maintenanceExclusionStart: '2026-11-01T00:00:00.250Z'"]),
     ("tpu", ["tpu.slices: 1", "tpu.hicacheRatio: 1"]),
     ("gpu", ["lifecycle.maxLifetimeHours: 2160"]),
-    ("gpu", [f"images.eppDigest: '{SHA512}'"]),
     ("tpu", ["cluster.maintenanceWindowStart: 13:30"]),
     ("tpu", ["model.contextLength: 8192"]),
     ("gpu", ["gcp.allowUnlistedZone: true", "gcp.zone: us-central1-f"]),
@@ -127,7 +130,7 @@ VALID: list[tuple[str, list[str]]] = [
     ("gpu", ["network.nodesCidr: 10.0.0.0/27"]),
     ("tpu", ["storage.bucketName:"]),
     ("tpu", ["tpu.engine: sglang-torchtpu",
-             "tpu.sglangImage: 'registry.example:5000/sglang-tpu:day0@" + SHA512 + "'"]),
+             "tpu.sglangImage: 'registry.example:5000/sglang-tpu:day0@sha256:" + "5" * 64 + "'"]),
 ]
 
 

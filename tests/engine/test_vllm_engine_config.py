@@ -30,6 +30,8 @@ def gb300(monkeypatch):
 
     for name, value in (("device_type", "cuda"), ("support_hybrid_kv_cache", lambda: True),
                         ("support_static_graph_mode", lambda: True),
+                        # vllm/platforms/cuda.py `is_cumem_allocator_available` (the pods pass --enable-cumem-allocator)
+                        ("is_cumem_allocator_available", lambda: True),
                         ("is_device_capability_family", lambda family, device_id=0: family == 100),
                         ("is_device_capability", lambda capability, device_id=0: capability in ((10, 3), 103)),
                         ("get_device_total_memory", lambda device_id=0: GB300_BYTES),
@@ -97,22 +99,36 @@ def _dispatch(config, requests: int):
     return mode, batch.num_reqs
 
 
-@pytest.mark.parametrize(("role", "changes"), [("prefill", {}), ("decode", {}),
-                                               ("decode", {"gpu.tensorParallel": "2"})])
-def test_the_largest_batch_an_engine_forms_runs_a_full_cuda_graph(gb300, tmp_path, role, changes):
-    """--max-num-seqs requests decoding at once (the most the KV pool holds) replay a FULL graph of exactly that
-    batch, smaller batches one padded to at most it; vLLM keeps its default mode for these connectors
-    (FULL_AND_PIECEWISE)."""
-    from vllm.config import CUDAGraphMode
+@pytest.mark.parametrize("changes", [{}, {"gpu.tensorParallel": "2"}])
+def test_the_largest_decode_batch_runs_a_full_cuda_graph(gb300, tmp_path, changes):
+    """Decode as llm-d's GB200 pods run it (components/plan/engines.py DECODE_COMPILATION): nothing torch.compiled,
+    full graphs of uniform decode batches only; --max-num-seqs requests decoding at once (the most the KV pool
+    holds) replay a FULL graph of exactly that batch, smaller batches one padded to at most it, within the 512-token
+    budget."""
+    from vllm.config import CompilationMode, CUDAGraphMode
 
     cfg = stack_config("gpu", **changes)
-    config, _ = engine_config(cfg, role, 0, tmp_path)
-    assert config.compilation_config.cudagraph_mode == CUDAGraphMode.FULL_AND_PIECEWISE
+    config, _ = engine_config(cfg, "decode", 0, tmp_path)
+    assert config.compilation_config.cudagraph_mode == CUDAGraphMode.FULL_DECODE_ONLY
+    assert config.compilation_config.mode == CompilationMode.NONE
+    assert config.scheduler_config.max_num_batched_tokens == engines.DECODE_BATCHED_TOKENS
+    assert config.model_config.enable_cumem_allocator
     most = config.scheduler_config.max_num_seqs
     for requests in (1, most - 1, most):
         mode, padded = _dispatch(config, requests)
         assert mode == CUDAGraphMode.FULL and requests <= padded <= most, (requests, mode, padded)
     assert _dispatch(config, most) == (CUDAGraphMode.FULL, most)
+
+
+def test_prefill_runs_eager(gb300, tmp_path):
+    """Prefill as llm-d's GB200 pods run it (--enforce-eager): vLLM compiles nothing and captures no graph, so its
+    start has no compile or capture step to cache."""
+    from vllm.config import CompilationMode, CUDAGraphMode
+
+    config, _ = engine_config(stack_config("gpu"), "prefill", 0, tmp_path)
+    assert config.model_config.enforce_eager and config.model_config.enable_cumem_allocator
+    assert config.compilation_config.cudagraph_mode == CUDAGraphMode.NONE
+    assert config.compilation_config.mode == CompilationMode.NONE
 
 
 def test_a_capture_ceiling_at_the_batch_leaves_the_largest_batches_without_graphs(gb300, tmp_path):

@@ -18,6 +18,7 @@ import pytest
 
 from components.plan import capacity, kvblocks
 from tests.engine.conftest import kimi_k3_layer_kinds, stack_config, stand_in_for_flashinfer, vllm_config_for
+from tests.engine_support import record
 
 GB300 = (10, 3)
 """Compute capability of a GB300 (Blackwell Ultra, sm_103)."""
@@ -83,13 +84,13 @@ def _specs(cfg, vllm_config, monkeypatch) -> tuple[dict, object]:
 
 
 
-def _engine_pool(cfg, tmp_path, monkeypatch, role: str = "prefill"):
-    """(KVCacheConfig, the capacity the engine logs, the plan's replica capacity) for one data-parallel engine."""
+def _engine_specs(cfg, tmp_path, monkeypatch, role: str = "prefill"):
+    """(VllmConfig, {layer: KVCacheSpec}, global KV cache groups) of one data-parallel engine, as the engine core
+    holds them before it sizes its pool."""
     from vllm.platforms.interface import Platform
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
-    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
-    from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups
 
     vllm_config = vllm_config_for(cfg, tmp_path, role)
     stand_in_for_flashinfer()
@@ -98,7 +99,15 @@ def _engine_pool(cfg, tmp_path, monkeypatch, role: str = "prefill"):
     specs, kda_layer = _specs(cfg, vllm_config, monkeypatch)
     resolve_kv_cache_layout(vllm_config, [[layout.name for layout in get_supported_kv_cache_layouts(
         [mla_backend, kda_layer.get_attn_backend()])]], list(specs.values()))
-    groups = get_global_kv_cache_groups(vllm_config, [specs])
+    return vllm_config, specs, get_global_kv_cache_groups(vllm_config, [specs])
+
+
+def _engine_pool(cfg, tmp_path, monkeypatch, role: str = "prefill"):
+    """(KVCacheConfig, the capacity the engine logs, the plan's replica capacity) for one data-parallel engine."""
+    from vllm.v1.core.kv_cache_planning import get_kv_cache_configs
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
+
+    vllm_config, specs, groups = _engine_specs(cfg, tmp_path, monkeypatch, role)
     plan = capacity.serving_capacity(cfg) if role == "prefill" else capacity.decode_capacity(cfg)
     [config] = get_kv_cache_configs(vllm_config, [specs], [int(plan.kv_pool_bytes_per_device)], groups)
     ENGINES[id(config)] = vllm_config
@@ -202,7 +211,7 @@ def test_the_host_tier_is_the_engines(tmp_path, monkeypatch, changes):
     assert plan.host_tokens == plan.kv_groups * spec.cpu_info.cpu_kv_cache_size_tokens
 
 
-@pytest.mark.parametrize("role", ["prefill", "decode"])
+@pytest.mark.parametrize("role", ["decode"])
 def test_full_cuda_graphs_accept_max_num_seqs_on_the_engines_blocks(gpu_cfg, tmp_path, monkeypatch, role):
     """docs/engine-preconditions.md GPU-BATCH-2, run: after the KV cache is allocated the model runner resolves the
     graph mode from each group's attention backend (vllm/v1/worker/gpu_model_runner.py
@@ -231,7 +240,7 @@ def test_full_cuda_graphs_accept_max_num_seqs_on_the_engines_blocks(gpu_cfg, tmp
 
     def resolve(max_num_reqs: int):
         compilation = vllm_config.compilation_config
-        compilation.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE  # vLLM's default; this platform has none
+        compilation.cudagraph_mode = CUDAGraphMode.FULL_DECODE_ONLY  # decode's (engines.DECODE_COMPILATION)
         compilation.cudagraph_capture_sizes, compilation.max_cudagraph_capture_size = [1, 2, 4, 8], 8
         return compilation.resolve_cudagraph_mode_and_sizes(support, name, 1, kv_cache_config=config,
                                                             max_num_reqs=max_num_reqs)
@@ -239,3 +248,53 @@ def test_full_cuda_graphs_accept_max_num_seqs_on_the_engines_blocks(gpu_cfg, tmp
     assert resolve(seqs).has_full_cudagraphs(), (support, name)
     with pytest.raises(ValueError, match="exceeds available Mamba cache blocks"):
         resolve(config.num_blocks + 1)
+
+
+def _least_pool_the_engine_starts_with(cfg, tmp_path, monkeypatch, role: str) -> int:
+    """Bisect the KV pool per device (bytes) between nothing and the GPU's whole HBM, neither the plan's figure, for
+    the least that vLLM's planner accepts: below it `get_kv_cache_configs` raises "To serve at least one request with
+    the model's max seq len" (vllm/v1/core/kv_cache_planning.py `_check_enough_kv_cache_memory`), and the engine
+    core stops at start."""
+    from vllm.v1.core.kv_cache_planning import get_kv_cache_configs
+
+    vllm_config, specs, groups = _engine_specs(cfg, tmp_path, monkeypatch, role)
+
+    def starts(pool: int) -> bool:
+        try:
+            get_kv_cache_configs(vllm_config, [specs], [pool], groups)
+        except ValueError as error:
+            assert "at least one request" in str(error) or "No available memory" in str(error), error
+            return False
+        return True
+
+    low, high = 0, int(cfg.gpu.spec.hbm_gb_per_gpu * 1e9)
+    assert not starts(low) and starts(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if starts(middle) else (middle, high)
+    return high
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_the_least_pool_the_engine_starts_with_is_the_plans_margin(gpu_cfg, tmp_path, monkeypatch, role):
+    """docs/engine-preconditions.md GPU-KVFIT-1, run: the least pool vLLM 0.33.0 starts with, found by its own
+    planner on pools the plan did not choose, is the plan's one-request pool (capacity.one_request_pool_bytes); the
+    non-weight memory the engine may take before it refuses to start is what is left of the usable HBM after the
+    weights and that pool, and the plan's assumption stays under it."""
+    least = _least_pool_the_engine_starts_with(gpu_cfg, tmp_path, monkeypatch, role)
+    plan = capacity.serving_capacity(gpu_cfg) if role == "prefill" else capacity.decode_capacity(gpu_cfg)
+    assert least == plan.one_request_pool_bytes
+    ceiling = plan.usable_bytes_per_device - plan.weights.total - least
+    assert ceiling == plan.start_ceiling_non_weight_bytes
+    assert plan.non_weight_bytes_per_device < ceiling
+    record(f"{role}: vLLM's planner starts on >= {least / 1e9:.2f} GB of KV per GPU (bisected) == plan "
+           f"one_request_pool_bytes; starts while non-weight memory stays under {ceiling / 1e9:.1f} GB per GPU "
+           f"(plan assumes {plan.non_weight_bytes_per_device / 1e9:.0f})")
+
+
+@pytest.mark.parametrize("changes", [{"gpu.tensorParallel": "2"}, {"model.contextLength": "262144"}])
+def test_the_least_pool_follows_a_changed_stack(tmp_path, monkeypatch, changes):
+    """The same equality where TP splits the KDA heads or a shorter context needs fewer MLA blocks."""
+    cfg = stack_config("gpu", **changes)
+    assert _least_pool_the_engine_starts_with(cfg, tmp_path, monkeypatch, "prefill") == \
+        capacity.serving_capacity(cfg).one_request_pool_bytes

@@ -20,7 +20,8 @@ def test_every_entry_names_a_pinned_release_and_a_file_at_it():
     assert keys and len(keys) == len(metrics.METRICS)
     pinned = {"vllm": f"v{versions.VLLM.version}", "sglang": f"v{versions.SGLANG_TORCHTPU_FLAGS_VERSION}",
               "vllm-torchtpu": f"v{versions.VLLM_TORCHTPU.version}", "epp": versions.ROUTER_VERSION,
-              "gmp": metrics.GMP_COMMIT, "dcgm": metrics.DCGM_EXPORTER_COMMIT}
+              "gmp": metrics.GMP_COMMIT, "dcgm": metrics.DCGM_EXPORTER_COMMIT,
+              "ksm": metrics.KSM_COMMIT}
     for metric in metrics.METRICS:
         if metric.exporter == "gke":  # GKE's own system metrics: an unversioned published list
             assert metric.source == metrics.GKE_SYSTEM_METRICS and metric.name.startswith("kubernetes_io:"), metric

@@ -14,12 +14,14 @@ from components.config import ConfigError
 from components.facts import metrics
 from components.observe import observability
 from tests.config.test_config import parse
-from tests.conftest import STACKS
+from tests.conftest import ROOT, STACKS
 from tests.discovery import validate
 
 DASHBOARD = "gcp:monitoring/dashboard:Dashboard"
 ALERT = "gcp:monitoring/alertPolicy:AlertPolicy"
 ALERTS = {"no-ready-endpoints", "error-ratio", "kv-cache-full", "router-down"}
+SCALING_ALERTS = {"scaling-behind", "scaling-capped", "scaling-inactive", "scaling-flapping"}
+"""Where autoscaling is on (both fixture stacks)."""
 
 
 def board_of(plan) -> dict:
@@ -63,7 +65,7 @@ def observability_metric_names() -> set[str]:
     """Listed names the dashboards and alert policies of both tracks read (histogram series folded)."""
     listed = {m.name for m in metrics.METRICS}
     names: set[str] = set()
-    scopes = [observability.Scope.of(track, "c", "ns") for track in STACKS]
+    scopes = [observability.Scope.of(track, "c", "ns", hpas=("keda-hpa-x",), add_s=60.0) for track in STACKS]
     scopes.append(observability.Scope.of("tpu", "c", "ns", "sglang-torchtpu"))
     for scope in scopes:
         queries = observability.promql_of(observability.dashboard(scope, "d"))
@@ -81,16 +83,45 @@ def test_plan_has_the_dashboard_and_the_alert_policies(plans, stack):
     plan = plans[stack]
     board = board_of(plan)
     assert board["displayName"] in plan.summary
-    assert set(alerts_of(plan)) == ALERTS
+    assert set(alerts_of(plan)) == ALERTS | SCALING_ALERTS
     url = plan.outputs["monitoringDashboardUrl"]
     assert url.startswith("https://console.cloud.google.com/monitoring/dashboards/builder/")
     titles = [t["widget"]["title"] for t in board["mosaicLayout"]["tiles"] if "collapsibleGroup" in t["widget"]]
     expected = ["Serving", "Speed", "KV cache", *(["Prefill/decode"] if stack == "gpu" else []), "Router",
-                "Accelerators"]
+                "Scaling", "Accelerators"]
     assert [t.split(":")[0] for t in titles] == expected
     for alert in alerts_of(plan).values():
         assert alert["notificationChannels"] == []  # optional, off by default
         assert alert["userLabels"]["pulumi-stack"] == stack
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_scaling_alerts_watch_the_scaledobjects_hpas_on_the_plans_clock(plans, stack):
+    """The HPAs the queries select are the ones the ScaledObjects name; a role short of its desired replicas alerts
+    after 1.5 x the plan's time to add one (the summary's figure), and the cluster writes the HPA metrics."""
+    plan = plans[stack]
+    hpas = {m["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["name"] for m in plan.manifests
+            if m.get("kind") == "ScaledObject"}
+    alerts = {name: a["conditions"][0]["conditionPrometheusQueryLanguage"] for name, a in alerts_of(plan).items()}
+    for name in SCALING_ALERTS:
+        selected = set(re.findall(r'horizontalpodautoscaler=~"([^"]+)"', alerts[name]["query"])[0].split("|"))
+        assert selected == hpas, name
+    add_min = float(re.search(r"time to add one step: ([\d.]+) min", plan.summary).group(1))
+    assert 1.5 * add_min * 60 <= int(alerts["scaling-behind"]["duration"].rstrip("s")) <= 1.5 * add_min * 60 + 120
+    capped = alerts["scaling-capped"]["query"]
+    assert "kube_horizontalpodautoscaler_spec_min_replicas" in capped  # a fixed role (min = max) never alerts
+    cluster = plan.one("gcp:container/cluster:Cluster")["inputs"]["monitoringConfig"]
+    assert "HPA" in cluster["enableComponents"]
+
+
+def test_no_scaling_group_or_alerts_where_autoscaling_is_off(variants):
+    fixed = variants["gpu3"]  # three slices: per-role scaling is off (docs/scaling.md)
+    assert set(alerts_of(fixed)) == ALERTS
+    titles = [t["widget"]["title"] for t in board_of(fixed)["mosaicLayout"]["tiles"]
+              if "collapsibleGroup" in t["widget"]]
+    assert not any(t.startswith("Scaling") for t in titles)
+    cluster = fixed.one("gcp:container/cluster:Cluster")["inputs"]["monitoringConfig"]
+    assert "HPA" not in cluster["enableComponents"]
 
 
 def test_monitoring_off_means_no_dashboard_or_alerts(variants):
@@ -209,3 +240,11 @@ def test_a_notification_channel_must_be_a_channel_resource_name(value):
     with pytest.raises(ConfigError) as err:
         parse("gpu", monitoring__notificationChannels=[value])
     assert "monitoring.notificationChannels" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_scaling_doc_states_the_plans_alert_delays(plans):
+    """docs/scaling.md's table gives the `replicas short of desired` delay of both tracks as the plans set it."""
+    minutes = {stack: int(alerts_of(plans[stack])["scaling-behind"]["conditions"][0]
+                          ["conditionPrometheusQueryLanguage"]["duration"].rstrip("s")) // 60 for stack in STACKS}
+    doc = (ROOT / "docs" / "scaling.md").read_text()
+    assert f"(GPU {minutes['gpu']} min, TPU {minutes['tpu']} min)" in doc, minutes

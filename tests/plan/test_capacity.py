@@ -136,6 +136,20 @@ def test_summary_prints_the_capacity_figures(plans, stack):
         f"prefill --max-num-seqs {c.max_running} ({c.blocks_per_engine:,} blocks // {c.groups.groups};" in summary
     if stack == "gpu":
         assert f"passes {c.non_weight_ceiling_bytes / 1e9:.1f} GB per GPU (12 GB assumed)" in summary
+    device = "GPU" if stack == "gpu" else "TensorCore"
+    roles = (("prefill", c), ("decode", capacity.decode_capacity(parse(stack)))) if stack == "gpu" else (("slice", c),)
+    for role, r in roles:
+        assert (f"{role} starts while non-weight memory stays under {r.start_ceiling_non_weight_bytes / 1e9:.1f} GB "
+                f"per {device}; assumed {r.non_weight_bytes_per_device / 1e9:.1f}") in summary
+
+
+def test_the_start_ceiling_is_usable_hbm_less_weights_and_one_request():
+    """docs/engine-preconditions.md GPU-KVFIT-1: one 1,048,576-token request holds 102 blocks + the null block of
+    24 pages x 6,561,792 B, 16.2 GB; 251.1 GB usable - 203.9 GB of weights - that = 31.0 GB, over the 12 assumed."""
+    c = capacity.serving_capacity(parse("gpu"))
+    assert c.one_request_pool_bytes == 103 * 24 * 6_561_792
+    assert c.start_ceiling_non_weight_bytes == pytest.approx(30.99e9, rel=1e-3)
+    assert c.start_ceiling_non_weight_bytes > c.non_weight_bytes_per_device
 
 
 def test_engine_settings_follow_the_pool():

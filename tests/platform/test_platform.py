@@ -169,10 +169,15 @@ def test_lws_controller(plans, stack):
     assert chart["chart"] == "oci://registry.k8s.io/lws/charts/lws"
     assert _version(chart["version"]) >= _version(LWS_MIN_VERSION) >= (0, 11, 1)
     assert chart["namespace"] == "lws-system"
+    values = dict(chart.get("values", {}))
+    # The manager runs by digest: the pinned tag's (components/checks/registry.py), through the chart's tag value.
+    tag = values.pop("image")["manager"]["tag"]
+    assert tag.startswith(f"v{LWS_MIN_VERSION}@sha256:") or tag.split("@")[0] == "v" + chart["version"]
+    assert "@sha256:" in tag
     if stack == "gpu":
-        assert chart["values"] == {"enableDisaggregatedSet": True}
+        assert values == {"enableDisaggregatedSet": True}
     else:
-        assert "enableDisaggregatedSet" not in chart.get("values", {})
+        assert "enableDisaggregatedSet" not in values
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -59,6 +59,8 @@ def bucket(**overrides: Any) -> dict[str, Any]:
     return {"name": "b", "publicAccessPrevention": "enforced", "uniformBucketLevelAccess": True, **overrides}
 
 
+KEPT = {"on-destroy": "keep"}
+"""The label of a bucket destroy keeps (components/checks/declared.py BUCKET_DISPOSITIONS)."""
 SHIELDED = {"enableSecureBoot": True, "enableIntegrityMonitoring": True}
 
 
@@ -83,7 +85,9 @@ def build_command(**changes: Any) -> dict[str, Any]:
             "dir": "components/locks", "environment": dict.fromkeys(engineimage.BUILD_ENVIRONMENT, "x"), **changes}
 
 
-BUILD_ENV = {"BASE": "docker.io/library/python:3.12-slim", "BUILDER": "c-build@p.iam.gserviceaccount.com",
+DIGEST = "sha256:" + "5" * 64
+BUILD_ENV = {"BASE": "docker.io/library/python:3.12-slim@" + DIGEST,
+             "STEP": "gcr.io/cloud-builders/docker:latest@" + DIGEST, "BUILDER": "c-build@p.iam.gserviceaccount.com",
              "REPOSITORY": "us-central1-docker.pkg.dev/p/c-engine", "PROJECT": "p"}
 
 
@@ -348,9 +352,43 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ["a local command that is not declared (components/checks/declared.py commands): interpreter [\"/bin/sh\", "
       "\"-c\"], "
       "dir \"components/locks\", script starting 'set -euo pipefail'"]),
+    # ---- k8s-secrets-not-plain-env: credentials by value, and the names the program fills from Secrets only
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, deployment(env=[{"name": "SETTING", "value": "AKIAZ7Q3MUTANT4EXAMP"}]),
+     ["spec.template.spec.containers[0].env[0]: env SETTING holds an AWS access key as a literal value; use "
+      "valueFrom.secretKeyRef to a Secret the workload declares"]),
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, deployment(env=[{"name": "DSN", "value": "postgres://u:pw@db:5432/x"}]),
+     ["spec.template.spec.containers[0].env[0]: env DSN holds a URL with a password as a literal value; use "
+      "valueFrom.secretKeyRef to a Secret the workload declares"]),
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, deployment(env=[{"name": "DSN", "value": "https://db.internal:5432/x"}]),
+     []),
+    ("k8s-secrets-not-plain-env", DEPLOYMENT, {"kind": "Deployment", "spec": {"template": {"spec": {"containers": [
+        {"name": "a", "image": "r/a:1", "env": [{"name": "DB_URL", "valueFrom": {"secretKeyRef": {
+            "name": "db", "key": "url"}}}]},
+        {"name": "b", "image": "r/b:1", "env": [{"name": "DB_URL", "value": "db.internal"}]}]}}}},
+     ["spec.template.spec.containers[1].env[0]: env DB_URL is filled from a Secret only, but sets a plain value"]),
+    ("k8s-secrets-not-plain-env", "command:local:Command", {"environment": {"BASE": "AKIAZ7Q3MUTANT4EXAMP"}},
+     ["environment BASE: holds an AWS access key; a local command gets no credential from the plan"]),
     # ---- declared-artifacts
-    ("declared-artifacts", BUCKET, bucket(), []),
-    ("declared-artifacts", BUCKET, bucket(lifecycleRules=[{"action": {"type": "Delete"}, "condition": {"age": 1}}]),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT), []),
+    ("declared-artifacts", BUCKET, bucket(labels={"on-destroy": "delete"}, forceDestroy=True), []),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT, forceDestroy=True),
+     ['bucket "b": forceDestroy is true on a bucket declared \'keep\' on destroy (a kept bucket is never '
+      "force-destroyable: its staged checkpoint outlives the stack) (components/checks/declared.py "
+      "BUCKET_DISPOSITIONS)"]),
+    ("declared-artifacts", BUCKET, bucket(labels={"on-destroy": "delete"}, forceDestroy=False),
+     ['bucket "b": forceDestroy is false on a bucket declared \'delete\' on destroy (destroy would fail on its '
+      "objects and leave it billing) (components/checks/declared.py BUCKET_DISPOSITIONS)"]),
+    ("declared-artifacts", BUCKET, bucket(),
+     ['bucket "b": label on-destroy is not set, not one of [\'delete\', \'keep\']: every bucket declares whether '
+      "destroy keeps it (components/checks/declared.py BUCKET_DISPOSITIONS)"]),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT, softDeletePolicy={"retentionDurationSeconds": 86400}),
+     ['bucket "b": soft-delete retention 86400 s is not 0 or 7-90 days (components/checks/declared.py '
+      "SOFT_DELETE_SECONDS)"]),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT, retentionPolicy={"retentionPeriod": 1, "isLocked": True}),
+     ['bucket "b": a retention policy or object retention lock is not declared (a locked one could never be '
+      "removed, nor the bucket deleted) (components/checks/declared.py BUCKET_DISPOSITIONS)"]),
+    ("declared-artifacts", BUCKET, bucket(labels=KEPT, lifecycleRules=[{"action": {"type": "Delete"},
+                                                                       "condition": {"age": 1}}]),
      ['bucket "b": lifecycle rules ("Delete") are not declared; the checkpoint is staged once and kept'
       ' (components/checks/declared.py TYPES: the bucket, without lifecycle rules)']),
     ("declared-artifacts", "gcp:artifactregistry/repository:Repository",
@@ -361,10 +399,35 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("declared-artifacts", "command:local:Command",
      build_command(environment={**BUILD_ENV, "BASE": "ghcr.io/x/python:3.12-slim",
                                 "BUILDER": "x@p.iam.gserviceaccount.com"}),
-     ['the engine image\'s base is "ghcr.io/x/python:3.12-slim", declared docker.io/library/python:3.12-slim '
-      "(optionally @sha256:...) (components/checks/declared.py ENGINE_BASE)",
+     ['the engine image\'s base is "ghcr.io/x/python:3.12-slim", declared docker.io/library/python:3.12-slim'
+      "@sha256:... (components/checks/declared.py ENGINE_BASE)",
       'the engine image is built as "x@p.iam.gserviceaccount.com", not the stack\'s builder '
       "c-build@p.iam.gserviceaccount.com (components/checks/declared.py BUILD_SA)"]),
+    ("declared-artifacts", "command:local:Command",
+     build_command(environment={**BUILD_ENV, "BASE": "docker.io/library/python:3.12-slim",
+                                "STEP": "gcr.io/cloud-builders/docker"}),
+     ['the engine image\'s base is "docker.io/library/python:3.12-slim", declared docker.io/library/python:3.12-slim'
+      "@sha256:... (components/checks/declared.py ENGINE_BASE)",
+      'the engine image\'s build step is "gcr.io/cloud-builders/docker", declared gcr.io/cloud-builders/docker:latest'
+      "@sha256:... (components/checks/declared.py ENGINE_STEP)"]),
+    # ---- declared-images: every image by digest from a declared registry/repository
+    ("declared-images", DEPLOYMENT, deployment(image="ghcr.io/kedacore/keda:2.20.2@" + DIGEST), []),
+    ("declared-images", DEPLOYMENT, deployment(image="ghcr.io/kedacore/keda@" + DIGEST), []),
+    ("declared-images", DEPLOYMENT, deployment(image="ghcr.io/kedacore/keda:2.20.2"),
+     ["spec.template.spec.containers[0]: image 'ghcr.io/kedacore/keda:2.20.2' is not registry/path[:tag]@sha256:<64 "
+      "hex>: every image runs by digest from its registry (components/checks/declared.py IMAGE_DIGEST)"]),
+    ("declared-images", DEPLOYMENT, deployment(image="ghcr.io/kedacore/keda@sha256:" + "5" * 63),
+     ["spec.template.spec.containers[0]: image 'ghcr.io/kedacore/keda@sha256:" + "5" * 63 + "' is not registry/path"
+      "[:tag]@sha256:<64 hex>: every image runs by digest from its registry (components/checks/declared.py "
+      "IMAGE_DIGEST)"]),
+    ("declared-images", DEPLOYMENT, deployment(image="ghcr.io.example.net/kedacore/keda@" + DIGEST),
+     ["spec.template.spec.containers[0]: image 'ghcr.io.example.net/kedacore/keda@" + DIGEST + "' comes from "
+      "ghcr.io.example.net/kedacore/keda, not a declared registry/repository (components/checks/declared.py "
+      "IMAGE_REPOSITORIES)"]),
+    ("declared-images", "command:local:Command", {"environment": {**BUILD_ENV, "STEP": "gcr.io/cloud-builders/docker"}},
+     ["environment STEP: image 'gcr.io/cloud-builders/docker' is not registry/path[:tag]@sha256:<64 hex>: every image "
+      "runs by digest from its registry (components/checks/declared.py IMAGE_DIGEST)"]),
+    ("declared-images", CHART, {"values": {"image": {"tag": "v1"}}}, []),  # its rendered objects are checked
     # ---- k8s-pinned-images
     ("k8s-pinned-images", DEPLOYMENT, deployment(), []),
     ("k8s-pinned-images", DEPLOYMENT, deployment(image="ghcr.io/llm-d/llm-d@sha256:" + "a" * 64), []),
@@ -1083,11 +1146,14 @@ ORDERED_CHECKS = sorted(rules.CHECKS.items(), key=lambda item: not item[0].start
 """The declared-* checks first: a mutant is refused at its first violation, and they refuse most."""
 
 
-def refusal(plan: list[dict[str, Any]], changed: list[dict[str, Any]]) -> str | None:
+def refusal(plan: list[dict[str, Any]], changed: list[dict[str, Any]], first: str | None = None) -> str | None:
     """The first policy that refuses a mutated plan, or None: the resource checks on the resources that differ
-    (the others passed already), then the whole-stack checks on the mutated plan."""
+    (the others passed already), then the whole-stack checks on the mutated plan. `first`: the check to try before
+    the others (the one that refused the last mutant of its kind: the answer is the same, found sooner)."""
+    order = ORDERED_CHECKS if first not in rules.CHECKS else [(first, rules.CHECKS[first]), *(
+        item for item in ORDERED_CHECKS if item[0] != first)]
     for resource in changed:
-        for name, (check, _) in ORDERED_CHECKS:
+        for name, (check, _) in order:
             if check(resource["type"], resource["inputs"]):
                 return name
     pairs = [(r["type"], r["inputs"]) for r in plan]
@@ -1100,11 +1166,14 @@ def run_mutants(resources: list[dict[str, Any]], kinds: dict[str, bool] | None =
     whether every one of its sites was refused."""
     counts: dict[str, list[int]] = {}
     missed = []
+    last: dict[str, str | None] = {}
     for mutant in mutations.generate(resources):
         plan, changed = mutant.apply(resources)
         tally = counts.setdefault(mutant.family, [0, 0])
         tally[0] += 1
-        refused = refusal(plan, changed) is not None
+        found = refusal(plan, changed, last.get(mutant.kind) or last.get(mutant.family))
+        last[mutant.kind] = last[mutant.family] = found
+        refused = found is not None
         tally[1] += refused
         if kinds is not None:
             kinds[mutant.kind] = kinds.get(mutant.kind, True) and refused
@@ -1113,17 +1182,23 @@ def run_mutants(resources: list[dict[str, Any]], kinds: dict[str, bool] | None =
     return {family: (n, r) for family, (n, r) in counts.items()}, missed
 
 
-def record_mutants(record_property, plan: str, counts: dict[str, tuple[int, int]], kinds: dict[str, bool]) -> None:
-    """For the run's summary (tests/conftest.py): sites (mutants, each one change at one site) and kinds caught."""
+def record_mutants(record_property, plan: str, counts: dict[str, tuple[int, int]], kinds: dict[str, bool],
+                   resources: list[dict[str, Any]]) -> None:
+    """For the run's summary (tests/conftest.py): the fields the walk visited, sites (mutants, each one change at one
+    site) and kinds caught, and the images' share of them."""
     record_property("mutants", counts)
+    images = counts.get("images", (0, 0))
     record_property("mutation-summary", {"plan": plan, "sites": sum(n for n, _ in counts.values()),
                                          "sites_refused": sum(r for _, r in counts.values()), "kinds": len(kinds),
-                                         "kinds_refused": sum(kinds.values())})
+                                         "kinds_refused": sum(kinds.values()),
+                                         "fields": mutations.FIELDS_WALKED.get(id(resources), 0),
+                                         "field_sites": counts.get("fields", (0, 0)),
+                                         "image_sites": images})
 
 
-FAMILIES = {"pods", "containers", "start commands", "services", "network policies", "rbac", "service accounts",
-            "code ConfigMaps", "volumes", "node pools", "cluster", "NAT", "subnets", "addresses", "network", "IAM",
-            "buckets", "namespaces", "firewall", "ingress", "webhooks"}
+FAMILIES = {"fields", "pods", "containers", "start commands", "services", "network policies", "rbac",
+            "service accounts", "code ConfigMaps", "volumes", "node pools", "cluster", "NAT", "subnets", "addresses",
+            "network", "IAM", "buckets", "namespaces", "firewall", "ingress", "webhooks", "images"}
 """Every resource family the committed plans hold, each of which the generator must reach."""
 
 
@@ -1131,7 +1206,7 @@ FAMILIES = {"pods", "containers", "start commands", "services", "network policie
 def test_every_generated_mutant_of_a_committed_plan_is_refused(plans, plan_resources, stack, record_property):
     kinds: dict[str, bool] = {}
     counts, missed = run_mutants(plan_resources[stack], kinds)
-    record_mutants(record_property, stack, counts, kinds)
+    record_mutants(record_property, stack, counts, kinds, plan_resources[stack])
     assert missed == []
     rendered(plans[stack])  # the families below include the charts' objects (router, LWS RBAC): skip, saying why
     assert set(counts) >= FAMILIES
@@ -1142,8 +1217,9 @@ def test_every_generated_mutant_of_a_committed_plan_is_refused(plans, plan_resou
 def test_every_generated_mutant_of_a_variant_is_refused(variants, variant, family, record_property):
     """The variants add workloads (benchmark and calibration Jobs), a Gateway and its policies, the SGLang engine."""
     kinds: dict[str, bool] = {}
-    counts, missed = run_mutants(variants[variant].resources, kinds)
-    record_mutants(record_property, variant, counts, kinds)
+    resources = variants[variant].resources
+    counts, missed = run_mutants(resources, kinds)
+    record_mutants(record_property, variant, counts, kinds, resources)
     assert missed == []
     assert counts[family][0] > 0
 
@@ -1160,6 +1236,27 @@ ISSUE_MUTATIONS = [
     ("tpu", "commands", "another service account runs the build"),
     ("gpu", "containers", "vllm: literal DB_PASS"),
     ("tpu", "containers", "vllm-tpu: literal GCS_HMAC"),
+    # issue 45, the second part: every image by digest from a declared registry, in the charts' renders too
+    ("gpu", "images", "keda-operator spec.template.spec keda-operator: by tag instead of digest"),
+    ("tpu", "images", "platform-lws-controller-manager spec.template.spec manager: a lookalike host (a suffix)"),
+    ("gpu", "images", "kimi-k3-1-epp spec.template.spec epp: a digest one hex digit short"),
+    ("gpu", "images", "kimi-k3-1-epp spec.template.spec envoy-proxy: another registry"),
+    ("gpu", "images", "nvidia-dra-driver-gpu-kubelet-plugin spec.template.spec init-container: a lookalike host "
+                      "(a homoglyph)"),
+    ("tpu", "images", "weights-staging-job spec.template.spec stage-weights: by tag instead of digest"),
+    ("tpu", "images", "tpu-engine-lws spec.leaderWorkerTemplate.workerTemplate.spec vllm-tpu: another project's "
+                      "engine repository"),
+    ("tpu", "images", "engine-image-build environment STEP: by tag instead of digest"),
+    ("tpu", "images", "engine-image-build environment BASE: another registry"),
+    ("gpu", "pods", "an ephemeral container by tag"),
+    # credentials from declared Secrets only, by value and by declaration
+    ("gpu", "containers", "stage-weights: env HF_TOKEN: from another Secret"),
+    ("tpu", "containers", "stage-weights: env HF_TOKEN: a secret given a plain value"),
+    ("gpu", "containers", "epp: an innocuously named env var holding an AWS access key"),
+    ("tpu", "containers", "vllm-tpu: envFrom an undeclared Secret"),
+    # the bucket's deletion as declared
+    ("gpu", "buckets", "weights-bucket: forceDestroy True"),
+    ("tpu", "buckets", "weights-bucket: a locked retention policy"),
     # (plan, family, what the mutant says): the unsafe changes a review found the old pack missed, by name
     ("tpu", "start commands", "vllm-tpu: an extra unpinned pip install"),
     # The TPU engine installs nothing at start and runs the stack's build by digest (issue 32).

@@ -180,7 +180,8 @@ def test_values_layers(plans, variants, stack, engine):
     router = values["router"]
     # base
     assert router["epp"]["replicas"] == 1, "exact in-flight token accounting needs one EPP"
-    assert router["epp"]["image"]["tag"] == ROUTER_VERSION, "the chart's default tag is the moving `main`"
+    assert router["epp"]["image"]["tag"].startswith(ROUTER_VERSION + "@sha256:"), \
+        "the chart's default tag is the moving `main`: the pinned one, by its digest"
     assert router["inferencePool"]["failureMode"] == "FailOpen"
     # monitoring: metrics readable by our PodMonitoring
     assert router["monitoring"]["prometheus"]["auth"]["enabled"] is False
@@ -198,10 +199,15 @@ def test_calibration_job(variants, name, endpoint):
     job = next(m for m in plan.manifests if m["kind"] == "Job" and "calibration" in m["metadata"]["name"])
     env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["ENDPOINT"] == endpoint
-    # llm-d's method divides the engines' prefill chunk by the median TTFT: the two must agree.
+    # llm-d's method divides the engines' prefill chunk by the median TTFT: the two must agree. Decode engines
+    # (their own 512-token budget, components/plan/engines.py DECODE_BATCHED_TOKENS) run no prefill the router sends.
     from tests.serving.test_modelservers import engine_scripts
 
-    chunks = {dict(facts.split_flags(argv)).get("--max-num-batched-tokens") for _, argv in engine_scripts(plan)}
+    from components.facts import contract
+
+    chunks = {flags.get("--max-num-batched-tokens") for flags in (dict(facts.split_flags(argv))
+                                                                  for _, argv in engine_scripts(plan))
+              if flags.get("--port") != str(contract.DECODE_ENGINE_PORT)}
     assert chunks - {None} == {env["CHUNK_TOKENS"]}
     values = router_chart(plan)["values"]["router"]
     if name == "bench":

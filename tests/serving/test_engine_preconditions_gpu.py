@@ -4,6 +4,7 @@ checked against the rendered prefill and decode pods (tests/preconditions.py). E
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -140,13 +141,19 @@ def _offload_bytes(objs: pc.Objects) -> None:
 
 
 # --------------------------------------------------------------------------- MoE: MegaMoE, all-to-all
+MEGA_MOE = "deep_gemm_mega_moe"
+
+
+def _mega_moe_engines(objs: pc.Objects) -> list[tuple[str, dict]]:
+    """The engines that run MegaMoE (gpu.prefillMoeBackend / gpu.decodeMoeBackend)."""
+    return [(where, c) for where, c in _engines(objs) if pc.flags(c).get("--moe-backend") == MEGA_MOE]
+
+
 @pc.row("GPU-MOE-1", breaks=lambda objs: pc.drop_flag(objs, ENGINE, "--enable-expert-parallel"))
 def _mega_moe_needs_ep(objs: pc.Objects) -> None:
-    for where, container in _engines(objs):
-        flags = pc.flags(container)
-        backend = flags.get("--moe-backend")
-        assert backend == "deep_gemm_mega_moe", f"{where}: --moe-backend {backend}"
-        assert "--enable-expert-parallel" in flags, f"{where}: Kimi K3 MegaMoE requires --enable-expert-parallel"
+    for where, container in _mega_moe_engines(objs):
+        assert "--enable-expert-parallel" in pc.flags(container), \
+            f"{where}: Kimi K3 MegaMoE requires --enable-expert-parallel"
 
 
 @pc.row("GPU-MOE-2", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--tensor-parallel-size", "3"))
@@ -170,6 +177,47 @@ def _sm100(objs: pc.Objects) -> None:
         if any(c["name"] == ENGINE for c in spec["containers"]):
             accelerator = spec.get("nodeSelector", {}).get("cloud.google.com/gke-accelerator")
             assert accelerator in SM100_ACCELERATORS, f"{where}: {accelerator!r} is no SM100-family GPU"
+
+
+def _drop_channel_claim(objs: pc.Objects) -> None:
+    from components.facts import contract
+
+    for _, spec in pc.pod_specs(objs):
+        spec["resourceClaims"] = [c for c in spec.get("resourceClaims", [])
+                                  if c.get("resourceClaimTemplateName") != contract.COMPUTE_DOMAIN_CHANNEL_TEMPLATE]
+
+
+@pc.row("GPU-MOE-5", breaks=_drop_channel_claim)
+def _mega_moe_across_nodes_has_a_channel(objs: pc.Objects) -> None:
+    from components.facts import contract
+
+    sizes = {role: template["size"] for role, template, _ in _roles(objs)}
+    for where, spec in pc.pod_specs(objs):
+        [engine] = [c for c in spec["containers"] if c["name"] == ENGINE] or [None]
+        if engine is None or pc.flags(engine).get("--moe-backend") != MEGA_MOE or sizes[where.split("/")[1]] < 2:
+            continue
+        claims = {c["name"] for c in spec.get("resourceClaims", [])
+                  if c.get("resourceClaimTemplateName") == contract.COMPUTE_DOMAIN_CHANNEL_TEMPLATE}
+        assert claims, f"{where}: MegaMoE's symmetric buffer spans nodes and no ComputeDomain channel is claimed"
+        used = {c["name"] for c in engine.get("resources", {}).get("claims", [])}
+        assert claims & used, f"{where}: the engine container does not use the ComputeDomain channel claim"
+
+
+MEGA_MOE_CONFIG_KEYS = ("hidden_act", "routed_expert_hidden_size", "use_grouped_topk", "num_expert_group",
+                        "topk_group")
+"""The model-config keys Kimi K3's MegaMoE checks (vllm/models/kimi_k3/nvidia/model.py:383-417)."""
+
+
+@pc.row("GPU-MOE-6", breaks=_append_flags("--hf-overrides", "'{\"text_config\":{\"num_expert_group\":8}}'"))
+def _mega_moe_model_keys_unchanged(objs: pc.Objects) -> None:
+    for where, container in _mega_moe_engines(objs):
+        raw = pc.flags(container).get("--hf-overrides")
+        if raw is None:
+            continue
+        overrides = json.loads(raw)
+        touched = {key for key in MEGA_MOE_CONFIG_KEYS
+                   if key in overrides or key in overrides.get("text_config", {})}
+        assert not touched, f"{where}: --hf-overrides changes {sorted(touched)}, which Kimi K3 MegaMoE checks"
 
 
 @pc.row("GPU-MOE-4", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--all2all-backend", "deepep_v2"))
@@ -356,6 +404,67 @@ def _batch_within_the_blocks(objs: pc.Objects) -> None:
                                      "(each FULL-graph decode request of a Mamba-type model needs one)"
 
 
+# --------------------------------------------------------------------------- start: one request fits, /dev/shm
+@pc.row("GPU-KVFIT-1", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--gpu-memory-utilization", "0.80"))
+def _one_request_fits_with_the_assumed_non_weight_memory(objs: pc.Objects) -> None:
+    """What is left per GPU after the weights and one --max-model-len request's blocks (+ the null block), from the
+    pod's own flags, must exceed the non-weight memory the plan assumes (tests/engine/test_vllm_kv_cache.py holds
+    the one-request pool to vLLM's planner)."""
+    from components.plan import capacity
+    from tests.config.test_config import parse
+
+    cfg = parse("gpu")
+    groups = capacity.kv_cache_groups(cfg)
+    for where, container in _engines(objs):
+        flags = pc.flags(container)
+        length, block = int(flags["--max-model-len"]), int(flags["--block-size"])
+        usable = float(flags.get("--gpu-memory-utilization") or 0.9) * cfg.gpu.spec.hbm_gb_per_gpu * 1e9
+        blocks = groups.attention_groups * -(-length // block) + groups.state_groups * groups.state_blocks_per_request
+        pool = (blocks + 1) * groups.bytes_per_block
+        ceiling = usable - capacity.weights_held_per_device(cfg, where.split("/")[1]).total - pool
+        assumed = capacity.non_weight_bytes(cfg)
+        assert ceiling > assumed, f"{where}: one {length:,}-token request needs a {pool / 1e9:.1f} GB pool; the " \
+                                  f"engine would start only below {ceiling / 1e9:.1f} GB of non-weight memory per " \
+                                  f"GPU, {assumed / 1e9:.0f} GB assumed"
+
+
+MQ_BYTES_PER_ENGINE = 16 * 2**20 * 10 + 24 * 2**20 * 10
+"""Each engine's two shared-memory queues in /dev/shm: the executor's broadcast queue (VLLM_MQ_MAX_CHUNK_BYTES_MB
+16 MiB x 10 chunks, vllm/v1/executor/multiproc_executor.py:165,178) and its worker's response queue (MessageQueue
+defaults 24 MiB x 10, vllm/distributed/device_communicators/shm_broadcast.py:503-504; multiproc_executor.py:725)."""
+
+
+def _quantity(text: str) -> float:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    return float(text[:-2]) * units[text[-2:]] if text[-2:] in units else float(text)
+
+
+def _shrink_shm(objs: pc.Objects) -> None:
+    for _, spec in pc.pod_specs(objs):
+        for volume in spec.get("volumes", []):
+            if volume["name"] == "dshm":
+                volume["emptyDir"]["sizeLimit"] = "2Gi"
+
+
+@pc.row("GPU-SHM-1", breaks=_shrink_shm)
+def _shm_holds_the_offload_regions(objs: pc.Objects) -> None:
+    for where, spec in pc.pod_specs(objs):
+        engines = [c for c in spec["containers"] if c["name"] == ENGINE]
+        if not engines:
+            continue
+        [engine] = engines
+        [offload] = [c for c in _children(_kv_transfer(engine)) if c["kv_connector"] == "OffloadingConnector"]
+        local = int(pc.flags(engine)["--data-parallel-size-local"])
+        need = local * (int(offload["kv_connector_extra_config"]["cpu_bytes_to_use"]) + MQ_BYTES_PER_ENGINE)
+        [shm] = [v for v in spec.get("volumes", []) if v["name"] == "dshm"]
+        assert shm["emptyDir"].get("medium") == "Memory", f"{where}: /dev/shm is not memory-backed"
+        size = _quantity(shm["emptyDir"]["sizeLimit"])
+        assert size >= need, f"{where}: /dev/shm {size / 2**30:.1f} GiB < {need / 2**30:.1f} GiB for {local} " \
+                             "engines' offload regions and queues"
+        limit = _quantity(engine["resources"]["limits"]["memory"])
+        assert limit > size, f"{where}: the memory limit {limit / 2**30:.0f} GiB does not cover /dev/shm"
+
+
 # --------------------------------------------------------------------------- render endpoint (scale-out routes)
 def _render_service(objs: pc.Objects) -> dict:
     from components.router import router
@@ -405,6 +514,19 @@ def _draft_model(objs: pc.Objects) -> None:
         mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
         assert any(model == m or model.startswith(m.rstrip("/") + "/") for m in mounts), \
             f"{where}: draft model {model} is on no volume the engine mounts"
+
+
+# --------------------------------------------------------------------------- what leaves the pods
+@pc.row("GPU-PRIVACY-1", breaks=lambda objs: [pc.drop_env(objs, ENGINE, name) for name in pc.USAGE_STATS_OFF])
+def _usage_stats_off(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        pc.assert_usage_stats_off(where, container)
+
+
+@pc.row("GPU-PRIVACY-2", breaks=lambda objs: pc.add_hub_token(objs, ENGINE))
+def _hub_off(objs: pc.Objects) -> None:
+    for where, container in _engines(objs):
+        pc.assert_hub_off(where, container)
 
 
 test_gpu_precondition_holds = pc.holds_test("GPU")

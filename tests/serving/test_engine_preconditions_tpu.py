@@ -19,6 +19,13 @@ DEFAULT_REGISTRATION_TIMEOUT_S = 120
 """raiden_store.py:321-324: RAIDEN_EXPECTED_WORKERS_TIMEOUT_S defaults to 120 s."""
 SLICE_BUILDER_BASE = 8070
 """envs.py:974 TORCH_TPU_BASE_PORT default; tpu_mp_multihost.py:160-166 adds the local rank."""
+RENDEZVOUS_TIMEOUT_S = 300
+"""tpu_mp_multihost.py:66 `_RENDEZVOUS_TIMEOUT_S`, a constant."""
+UNIFIED_POOL = "TPU_VLLM_ENABLE_UNIFIED_BLOCK_POOL"
+DEFAULT_ENGINE_READY_TIMEOUT_S = 600
+"""vllm/envs.py:796-798 (vLLM 0.29.0 in the vllm-torchtpu wheel)."""
+TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+"""torch_tpu/_tcmalloc_check.py:141-148 (torch-tpu 0.2.0): the library its warning asks to preload."""
 LAUNCHER_ENV = {
     # mp_multihost_entry.sh@be9c868 (engines.MP_LAUNCHER), line: (variable, value), as the launcher writes them.
     63: ("MEGASCALE_COORDINATOR_ADDRESS", ""),
@@ -192,11 +199,18 @@ def _rendezvous_port(objs):
     assert needed <= _leader_ports(objs), f"the leader declares no rendezvous port {needed}"
 
 
-@pc.row("TPU-MH-4", breaks=lambda objs: [c.update(ports=[p for p in c["ports"] if p.get("name") != "slice-3"])
+@pc.row("TPU-MH-4", breaks=lambda objs: [c.update(ports=[p for p in c["ports"] if p.get("name") != "slice-7"])
                                           for _, c in pc.containers(objs, ENGINE)])
 def _slice_builder_ports(objs):
-    wanted = {SLICE_BUILDER_BASE + i for i in range(catalog.IRONWOOD.chips_per_host)}
+    """One port per rank the host runs: TP / --nnodes ranks (vLLM's `local_world_size`), each a TensorCore."""
     for where, c in _engines(objs):
+        flags = pc.flags(c)
+        ranks = int(flags["--tensor-parallel-size"]) // int(flags.get("--nnodes") or 1) * int(
+            flags.get("--data-parallel-size-local") or 1)
+        assert ranks == catalog.IRONWOOD.chips_per_host * catalog.IRONWOOD.tensorcores_per_chip, \
+            f"{where}: {ranks} ranks per host, the host has {catalog.IRONWOOD.chips_per_host} chips x " \
+            f"{catalog.IRONWOOD.tensorcores_per_chip} TensorCores"
+        wanted = {SLICE_BUILDER_BASE + i for i in range(ranks)}
         declared = {p["containerPort"] for p in c.get("ports", [])}
         assert wanted <= declared, f"{where}: slice-builder ports {sorted(wanted - declared)} not declared"
 
@@ -213,6 +227,79 @@ def _host_ip(objs):
 def _no_core_dumps(objs):
     for where, c in _engines(objs):
         assert "ulimit -c 0" in pc.script(c).split("\nexec ", 1)[0].splitlines(), f"{where}: core dumps stay on"
+
+
+@pc.row("TPU-MH-7", breaks=lambda objs: [o["spec"].update(startupPolicy="LeaderReady")
+                                          for o in objs if o["kind"] == "LeaderWorkerSet"])
+def _hosts_meet_within_the_rendezvous(objs):
+    """Every host reaches the rendezvous within its fixed 300 s: workers start with the leader, not once it is ready
+    (it is ready only after the rendezvous), and no host spends longer than that resolving the head."""
+    for obj in objs:
+        if obj["kind"] == "LeaderWorkerSet":
+            policy = obj["spec"].get("startupPolicy")
+            assert policy == "LeaderCreated", f"{obj['metadata']['name']}: startupPolicy {policy!r}: workers " \
+                                              "must start with the leader, not once it is ready"
+    for where, c in _engines(objs):
+        preamble = pc.script(c).split("\nexec ", 1)[0]
+        [bound] = re.findall(r"deadline=\$\(\(SECONDS \+ ([0-9]+)\)\)", preamble)
+        [retry] = re.findall(r"^\s*sleep ([0-9]+)$", preamble, re.M)
+        assert int(bound) + int(retry) < RENDEZVOUS_TIMEOUT_S, \
+            f"{where}: a host may still be resolving the head {bound} + {retry} s after the others start, the " \
+            f"rendezvous gives up after {RENDEZVOUS_TIMEOUT_S} s"
+
+
+# --------------------------------------------------------------------------- prefix caching, offload, engine start
+@pc.row("TPU-PREFIX-1", breaks=lambda objs: pc.set_env(objs, ENGINE, UNIFIED_POOL, "0"))
+def _align_mode_and_unified_pool(objs):
+    for where, c in _engines(objs):
+        flags = pc.flags(c)
+        if "--enable-prefix-caching" not in flags:
+            continue
+        assert flags.get("--mamba-cache-mode") == "align", \
+            f"{where}: prefix caching with --mamba-cache-mode {flags.get('--mamba-cache-mode')!r} (the platform " \
+            "refuses anything but align on the hybrid)"
+        assert pc.env(c).get(UNIFIED_POOL) == "1", f"{where}: prefix caching without {UNIFIED_POOL}=1"
+
+
+@pc.row("TPU-RAIDEN-7", breaks=lambda objs: pc.drop_env(objs, ENGINE, UNIFIED_POOL))
+def _offload_on_the_unified_pool(objs):
+    for where, c in _engines(objs):
+        if pc.json_flag(c, "--kv-transfer-config")["kv_connector"] == "TPURaidenOffloadingConnector":
+            assert pc.env(c).get(UNIFIED_POOL) == "1", \
+                f"{where}: Raiden offload on the hybrid with {UNIFIED_POOL}={pc.env(c).get(UNIFIED_POOL)!r}"
+
+
+@pc.row("TPU-READY-1", breaks=lambda objs: pc.drop_env(objs, ENGINE, "VLLM_ENGINE_READY_TIMEOUT_S"))
+def _engine_ready_timeout(objs):
+    leaders = [(where, c) for where, c in _engines(objs) if where.split("/")[1] == "leader"]
+    for where, c in leaders:
+        probe = c["startupProbe"]
+        budget = probe["periodSeconds"] * probe["failureThreshold"]
+        value = int(pc.env(c).get("VLLM_ENGINE_READY_TIMEOUT_S") or DEFAULT_ENGINE_READY_TIMEOUT_S)
+        assert value >= budget, f"{where}: the API server gives its engine {value} s, the probe allows {budget} s"
+    for where, c in _engines(objs):
+        assert pc.env(c).get("VLLM_ENGINE_READY_TIMEOUT_S") == pc.env(leaders[0][1]).get(
+            "VLLM_ENGINE_READY_TIMEOUT_S"), f"{where}: another engine-ready timeout than the leader's"
+
+
+# --------------------------------------------------------------------------- what leaves the pods, the allocator
+@pc.row("TPU-PRIVACY-1", breaks=lambda objs: [pc.drop_env(objs, ENGINE, name) for name in pc.USAGE_STATS_OFF])
+def _usage_stats_off(objs):
+    for where, c in _engines(objs):
+        pc.assert_usage_stats_off(where, c)
+
+
+@pc.row("TPU-PRIVACY-2", breaks=lambda objs: pc.add_hub_token(objs, ENGINE))
+def _hub_off(objs):
+    for where, c in _engines(objs):
+        pc.assert_hub_off(where, c)
+
+
+@pc.row("TPU-ALLOC-1", breaks=lambda objs: pc.drop_env(objs, ENGINE, "LD_PRELOAD"))
+def _tcmalloc_preloaded(objs):
+    for where, c in _engines(objs):
+        preload = (pc.env(c).get("LD_PRELOAD") or "").split(":")
+        assert TCMALLOC in preload, f"{where}: LD_PRELOAD {preload} does not load {TCMALLOC}"
 
 
 test_tpu_precondition_holds = pc.holds_test("TPU")

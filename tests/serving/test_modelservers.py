@@ -246,7 +246,11 @@ def test_pods_mount_the_weights_read_only_and_wait_long_enough(plans, stack):
             # than it.
             assert wait_s > startup["periodSeconds"] * startup["failureThreshold"], where
         env = {e["name"]: e for e in container["env"]}
-        assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "llm-d-hf-token", "key": "HF_TOKEN"}
+        # The weights, config and tokenizer are on the volume: the engine never reads the Hub, so no token
+        # (the staging Job keeps it, tests/weights/) and the Hub off (components/serving/modelservers.py
+        # ENGINE_PRIVACY_ENV).
+        assert "HF_TOKEN" not in env and not container.get("envFrom"), where
+        assert env["HF_HUB_OFFLINE"]["value"] == "1", where
     volumes = [v for role_or_pod in [served] for v in _volumes(role_or_pod)]
     assert all(v["persistentVolumeClaim"] == {"claimName": pvc, "readOnly": True}
                for v in volumes if "persistentVolumeClaim" in v)
@@ -385,13 +389,16 @@ def test_no_role_depends_on_deepep(gpu):
 
 def test_tpu_pods_declare_what_the_engine_binds(tpu):
     """Leader: HTTP, the --nnodes master port and the rendezvous next to it, the Raiden controller; every
-    host: one TorchTPU slice-builder port per chip (vllm_torchtpu/distributed/tpu_mp_multihost.py)."""
+    host: one TorchTPU slice-builder port per rank it runs, a TensorCore each: 8 on a 4-chip Ironwood host
+    (vllm_torchtpu/distributed/tpu_mp_multihost.py `local_world_size`)."""
     template = manifest(tpu, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
     leader = template["leaderTemplate"]["spec"]["containers"][0]
     worker = template["workerTemplate"]["spec"]["containers"][0]
     flags = dict(facts.split_flags(facts.exec_argv(leader["args"][0])))
     master = int(flags["--master-port"])
-    slices = {8070 + i for i in range(catalog.IRONWOOD.chips_per_host)}
+    ranks = catalog.IRONWOOD.chips_per_host * catalog.IRONWOOD.tensorcores_per_chip
+    assert int(flags["--tensor-parallel-size"]) // int(flags["--nnodes"]) == ranks == 8
+    slices = {8070 + i for i in range(ranks)}
     assert {p["containerPort"] for p in leader["ports"]} == {int(flags["--port"]), master, master + 1,
                                                              51515, *slices}
     assert {p["containerPort"] for p in worker["ports"]} == slices

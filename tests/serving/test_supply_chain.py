@@ -19,6 +19,9 @@ from tests.conftest import ROOT
 from tools.preview import lock_tpu_engine
 
 LOCK_TEXT = lock_tpu_engine.LOCK.read_text()
+BASE_REF = "docker.io/library/python:3.12-slim@sha256:" + "1" * 64
+STEP_REF = "gcr.io/cloud-builders/docker:latest@sha256:" + "2" * 64
+"""The engine build's base and Cloud Build step by digest, as the stack passes them (components/checks/registry.py)."""
 ENTRY = re.compile(r"^([A-Za-z0-9_.\-]+)(?:==([^\s\\]+)| @ (https://\S+)) \\\n"
                    r"((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", re.M)
 CUDA_ONLY = re.compile(r"^(nvidia-.*|cuda-.*|triton)$")
@@ -115,13 +118,15 @@ def test_the_build_reruns_only_when_what_the_image_is_made_of_changes(tpu):
     is their sha256 (a changed Dockerfile or base never reuses the old image), and an existing tag is reused."""
     build = tpu.one("command:local:Command")
     lock = engineimage.lock_sha256()
+    base, step = build["inputs"]["environment"]["BASE"], build["inputs"]["environment"]["STEP"]
+    assert re.fullmatch(re.escape(images.IMAGES["tpu-engine"].reference) + "@sha256:[0-9a-f]{64}", base)
+    assert re.fullmatch(re.escape(images.IMAGES["build-step"].reference) + "@sha256:[0-9a-f]{64}", step)
     assert build["inputs"]["triggers"] == [lock, engineimage.file_sha256(engineimage.DOCKERFILE),
-                                           engineimage.file_sha256(engineimage.BUILD_CONFIG),
-                                           images.IMAGES["tpu-engine"].reference]
+                                           engineimage.file_sha256(engineimage.BUILD_CONFIG), base, step]
     assert build["inputs"]["environment"]["LOCK_SHA256"] == lock
-    base = images.IMAGES["tpu-engine"].reference
-    assert build["inputs"]["environment"]["TAG"] == engineimage.image_tag(base)
-    assert engineimage.image_tag(base) != engineimage.image_tag(base + "@sha256:" + "0" * 64)
+    assert build["inputs"]["environment"]["TAG"] == engineimage.image_tag(base, step)
+    assert engineimage.image_tag(base, step) != engineimage.image_tag(base.split("@")[0] + "@sha256:" + "0" * 64, step)
+    assert engineimage.image_tag(base, step) != engineimage.image_tag(base, step.split("@")[0] + "@sha256:" + "0" * 64)
     script = build["inputs"]["create"]
     assert ':$TAG"' in script and script.index("describe") < script.index("gcloud builds submit")
     assert "--service-account" in script and "--config cloudbuild.yaml" in script
@@ -214,14 +219,21 @@ def test_every_image_carries_its_configured_digest(variants, name):
         assert dra["image"] == {"tag": images.IMAGES["dra-driver"].tag + f"@sha256:{9:064x}"}
 
 
-def test_unpinned_plans_pull_by_tag_and_set_no_chart_image(plans):
-    """Without digest keys every image is pulled by its tag, but the TPU engine: the stack's own build, always by
-    digest."""
-    for stack in ("gpu", "tpu"):
-        from components.plan import images
+def test_without_digest_keys_every_image_runs_by_the_digest_its_registry_names(plans):
+    """Without digest keys every image still runs by digest: the one its registry names for the pinned tag
+    (components/checks/registry.py; the offline plan's stand-in, derived from the reference), the TPU engine by the
+    stack's own build's."""
+    from components.checks import registry
+    from components.plan import images
+    from tools.preview.render import stand_in_digest
 
-        assert not [ref for ref in _image_refs(plans[stack]).values() if "@" in ref
-                    and not images.is_built_tpu_engine(ref)]
+    for stack in ("gpu", "tpu"):
+        refs = _image_refs(plans[stack]).values()
+        assert refs and all(re.fullmatch(r"[^@]+@sha256:[0-9a-f]{64}", ref) for ref in refs), refs
+        for ref in refs:
+            tag, digest = ref.split("@")
+            if not images.is_built_tpu_engine(ref) and "/" in tag:  # not a chart's tag value (`:v25.8.0@...`)
+                assert registry.split(tag) and digest == stand_in_digest(tag), ref
 
 
 def test_chart_default_images_are_the_ones_the_digests_belong_to(shared):
@@ -347,8 +359,8 @@ def run_build(tmp_path, digest: str = "sha256:" + "ab" * 32, gcloud: bool = True
     env = {"PATH": f"{bin_dir}" if not gcloud else f"{bin_dir}:/usr/bin:/bin", "FAKE_STATE": str(state),
            "FAKE_DIGEST": digest, **{f"FAKE_{k.upper()}": v for k, v in fake.items()},
            "PROJECT": "p", "REGION": "us-central1", "REPOSITORY": "us-central1-docker.pkg.dev/p/c-engine",
-           "BASE": "docker.io/library/python:3.12-slim", "LOCK_SHA256": engineimage.lock_sha256(),
-           "TAG": engineimage.image_tag("docker.io/library/python:3.12-slim"),
+           "BASE": BASE_REF, "STEP": STEP_REF, "LOCK_SHA256": engineimage.lock_sha256(),
+           "TAG": engineimage.image_tag(BASE_REF, STEP_REF),
            "BUILDER": "c-build@p.iam.gserviceaccount.com", "BUCKET": "b", "HOME": os.environ.get("HOME", "/tmp")}
     proc = subprocess.run(["/bin/bash", "-c", engineimage.build_script()], cwd=engineimage.LOCKS, env=env,
                           capture_output=True, text=True, timeout=60)
@@ -365,7 +377,7 @@ def test_the_build_command_builds_once_and_prints_only_the_digest(tmp_path):
     assert proc.stdout == "sha256:" + "ab" * 32
     submits = [c for c in calls if c.startswith("builds submit")]
     assert len(submits) == 1
-    tag = engineimage.image_tag("docker.io/library/python:3.12-slim")
+    tag = engineimage.image_tag(BASE_REF, STEP_REF)
     image = f"us-central1-docker.pkg.dev/p/c-engine/{engineimage.IMAGE_NAME}:{tag}"
     assert f"_IMAGE={image}," in submits[0] and "--config cloudbuild.yaml" in submits[0]
     assert "--service-account projects/p/serviceAccounts/c-build@p.iam.gserviceaccount.com" in submits[0]
@@ -422,7 +434,7 @@ def test_an_image_pushed_under_the_tag_by_anything_else_is_refused_not_adopted(t
     assert proc.returncode == 1 and proc.stdout == "", proc.stdout
     assert not [c for c in calls if c.startswith("builds submit")]
     [line] = proc.stderr.strip().splitlines()
-    tag = engineimage.image_tag("docker.io/library/python:3.12-slim")
+    tag = engineimage.image_tag(BASE_REF, STEP_REF)
     assert line.startswith(f"{engineimage.FAILURE_PREFIX}us-central1-docker.pkg.dev/p/c-engine/"
                            f"{engineimage.IMAGE_NAME}:{tag} exists with digest sha256:{'66' * 32}, but no successful "
                            "Cloud Build of project p in us-central1, run as c-build@p.iam.gserviceaccount.com from "
@@ -438,7 +450,7 @@ def test_a_build_record_of_something_else_does_not_vouch_for_the_digest(tmp_path
     state.mkdir()
     digest = "sha256:" + "ab" * 32
     (state / "pushed").write_text(digest + "\n")
-    tag = engineimage.image_tag("docker.io/library/python:3.12-slim").removeprefix("inputs-")
+    tag = engineimage.image_tag(BASE_REF, STEP_REF).removeprefix("inputs-")
     rows = {"another builder": f"{digest} {tag} projects/p/serviceAccounts/intruder@p.iam.gserviceaccount.com",
             "other inputs": f"{digest} {'0' * 64} projects/p/serviceAccounts/c-build@p.iam.gserviceaccount.com",
             "failed": ""}
@@ -503,7 +515,8 @@ def test_the_build_config_is_cloud_builds_schema_and_matches_the_command():
     assert "substitutionOption" not in config["options"]
     # The docker step's --build-arg names are the Dockerfile's ARGs, and it builds the tag it pushes.
     [step] = config["steps"]
-    assert step["name"] == "gcr.io/cloud-builders/docker" and step["args"][0] == "build"
+    # The step's image is the stack's: Google's Docker builder by digest, passed in (and seen by the policy pack).
+    assert step["name"] == "${_STEP}" and "_STEP=$STEP" in passed and step["args"][0] == "build"
     args = [step["args"][i + 1].split("=", 1)[0] for i, a in enumerate(step["args"]) if a == "--build-arg"]
     assert set(args) == set(re.findall(r"^ARG (\w+)", engineimage.DOCKERFILE.read_text(), re.M))
     assert step["args"][step["args"].index("-t") + 1] == config["images"][0] == "${_IMAGE}"
@@ -549,3 +562,26 @@ def test_the_image_has_what_the_tpu_pods_run(tpu):
         # The image keeps its base's root user (components/platform/hardening.py ROOT_IMAGES): nothing asks for another.
         context = container.get("securityContext") or {}
         assert "runAsUser" not in context and not context.get("readOnlyRootFilesystem")
+
+
+def test_the_image_carries_the_allocator_the_tpu_pods_preload(tpu):
+    """torch-tpu asks for tcmalloc preloaded (components/facts/versions.py TCMALLOC_LIBRARY): the build installs
+    Debian's package under either name the base's release uses, fails without the library, and runs torch-tpu's own
+    `check_tcmalloc` under the same LD_PRELOAD as the pods, with its warning an error; every TPU engine pod preloads
+    that library (docs/engine-preconditions.md TPU-ALLOC-1 holds it on the rendered pods)."""
+    from components.facts.versions import TCMALLOC_LIBRARY, TCMALLOC_PACKAGES
+
+    runs = re.sub(r"\\\n\s*", " ", engineimage.DOCKERFILE.read_text())
+    [packages] = re.findall(r"for p in ([\w. -]+); do", runs)
+    assert tuple(packages.split()) == TCMALLOC_PACKAGES
+    assert 'apt-get install -y --no-install-recommends "$pkg"' in runs
+    assert f"[ -f {TCMALLOC_LIBRARY} ] ||" in runs
+    [check] = re.findall(r"LD_PRELOAD=(\S+) python3 -W error::UserWarning -c \"[^\"]*_tcmalloc_check\.py'\)"
+                         r"\['check_tcmalloc'\]\(\)\"", runs)
+    assert check == TCMALLOC_LIBRARY
+    assert runs.index("apt-get install") < runs.index("pip install") < runs.index(f"LD_PRELOAD={TCMALLOC_LIBRARY}")
+    [lws] = [m for m in tpu.manifests if m["kind"] == "LeaderWorkerSet"]
+    for template in ("leaderTemplate", "workerTemplate"):
+        [container] = lws["spec"]["leaderWorkerTemplate"][template]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["LD_PRELOAD"] == TCMALLOC_LIBRARY, template

@@ -66,7 +66,7 @@ def test_the_job_runs_the_copier_of_this_repository(plans, stack):
     [volume] = [v for v in spec["volumes"] if "configMap" in v]
     assert {(i["key"], i["path"]) for i in volume["configMap"]["items"]} == {
         (shipped.key(p), p) for p in shipped.APP}
-    assert container["image"] == versions.STAGING_IMAGE, "no digest configured: the pinned tag"
+    assert container["image"].startswith(versions.STAGING_IMAGE + "@sha256:"), "the pinned tag, by its digest"
     install = container["command"][2]
     assert "--require-hashes" in shlex.split(install) and "--no-deps" in shlex.split(install)
     assert "-r /app/tools/staging/requirements.lock" in install and "python -m tools.live.stage_weights" in install

@@ -1,6 +1,6 @@
 """Benchmark driver: one stack up, checked, benchmarked and torn down again, in one command.
 
-    python -m tools bench --stack gpu [--out ./bench-results] [--keep] [--skip-benchmark]
+    python -m tools bench --stack gpu [--out ./bench-results] [--keep] [--skip-benchmark] [--ramp]
         [--destroy-retries 3] [--up-timeout 5400] [--smoke-args --skip pd-kv-transfer ...]
 
 Steps, each announced by a `==> <step>` line:
@@ -9,6 +9,8 @@ Steps, each announced by a `==> <step>` line:
 3. smoke: `python -m tools smoke` in a subprocess of its own (deadline --smoke-timeout) through a port-forward of
    the router Service (`routerService`, port 80); the metrics URLs are port-forwards of the router (9090) and of
    every serving leader pod. Its lines go to the console and smoke.log.
+(with --ramp) ramp: a scale-down, a scale-up under the benchmark Job's load and a scale-down once it is deleted, each
+   watched on the scaled roles' HPAs and held to the plan's times (tools/live/bench_ramp.py, ramp.json).
 4. benchmark: `kimi-k3-1:benchmark.enabled=true`, `up` again, wait for the inference-perf Job (`benchmarkJob`).
 5. collect: copy `benchmarkResultsUri` to <results>/<stack>/<UTC timestamp>/, next to `outputs.json`,
    `smoke.log`, `driver.log` (every line printed) and `run.json` (each step's status and why it failed,
@@ -53,6 +55,7 @@ from typing import Any, Protocol
 
 from components.plan.naming import label_value
 from tools import deprecated, prog
+from tools.live.bench_ramp import Ramp
 from tools.live.bench_steps import Steps, measured_output_tokens_per_second
 from tools.live.bench_teardown import Teardown
 from tools.live.claims import LEASE_S, RENEW_S, Claim, ClaimStore
@@ -138,6 +141,10 @@ class Options:
     claim_lease: float = LEASE_S
     """The claim's deadline is this far ahead, renewed every min(RENEW_S, lease / 6) while the driver lives."""
     smoke_args: list[str] = field(default_factory=list)
+    ramp: bool = False
+    """Run the ramp step (tools/live/bench_ramp.py) after smoke."""
+    ramp_concurrency: int | None = None
+    """Sessions at once during the ramp's load; None: benchmark.concurrency."""
 
 
 @dataclass
@@ -150,13 +157,17 @@ class Deps:
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     out: OnOutput = print_line
+    clock: Callable[[], float] = time.monotonic
+    """Seconds, for the ramp's phases."""
 
 
 # --------------------------------------------------------------------------- the driver
-class Driver(Steps, Teardown):
+class Driver(Ramp, Steps, Teardown):
     STEPS = ("up", "wait", "smoke", "benchmark", "collect")
 
     def __init__(self, opts: Options, deps: Deps):
+        if opts.ramp:
+            self.STEPS = ("up", "wait", "smoke", "ramp", "benchmark", "collect")
         self.opts = opts
         self.deps = deps
         self.console = Console(deps.out, on_dead=self._output_died)
@@ -192,6 +203,9 @@ class Driver(Steps, Teardown):
         self.leftover_check = "not run"
         self.benchmark_previous: tuple[str | None] | None = None  # set once benchmark.enabled was changed
         self.run_id_previous: tuple[str | None] | None = None  # likewise benchmark.runId
+        self.conversations_previous: tuple[str | None] | None = None  # likewise benchmark.conversations (ramp)
+        self.concurrency_previous: tuple[str | None] | None = None  # likewise benchmark.concurrency (ramp)
+        self.ramp_load_off = False
         self.destroy_env: dict[str, str] = {}  # what the last destroy attempt ran with
 
     @property
@@ -346,6 +360,13 @@ class Driver(Steps, Teardown):
         self.out(f"results folder: {self.run_dir}")
         where = f"--stack {self.opts.stack} --cwd {self.opts.work_dir.resolve()}"
         self.claim_store = store = backend.claims()
+        if not store.atomic:
+            # Two drivers started together could both read "free" and both claim: refuse before touching anything.
+            return self._refuse(
+                f"stack {self.opts.stack}'s backend offers no compare-and-set ({store.where(self.opts.stack)}), so "
+                "two runs could both claim it",
+                "run benchmarks on a stack in a Cloud Storage or local backend, whose claims are atomic "
+                "(`pulumi login gs://<bucket>` or `pulumi login file://<folder>`; README.md, Run a benchmark)")
         mine = Claim(self.run_id, self.opts.stack, claim_deadline(self.deps.now(), self.opts.claim_lease),
                      socket.gethostname())
         held = store.create(mine)
@@ -367,10 +388,8 @@ class Driver(Steps, Teardown):
             return self._refuse(f"stack {self.opts.stack} was just claimed by benchmark run "
                                 f"{self.claim.run if self.claim else '(gone)'}", "use another stack")
         self.claimed = True
-        atomic = "" if store.atomic else (" (note: this backend offers no compare-and-set, so the claim is a stack "
-                                          "tag set then read back; Pulumi's update lock still admits one `up`)")
         self.out(f"claimed stack {self.opts.stack} for this run until {self.claim.deadline}, renewed while the "
-                 f"driver lives ({store.where(self.opts.stack)}){atomic}")
+                 f"driver lives ({store.where(self.opts.stack)})")
         self._renew_claim_in_background()
         count = backend.resource_count()
         if count:
@@ -438,7 +457,12 @@ def build_parser() -> argparse.ArgumentParser:
     deprecated(parser, "--results", "--out", type=Path)
     parser.add_argument("--keep", action="store_true",
                         help="leave the stack up at the end (the only way to skip the destroy)")
-    parser.add_argument("--skip-benchmark", action="store_true", help="stop after the smoke check")
+    parser.add_argument("--skip-benchmark", action="store_true", help="stop after the smoke check (or the ramp)")
+    parser.add_argument("--ramp", action="store_true",
+                        help="after the smoke check, exercise autoscaling: every scaled role down to its minimum, up to "
+                             "its maximum under load and down again, each within the plan's times (ramp.json)")
+    parser.add_argument("--ramp-concurrency", type=bounded_number(int, 1, 100000), default=None, metavar="SESSIONS",
+                        help="sessions at once during the ramp's load (default: benchmark.concurrency)")
     parser.add_argument("--destroy-retries", type=bounded_number(int, 0, 20), default=3,
                         help="retries of a destroy that failed on a known transient error (default %(default)s)")
     backoff = bounded_number(float, 0, 3600)
@@ -475,7 +499,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
                    retry_wait=args.backoff_seconds, up_timeout=args.up_timeout, ready_timeout=args.ready_timeout,
                    benchmark_timeout=args.benchmark_timeout, destroy_timeout=args.destroy_timeout,
                    smoke_timeout=args.smoke_timeout, claim_lease=args.claim_lease_seconds,
-                   smoke_args=list(args.smoke_args))
+                   smoke_args=list(args.smoke_args), ramp=args.ramp, ramp_concurrency=args.ramp_concurrency)
 
 
 def real_deps(opts: Options) -> Deps:

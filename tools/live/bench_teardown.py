@@ -21,6 +21,8 @@ from tools.live.core import (
 from tools.live.leftovers import LeftoverCheckError, split_kept_bucket
 from tools.live.pulumi_stack import (
     BENCHMARK_KEY,
+    CONCURRENCY_KEY,
+    CONVERSATIONS_KEY,
     CLUSTER_NAME_KEY,
     DELETE_CHECKPOINT_KEY,
     HINTS,
@@ -144,7 +146,9 @@ class Teardown:
             self.out(f"gs://{bucket} was kept with the checkpoint; the next up takes it back, nothing to set")
 
     def _restore_benchmark_config(self) -> None:
-        for key, saved in ((BENCHMARK_KEY, self.benchmark_previous), (RUN_ID_KEY, self.run_id_previous)):
+        for key, saved in ((BENCHMARK_KEY, self.benchmark_previous), (RUN_ID_KEY, self.run_id_previous),
+                           (CONVERSATIONS_KEY, self.conversations_previous),
+                           (CONCURRENCY_KEY, self.concurrency_previous)):
             if saved is None:
                 continue
             previous = saved[0]

@@ -8,9 +8,10 @@ holding the run id, a deadline and a generation (1 when created, +1 on every rew
   of two drivers exactly one creates it and nobody can rewrite or remove a claim that changed since they read it;
 - local backends (`file://`): the same under an exclusive lock on `.<stack>.lock` beside it (held for one read
   and one write, bounded), written to a temporary file and renamed, so a reader never sees a half-written claim.
-Pulumi Cloud keeps no objects of ours and its stack tags have no compare-and-set, so there the claim falls back
-to the stack tag `kimi-k3-1:bench-run`, set then read back: not atomic (two drivers within a second may both
-claim; Pulumi's update lock still lets only one `up` run). README.md (Run a benchmark) says so.
+Pulumi Cloud keeps no objects of ours and its stack tags have no compare-and-set, so a claim there could not be
+atomic (two drivers within a second could both claim): `bench` refuses such a backend in one line before touching
+anything (tools/live/bench.py). The reaper still reads and clears the stack tag `kimi-k3-1:bench-run` there
+(`TagClaims`), which earlier runs set. README.md (Run a benchmark) says so.
 
 The deadline is a lease: the driver renews it while it lives (RENEW_S); a driver that dies (SIGKILL, a lost
 runner) stops renewing, and `python -m tools reap` (the teardown workflow, every 15 minutes) takes the claim over

@@ -47,6 +47,9 @@ class Cluster(Protocol):
     def gateway_address(self, namespace: str, gateway: str) -> str:
         """The first address a Gateway reports (gateway mode has no router Service port to forward)."""
 
+    def hpa(self, namespace: str, name: str) -> dict[str, int]:
+        """A HorizontalPodAutoscaler's `current`, `desired`, `min` and `max` replicas (`bench --ramp`)."""
+
 
 class KubectlCluster:
     """kubectl with the stack's kubeconfig (exec auth through gke-gcloud-auth-plugin; no token on disk)."""
@@ -113,6 +116,14 @@ class KubectlCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
+
+    def hpa(self, namespace: str, name: str) -> dict[str, int]:
+        """An HPA's `current`, `desired`, `min` and `max` replicas (`kubectl get hpa -o json`; a status not yet
+        written counts as 0)."""
+        found = json.loads(self._run("get", "hpa", name, "-n", namespace, "-o", "json"))
+        spec, status = found.get("spec", {}), found.get("status", {})
+        return {"current": int(status.get("currentReplicas") or 0), "desired": int(status.get("desiredReplicas") or 0),
+                "min": int(spec.get("minReplicas") or 1), "max": int(spec.get("maxReplicas") or 0)}
 
     def gateway_address(self, namespace: str, gateway: str) -> str:
         address = self._run("get", "gateway", gateway, "-n", namespace,

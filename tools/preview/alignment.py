@@ -87,12 +87,14 @@ def engine_flags(container: Mapping[str, Any]) -> dict[str, str]:
 
 def image_setting(reference: str) -> str:
     """An image as the table shows it: the TPU engine the stack builds by its shape (region, project, cluster and
-    the build's digest are the stack's own), every other reference as the pod names it."""
+    the build's digest are the stack's own), every other by its tag and a placeholder for the digest its registry
+    names at `pulumi preview` and `up` (components/checks/registry.py; the offline plan's is a stand-in)."""
     from components.plan import images
 
     if images.is_built_tpu_engine(reference):
         return "<region>-docker.pkg.dev/<project>/<cluster>-engine/vllm-torchtpu@sha256:<the build's digest>"
-    return reference
+    tag, _, digest = reference.partition("@")
+    return f"{tag}@sha256:<its registry's digest>" if digest else reference
 
 
 def container_settings(prefix: str, container: Mapping[str, Any], out: dict[str, str]) -> None:

@@ -5,7 +5,9 @@
     python -m tools plan --stack-file path/to/Pulumi.x.yaml   # a stack file kept elsewhere
 
 Writes build/plan/<stack>/{resources.json, manifests.yaml, crds.yaml, charts.json, outputs.json,
-summary.txt} (format: docs/plan-format.md) and prints a short summary. All stacks render first. A stack
+summary.txt, overview.txt} (format: docs/plan-format.md) and prints each stack's overview: a screen grouped into
+what will be created, capacity, time, cost, limits and warnings; `--detail` prints the full summary instead, every
+figure with the terms and sources it comes from. All stacks render first. A stack
 that fails (a config error in its file, say) is named with its error and keeps its previous plan folder
 untouched; every other stack is still written, each folder swapped in whole, so no stack ever has
 partial output. The exit code is 1 if any stack failed.
@@ -134,6 +136,7 @@ def write_stack(folder: Path, document: dict[str, Any]) -> None:
     (folder / "charts.json").write_text(_json(document["charts"]))
     (folder / "outputs.json").write_text(_json(document["outputs"]))
     (folder / "summary.txt").write_text("\n".join(document["summary"]) + "\n")
+    (folder / "overview.txt").write_text("\n".join(overview_lines(folder.name, document)) + "\n")
 
 
 def write_plans(out: Path, results: list[Result]) -> None:
@@ -170,6 +173,14 @@ def summarize(stack: str, document: dict[str, Any]) -> list[str]:
     return lines + [f"  {line}" for line in document["summary"]]
 
 
+def overview_lines(stack: str, document: dict[str, Any]) -> list[str]:
+    """The reader's view of one stack (components/plan/overview.py), its title led by the stack's name."""
+    from components.plan.overview import Overview
+
+    lines = Overview.from_json(document["overview"]).lines()
+    return [f"{stack}: {lines[0]}", *lines[1:]]
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command; the cyclic garbage collector is off while it runs (see without_cyclic_gc)."""
     with without_cyclic_gc():
@@ -185,6 +196,9 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="FOLDER",
                         help="output folder (default: build/plan)")
     parser.add_argument("--quiet", action="store_true", help="print errors only")
+    parser.add_argument("--detail", action="store_true",
+                        help="print the full summary (summary.txt: every figure with its terms and sources) instead "
+                             "of the overview")
     args = parser.parse_args(argv)
     stacks = [ROOT / f"Pulumi.{name}.yaml" for name in args.stack] + [p.resolve() for p in args.stack_file]
     stacks = stacks or discover_stacks()
@@ -204,7 +218,7 @@ def _main(argv: list[str] | None) -> int:
 
     if not args.quiet:
         for stack, document, _ in results:
-            print("\n".join(summarize(stack, document)))
+            print("\n".join(summarize(stack, document) if args.detail else overview_lines(stack, document)))
         if results:
             print(f"plan written to {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}/")
         if failed:

@@ -162,6 +162,14 @@ def check_no_secret_leak(document: dict[str, Any], text: str | None = None) -> N
                         "keep it in secret Outputs")
 
 
+def stand_in_digest(reference: str) -> str:
+    """The offline plan's digest of a pinned image tag: derived from the reference, marked a stand-in."""
+    from tools.preview.mocks import _digest, stand_in
+
+    return stand_in(f"sha256:{_digest('image digest', reference)}",
+                    f"the digest the registry names for {reference} at `pulumi preview` and `pulumi up`")
+
+
 def render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
     """The plan document. `as_up`: run the program as `pulumi up` would, its preflight gate included (against
     whatever Google endpoint KIMI_GOOGLE_API_ROOT names: the gate's tests)."""
@@ -217,6 +225,10 @@ def _unchecked_render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
     from components.checks import preflight
 
     preflight.OFFLINE_PLAN = not as_up  # the plan asks no cloud; its mock engine runs with preview=False
+    from components.checks import registry
+
+    # Nor any registry, unless a test's fake stands in for them (components/checks/registry.py ROOT_ENV).
+    registry.LOOKUP = registry.registry_digest if os.environ.get(registry.ROOT_ENV) else stand_in_digest
     os.environ.pop("PULUMI_CONFIG", None)
     gcp_project = config.get(f"{project['name']}:gcp.project", "project")
     recording = Recording()
@@ -278,6 +290,11 @@ def _unchecked_render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
     summary = summary_lines(load_config())
     at = summary.index(limits.SUMMARY_HEADING) + len(limits.limits(load_config())) + 1
     summary[at:at] = [f"  {service_range.line()}"]
+    secrets = [f"{key} is not set: pulumi up stops until you run "
+               f"`pulumi config set --secret {key.split(':', 1)[1]} <value>`"
+               for key in unset_secrets(stack_file, project)]
+    overview = plan_overview(load_config(), resources, [m for _, m in manifests], charts,
+                             stack_file_warnings(stack_file, project) + secrets, service_range)
     document = {
         "resources": resources,
         "manifests": [m for _, m in manifests],
@@ -286,12 +303,44 @@ def _unchecked_render(stack_file: Path, as_up: bool = False) -> dict[str, Any]:
         "crds": [[c.resource, file, text] for c in charts.values() for _, file, text in c.crds],
         "outputs": mark_mocked(_clean(json_format.MessageToDict(outputs), "outputs")),
         "summary": stack_file_warnings(stack_file, project) + summary
-        + timeline.summary_lines(load_config(), resources) + cost.first_answer_lines(load_config(), resources) + [
-            f"{key} is not set: pulumi up stops until you run "
-            f"`pulumi config set --secret {key.split(':', 1)[1]} <value>`"
-            for key in unset_secrets(stack_file, project)] + chart_lines(charts) + report.lines(),
+        + timeline.summary_lines(load_config(), resources) + cost.first_answer_lines(load_config(), resources)
+        + secrets + chart_lines(charts) + report.lines(),
+        "overview": overview.to_json(),
     }
     return document
+
+
+def plan_overview(cfg: Any, resources: list[dict[str, Any]], manifests: list[dict[str, Any]],
+                  charts: dict[str, Any], warnings: list[str], service_range: Any) -> Any:
+    """The reader's summary (components/plan/overview.py) with what only the rendered plan knows: the counts of what
+    gets created, the time to serving and the first up's cost from the dependency graph, the Service range."""
+    from components.plan import cost, limits, overview, timeline
+    from stacks import overview as stack_overview
+
+    found = stack_overview(cfg)
+    found.add(overview.WARNINGS, *(w.removeprefix("warning: ") for w in warnings),
+              *(f"chart {helm_render.chart_dir_name(c.chart)} not rendered: its objects are not in the plan ({c.skipped})"
+                for c in charts.values() if c.skipped))
+    cloud = sum(1 for r in resources if r["type"].startswith("gcp:") and not r["type"].startswith("pulumi:"))
+    found.add(overview.CREATED, f"in all: {cloud} Google Cloud resources, {len(manifests)} Kubernetes objects, "
+              f"{len(charts)} Helm charts ({', '.join(helm_render.chart_dir_name(c.chart) for c in charts.values())})",
+              at=0)
+    path = timeline.critical_path(cfg, resources)
+    found.add(overview.TIME, f"first up to serving: {overview.minutes(path.serving_s)} (bound "
+              f"{overview.minutes(path.bound_s)}: cluster, then the slower of nodes and weights, then engine start)",
+              at=0)
+    finish, _ = timeline.finish_times(resources, lambda r, start, done: timeline.step(cfg, r).seconds)
+    spent, _, unpriced = cost.spend_until(cfg, resources, path.serving_s, finish)
+    by_name = {r["name"]: r for r in resources}
+    hours: dict[str, float] = {}
+    for name in unpriced:
+        nodes, machine = cost.pool_nodes(by_name[name])
+        hours[machine] = hours.get(machine, 0.0) + nodes * (path.serving_s - finish[name]) / 3600
+    found.add(overview.COST, f"first up until the first answer: {overview.usd(spent)}"
+              + "".join(f" + {h:.1f} {m} node-hours unpriced" for m, h in hours.items()), at=1)
+    found.add(overview.LIMITS, *overview.limit_lines([*limits.limits(cfg), service_range],
+                                                     verdict="every pod fits its node pool"))
+    return found
 
 
 MOCKED_KEY = "$mocked"

@@ -104,8 +104,6 @@ EXCEPTIONS: tuple[Allowed, ...] = (
             "Toolkit's installer does (hugepages need requests equal to limits)"),
     Allowed(("CKV_K8S_11",), (*ENGINES, ASAPD, STAGING), "CPU limits: engines, the NIC initializer and the weight "
             "copier get CPU requests only; a CFS limit would throttle them"),
-    Allowed(("CKV_K8S_15",), (*ENGINES, ASAPD, STAGING), "imagePullPolicy Always: the images are pinned by tag and, "
-            "with images.*Digest, by digest; IfNotPresent starts a replaced pod without a registry round trip"),
     Allowed(("CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_28"), (*PRIVILEGED, TPU_ENGINE),
             "privileged, privilege escalation, NET_RAW: components/checks/declared.py WORKLOADS (DeepEP/NVSHMEM; "
             "MRDMA NIC "
@@ -120,16 +118,14 @@ EXCEPTIONS: tuple[Allowed, ...] = (
             "asapd-lite configures the host"),
     Allowed(("CKV_K8S_29", "CKV_K8S_31"), PRIVILEGED, "pod security context, seccomp: privileged pods, whose "
             "containers run unconfined anyway"),
-    Allowed(("CKV_K8S_35",), (*ENGINES, STAGING), "secret in an env var: llm-d's guides and the weight copier read "
-            "HF_TOKEN from the environment, taken from the llm-d-hf-token Secret; the policy pack's "
-            "hf-token-via-secret rule keeps it to that Secret"),
+    Allowed(("CKV_K8S_35",), (STAGING,), "secret in an env var: the weight copier reads HF_TOKEN from the "
+            "environment, taken from the llm-d-hf-token Secret; the policy pack's hf-token-via-secret rule keeps it "
+            "to that Secret (the engines read no Hub: components/plan/engines.py ENGINE_PRIVACY_ENV)"),
     Allowed(("CKV_K8S_37",), (*PRIVILEGED, TPU_ENGINE), "capabilities: privileged containers hold all; the TPU engine "
             "drops only NET_RAW (which capabilities the TPU runtime uses is not published)"),
     Allowed(("CKV_K8S_25",), (TPU_ENGINE,), "added capability: the TPU engine adds IPC_LOCK, as the released Raiden "
             "recipes run it, so the offload store can pin its host pool (components/platform/hardening.py "
             "TPU_ENGINE_CAPABILITIES; components/checks/declared.py WORKLOADS)"),
-    Allowed(("CKV_K8S_43",), ("*",), "image digest: set by config (images.*Digest; docs/security.md); the committed "
-            "stacks pull by pinned tag because a digest is read from the registry when the operator pins it"),
     Allowed(("CKV_K8S_8", "CKV_K8S_9"), ("Pod.*.*-vllm-tpu-spec-leaderworkertemplate-workertemplate",),
             "liveness/readiness probes: headless TPU vLLM workers serve no HTTP; the leader's probes speak for the "
             "group and LWS recreates the group on failure (components/serving/modelservers.py)"),
@@ -144,8 +140,6 @@ EXCEPTIONS: tuple[Allowed, ...] = (
             "their controllers without them; they run on the system pool"),
     Allowed(("CKV_K8S_11",), (EPP, LWS, DRA_CONTROLLER, DRA_PLUGIN), "CPU limits: the router chart leaves the EPP "
             "without one on purpose (its values: burst capacity for scheduling), the controllers as their charts ship"),
-    Allowed(("CKV_K8S_15",), (EPP, LWS, DRA_CONTROLLER, DRA_PLUGIN), "imagePullPolicy Always: the charts render "
-            "IfNotPresent for their pinned tags (and digests, images.*Digest)"),
     Allowed(("CKV_K8S_16",), (DRA_PLUGIN,), "privileged: the DRA kubelet plugin, components/checks/declared.py "
                                             "WORKLOADS"),
     Allowed(("CKV_K8S_20", "CKV_K8S_28", "CKV_K8S_37"), (EPP, DRA_CONTROLLER, DRA_PLUGIN), "privilege escalation, "
@@ -162,8 +156,6 @@ EXCEPTIONS: tuple[Allowed, ...] = (
             "configurations: the LWS chart's own roles (its controller manages its webhooks and the "
             "DisaggregatedSet resources it owns); the policy pack's k8s-no-cluster-admin still refuses any "
             "all-wildcard role"),
-    Allowed(("CKV_K8S_15",), (KEDA,), "imagePullPolicy Always: the program sets IfNotPresent for KEDA's pinned release "
-            "tag (and digests, images.keda*Digest), as for the router, so a restart does not depend on the registry"),
     Allowed(("CKV_K8S_38", "CKV_K8S_40"), (KEDA,), "token mount, UID: KEDA's operator, metrics API server and "
             "admission webhooks call the Kubernetes API, so they need their token; its chart runs them non-root "
             "(runAsNonRoot) with the image's own UID, below the 10000 this check asks for"),

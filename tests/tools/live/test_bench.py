@@ -62,6 +62,11 @@ class World:
         self.up_seconds = 0.0
         """How long the fake `up` runs after its first lines: no time unless a test's signal or stop lands while it
         runs (most runs only need the step to pass, two `up`s each)."""
+        self.now_s = 0.0
+        """The fake clock of the ramp's phases: the driver's sleeps move it."""
+        self.load = (False, 0.0)
+        """(benchmark Job deployed, since when): what the last `up` left running."""
+        self.keda = FakeKeda(self, ROLES)
 
     def hit(self, name: str, *args: Any) -> None:
         self.counts[name] += 1
@@ -77,7 +82,42 @@ class World:
 
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
+        self.now_s += seconds
 
+    def clock(self) -> float:
+        return self.now_s
+
+
+ROLES = {"prefill": {"hpa": "keda-hpa-kimi-k3-1-prefill", "min": 1, "max": 3, "upSeconds": 1685,
+                     "downSeconds": 5340},
+         "decode": {"hpa": "keda-hpa-kimi-k3-1-decode", "min": 1, "max": 1, "upSeconds": 1685, "downSeconds": 3600}}
+"""The GPU fixture stack's `autoscaledRoles` output (tests/tools/live/test_bench_ramp.py holds it to the plan)."""
+
+
+class FakeKeda:
+    """KEDA and the HPA controller as the cluster would run them: with the benchmark Job's load deployed each role
+    wants its maximum after a poll and has it `up_share` of its modelled time to add later; without load it comes
+    down to its minimum `down_share` of its modelled time later. A fresh stack starts at its full shape (max)."""
+
+    DETECT_S = 60.0
+
+    def __init__(self, world: World, roles: Mapping[str, Mapping[str, Any]], up_share: float = 0.8,
+                 down_share: float = 0.8, no_up: frozenset[str] = frozenset(),
+                 no_down: frozenset[str] = frozenset()):
+        self.w, self.roles = world, {r["hpa"]: dict(r) for r in roles.values()}
+        self.up_share, self.down_share, self.no_up, self.no_down = up_share, down_share, no_up, no_down
+        self.current = {hpa: r["max"] for hpa, r in self.roles.items()}
+
+    def status(self, hpa: str) -> dict[str, int]:
+        role = self.roles[hpa]
+        on, since = self.w.load
+        elapsed = self.w.now_s - since
+        want = role["max"] if on else role["min"]
+        delay = (self.up_share * role["upSeconds"]) if on else (self.down_share * role["downSeconds"])
+        if hpa not in (self.no_up if on else self.no_down) and elapsed >= delay:
+            self.current[hpa] = want
+        desired = want if elapsed >= self.DETECT_S else self.current[hpa]
+        return {"current": self.current[hpa], "desired": desired, "min": role["min"], "max": role["max"]}
 
 class FakeBackend:
     def __init__(self, world: World):
@@ -120,6 +160,7 @@ class FakeBackend:
         if self.w.interrupted.wait(self.w.up_seconds):  # like the CLI: a SIGINT ends the update early, with an error
             raise RuntimeError("error: update canceled")
         self.w.resources = 40
+        self.w.load = (self.w.config.get(bench.BENCHMARK_KEY) == "true", self.w.now_s)
 
     def interrupt(self) -> bool:
         self.w.hit("interrupt")
@@ -129,7 +170,8 @@ class FakeBackend:
     def outputs(self) -> dict[str, Any]:
         outputs = {"clusterName": "kimi-k3-1-gpu", "kubeconfig": "apiVersion: v1  # SECRET", "namespace": "kimi-k3-1",
                    "bucketUri": "gs://my-proj-kimi-k3-1-weights",
-                   "routerService": "kimi-k3-1-epp", "servingZone": "us-central1-b", "nodePools": ["a", "b"]}
+                   "routerService": "kimi-k3-1-epp", "servingZone": "us-central1-b", "nodePools": ["a", "b"],
+                   "autoscaledRoles": ROLES}
         outputs |= self.w.extra_outputs
         if self.w.config.get(bench.BENCHMARK_KEY) == "true":
             outputs |= {"benchmarkJob": "kimi-k3-1-inference-perf",
@@ -221,6 +263,10 @@ class FakeCluster:
     def wait_job(self, namespace: str, job: str, timeout: float) -> None:
         self.w.hit("wait_job", job)
 
+    def hpa(self, namespace: str, name: str) -> dict[str, int]:
+        self.w.hit("hpa", name)
+        return self.w.keda.status(name)
+
 
 class FakeStorage:
     def __init__(self, world: World):
@@ -251,7 +297,7 @@ def drive(world: World, tmp_path: Path, *args: str, stack: str = "gpu",
 
     deps = bench.Deps(backend=backend or FakeBackend(world), cluster=FakeCluster(world), storage=FakeStorage(world),
                       billing=FakeBilling(world), smoke=smoke or fake_smoke, sleep=world.sleep, now=lambda: STAMP,
-                      out=out or lines.append)
+                      out=out or lines.append, clock=world.clock)
     code = bench.main(["--stack", stack, "--work-dir", str(tmp_path), "--out", str(tmp_path / "results"),
                        *args], deps=deps)
     return code, lines
@@ -410,6 +456,8 @@ def test_keep_holds_after_a_failure_too(tmp_path, fault):
 # Every option of the CLI but --keep, with a value: none of them may skip the destroy.
 OTHER_OPTIONS: dict[str, list[str]] = {
     "--skip-benchmark": [],
+    "--ramp": [],
+    "--ramp-concurrency": ["4"],
     "--destroy-retries": ["0"],
     "--backoff-seconds": ["0"],
     "--retry-wait": ["0"],  # the older spelling of --backoff-seconds, accepted for one release
@@ -679,6 +727,20 @@ def test_stack_claimed_by_another_run_is_refused(tmp_path):
     assert "claimed by benchmark run 20260101T000000Z.other.7 until" in refusal
     assert "release it with `rm fake://claims/gpu.json`" in refusal
     assert world.tags[CLAIM_TAG] == "20260101T000000Z.other.7"
+
+
+def test_a_backend_without_compare_and_set_is_refused_before_anything(tmp_path):
+    """Pulumi Cloud's stack tags have no compare-and-set: two drivers could both claim, so the driver refuses the
+    backend in one line, claiming, deploying and destroying nothing (issue 45)."""
+    world = World()
+    backend = FakeBackend(world)
+    backend.claims = lambda: type("TagLike", (FakeClaims,), {"atomic": False})(world)  # type: ignore[method-assign]
+    code, lines = drive(world, tmp_path, backend=backend)
+    assert code == bench.EXIT_BUSY
+    assert not {"up", "destroy", "claim", "release"} & set(world.names())
+    [refusal] = [line for line in lines if line.startswith("REFUSED")]
+    assert "backend offers no compare-and-set (fake://claims/gpu.json), so two runs could both claim it" in refusal
+    assert "`pulumi login gs://<bucket>`" in refusal
 
 
 def test_stack_with_resources_it_did_not_create_is_refused(tmp_path):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
 
 from components.facts import machines
-from tests.conftest import STACKS, Plan
+from tests.conftest import SGLANG_IMAGE, STACKS, Plan
 from tests.conftest import rendered as with_charts
 from tools.preview import helm_render, scheduling
 
@@ -270,9 +271,10 @@ def test_an_amd64_only_image_on_the_gpu_pods_fails_the_plan_with_one_line(tmp_pa
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: scheduling: pod ")
     assert "pod DisaggregatedSet kimi-k3-1/kimi-k3-1-vllm role " in line
-    assert ("container vllm image quay.io/inference-perf/inference-perf:v0.7.0 can land on pool a4x-max-nvl72-0 "
-            "(a4x-maxgpu-4g-metal, arm64) but the image publishes linux/amd64 only (components/plan/images.py "
-            "'vllm')") in line
+    assert re.search(r"container vllm image quay\.io/inference-perf/inference-perf:v0\.7\.0@sha256:[0-9a-f]{64} can ",
+                     line), line
+    assert ("can land on pool a4x-max-nvl72-0 (a4x-maxgpu-4g-metal, arm64) but the image publishes linux/amd64 only "
+            "(components/plan/images.py 'vllm')") in line
     # The engine image pre-pull (components/serving/prepull.py) holds the same image on the same nodes.
     assert "pod DaemonSet kimi-k3-1/kimi-k3-1-engine-image-prepull container hold image " in line
     assert line.count("| pod ") == 2  # prefill, decode and the pre-pull: one failure each, nothing else
@@ -316,7 +318,7 @@ def test_an_image_not_pinned_here_is_noted_not_failed(tpu, variants):
     checked rather than passing it silently."""
     report = run(variants["sglang"])
     assert not report.failures
-    assert any("image registry.example/sglang-tpu:k31 has no architectures in components/plan/images.py; "
+    assert any(f"image {SGLANG_IMAGE} has no architectures in components/plan/images.py; "
                "not checked against pool tpu7x-2x2x4-0 (amd64)" in n for n in report.notes)
 
 
