@@ -592,6 +592,12 @@ def start_margin_line(cfg: StackConfig) -> str:
             f"vLLM kv_cache_planning): {'; '.join(parts)}")
 
 
+def router_endpoints(cfg: StackConfig) -> int:
+    """Endpoints the router picks prefill engines from: one per engine of every prefill replica."""
+    replicas = cfg.gpu.slices * cfg.gpu.prefillGroups if cfg.track == "gpu" else cfg.tpu.slices
+    return capacity.serving_capacity(cfg).endpoints_per_replica * replicas
+
+
 def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:
     """Optional peakPrefillThroughput measurement, once the model servers answer."""
     if not foundation.cfg.router.calibrate:
@@ -599,7 +605,8 @@ def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:
     PrefillCalibration("calibration", CalibrationArgs(
         namespace=foundation.platform.namespace.metadata.name, endpoint=foundation.cfg.client_url,
         image=images.ref(foundation.cfg.images, "calibration"),
-        chunk_tokens=contract.PREFILL_CHUNK_TOKENS),
+        chunk_tokens=contract.PREFILL_CHUNK_TOKENS,
+        router_endpoints=router_endpoints(foundation.cfg)),
         pulumi.ResourceOptions(provider=foundation.cluster.provider,
                                depends_on=[servers, foundation.router.chart]))
 

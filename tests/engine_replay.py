@@ -122,3 +122,24 @@ def sessions_kept(engine, shape: replay.Shape, limit: int = 400) -> tuple[int, i
     shared = next_hit(list(system) + ids.take(shape.first_input(0))) if shape.system_shared else 0
     hits = [hit for history, hit in sessions if hit > shared and next_hit(history) >= hit]
     return len(hits), sum(hits) - max(len(hits) - 1, 0) * shared, len(sessions)
+
+
+class WithHostTier:
+    """A released manager for HBM with the replay's host-DRAM tier (components/plan/replay.py RuleEngine) beside it:
+    a request takes the longer of the two hits, as the offload connector's lookup does after the prefix cache's.
+    Loading from host DRAM or recomputing leaves the same blocks in HBM, so the manager serving every request whole
+    keeps its cache as the engine would; only the hit (and so the replay's clock) comes from the host tier. The rule
+    keeps its own copy of HBM, which the tiers hold equal to the manager turn by turn."""
+
+    def __init__(self, engine, settings: replay.EngineSettings):
+        self.engine, self.rule = engine, replay.RuleEngine(settings)
+        self.host_hit_tokens = 0
+
+    def peek(self, prompt: replay.Tokens) -> int:
+        return max(self.engine.peek(prompt), self.rule.peek(prompt))
+
+    def serve(self, prompt: replay.Tokens, output: list[int]) -> int:
+        hbm = self.engine.serve(prompt, output)
+        hit = max(hbm, self.rule.serve(prompt, output))
+        self.host_hit_tokens += hit - hbm
+        return hit

@@ -201,14 +201,17 @@ def test_calibration_job(variants, name, endpoint):
     assert env["ENDPOINT"] == endpoint
     # llm-d's method divides the engines' prefill chunk by the median TTFT: the two must agree. Decode engines
     # (their own 512-token budget, components/plan/engines.py DECODE_BATCHED_TOKENS) run no prefill the router sends.
-    from tests.serving.test_modelservers import engine_scripts
-
     from components.facts import contract
+    from tests.serving.test_modelservers import engine_scripts
 
     chunks = {flags.get("--max-num-batched-tokens") for flags in (dict(facts.split_flags(argv))
                                                                   for _, argv in engine_scripts(plan))
               if flags.get("--port") != str(contract.DECODE_ENGINE_PORT)}
     assert chunks - {None} == {env["CHUNK_TOKENS"]}
+    # The loaded waves send one chunk per router endpoint: every prefill engine's port of every prefill pod.
+    ports = {flags.get("--port") for flags in (dict(facts.split_flags(argv)) for _, argv in engine_scripts(plan))
+             if flags.get("--port") != str(contract.DECODE_ENGINE_PORT)} - {None}
+    assert int(env["ROUTER_ENDPOINTS"]) >= len(ports) >= 1
     values = router_chart(plan)["values"]["router"]
     if name == "bench":
         port = values["extraServicePorts"][0]["port"]
