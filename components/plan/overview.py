@@ -9,12 +9,13 @@ the line budget and the units.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ..config import StackConfig
 from ..facts import catalog
-from . import autoscaling, capacity, cost, kvblocks, limits, loading, staging
+from . import autoscaling, capacity, cost, kvblocks, limits, loading, prefixcache, staging
 
 WARNINGS, CREATED, CAPACITY, TIME, COST, LIMITS = (
     "warnings", "what will be created", "capacity", "time", "cost", "limits")
@@ -47,7 +48,7 @@ class Overview:
         return {"title": self.title, "sections": [{"name": n, "lines": ls} for n, ls in self.sections.items() if ls]}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Overview":
+    def from_json(cls, data: dict[str, Any]) -> Overview:
         overview = cls(data["title"])
         for section in data["sections"]:
             overview.add(section["name"], *section["lines"])
@@ -117,6 +118,11 @@ def capacity_lines(cfg: StackConfig) -> list[str]:
     if cfg.track == "gpu":
         lines.append(f"prefix cache of the prefill replicas: {s.slices * s.prefix_sessions_hbm:,} sessions in HBM + "
                      f"{s.slices * s.prefix_sessions_host:,} sessions in host DRAM")
+    bench = prefixcache.shape_capacity(cfg, prefixcache.router_shape(cfg))
+    lines.append(f"the benchmark's multi-turn sessions kept warm per engine: {bench.hbm_sessions_per_engine} sessions "
+                 f"in HBM, {bench.host_sessions_per_engine} sessions with host DRAM ({bench.sessions_per_replica:,} "
+                 f"sessions per {'prefill replica' if cfg.track == 'gpu' else 'replica'}); the router assumes each "
+                 f"engine prefills {capacity.peak_prefill_throughput(cfg):,} tokens a second")
     running = c.max_running if cfg.track == "gpu" else min(c.max_running, kvblocks.TPU_MAX_NUM_SEQS)
     lines.append(f"per engine: at most {running:,} requests running at once, {c.sequences_per_engine} "
                  f"{'session' if c.sequences_per_engine == 1 else 'sessions'} at full context in HBM; KV block "
