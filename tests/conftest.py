@@ -373,7 +373,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
             fields, images = row.get("field_sites", (0, 0)), row.get("image_sites", (0, 0))
             terminalreporter.write_line(f"  {row['plan']}: sites {row['sites_refused']}/{row['sites']}, kinds "
                                         f"{row['kinds_refused']}/{row['kinds']}; every field walked "
-                                        f"({row.get('fields', 0)}), its security fields {fields[1]}/{fields[0]}; "
+                                        f"({row.get('fields', 0)}), its security fields (images apart) "
+                                        f"{fields[1]}/{fields[0]}; "
                                         f"image sites {images[1]}/{images[0]}")
     rows = [value for name, value in properties if name == "fuzz"]
     if not rows:

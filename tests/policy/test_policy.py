@@ -1237,15 +1237,16 @@ ISSUE_MUTATIONS = [
     ("gpu", "containers", "vllm: literal DB_PASS"),
     ("tpu", "containers", "vllm-tpu: literal GCS_HMAC"),
     # issue 45, the second part: every image by digest from a declared registry, in the charts' renders too
-    ("gpu", "images", "keda-operator spec.template.spec keda-operator: by tag instead of digest"),
-    ("tpu", "images", "platform-lws-controller-manager spec.template.spec manager: a lookalike host (a suffix)"),
-    ("gpu", "images", "kimi-k3-1-epp spec.template.spec epp: a digest one hex digit short"),
-    ("gpu", "images", "kimi-k3-1-epp spec.template.spec envoy-proxy: another registry"),
-    ("gpu", "images", "nvidia-dra-driver-gpu-kubelet-plugin spec.template.spec init-container: a lookalike host "
-                      "(a homoglyph)"),
-    ("tpu", "images", "weights-staging-job spec.template.spec stage-weights: by tag instead of digest"),
-    ("tpu", "images", "tpu-engine-lws spec.leaderWorkerTemplate.workerTemplate.spec vllm-tpu: another project's "
-                      "engine repository"),
+    ("gpu", "images", "keda-operator spec.template.spec.containers.0.image: image by tag instead of digest"),
+    ("tpu", "images", "platform-lws-controller-manager spec.template.spec.containers.0.image: image a lookalike "
+                      "host (a suffix)"),
+    ("gpu", "images", "kimi-k3-1-epp spec.template.spec.containers.1.image: image a digest one hex digit short"),
+    ("gpu", "images", "kimi-k3-1-epp spec.template.spec.containers.0.image: image another registry"),
+    ("gpu", "images", "nvidia-dra-driver-gpu-kubelet-plugin spec.template.spec.initContainers.0.image: image a "
+                      "lookalike host (a homoglyph)"),
+    ("tpu", "images", "weights-staging-job spec.template.spec.containers.0.image: image by tag instead of digest"),
+    ("tpu", "images", "tpu-engine-lws spec.leaderWorkerTemplate.workerTemplate.spec.containers.0.image: image "
+                      "another project's engine repository"),
     ("tpu", "images", "engine-image-build environment STEP: by tag instead of digest"),
     ("tpu", "images", "engine-image-build environment BASE: another registry"),
     ("gpu", "pods", "an ephemeral container by tag"),
