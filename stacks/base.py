@@ -297,9 +297,12 @@ def summary(cfg: StackConfig) -> list[str]:
               "per slice")
     else:
         t, [slice_] = cfg.tpu, parallel.layout(cfg).roles
+        per_slice = (f"one {t.engine} engine per slice on {t.hosts_per_slice} hosts" if slice_.engines == 1 else
+                     f"{slice_.engines} {t.engine} engines per slice, {slice_.engines_per_node} on each of its "
+                     f"{t.hosts_per_slice} hosts")
         hw = (f"{t.slices} x {t.topology} {catalog.IRONWOOD.generation} slices = {t.slices * t.hosts_per_slice} x "
-              f"{catalog.IRONWOOD.machine_type} ({t.slices * t.chips_per_slice} chips), one {t.engine} engine per "
-              f"slice on {t.hosts_per_slice} hosts, TP={slice_.tensor_parallel} "
+              f"{catalog.IRONWOOD.machine_type} ({t.slices * t.chips_per_slice} chips), {per_slice}, "
+              f"TP={slice_.tensor_parallel} "
               + (f"with expert parallelism over all {slice_.expert_parallel} ranks" if t.engine == "vllm-torchtpu"
                  else f"EP={t.expertParallel}") + " per replica")
     staging = capacity.weight_staging(cfg)
@@ -308,6 +311,7 @@ def summary(cfg: StackConfig) -> list[str]:
         *cfg.warnings,
         f"track {cfg.track}: cluster {cfg.cluster_name} in {cfg.gcp.region}, serving zone {cfg.gcp.zone}",
         f"accelerators: {hw}",
+        *([engines.tpu_launch_line(cfg)] if cfg.track == "tpu" and cfg.tpu.engine == "vllm-torchtpu" else []),
         f"checkpoint: {cfg.model.repoId}@{cfg.model.revision or '<main, resolved at the first up>'} staged into "
         f"gs://{cfg.bucket_name}/{cfg.storage.checkpointPrefix}<revision>/ "
         f"({'deleted' if cfg.storage.deleteCheckpointOnDestroy else 'kept'} on destroy)",
@@ -573,9 +577,10 @@ def engine_limit_lines(cfg: StackConfig) -> list[str]:
                 f"({cfg.gpu.hostOffloadPercent}% of a node's Grace DRAM / {engines} engines)"]
     c = capacity.serving_capacity(cfg)
     return [f"{head}: --max-num-seqs {kvblocks.TPU_MAX_NUM_SEQS} (fixed: the block's page-table floor depends on it; "
-            f"the pool runs at most {c.max_running}), {c.sequences_per_engine} full-context requests per slice; "
-            f"host offload cpu_bytes_to_use {capacity.tpu_offload_bytes_per_engine(cfg) / 1e9:.0f} GB "
-            f"(tpu.hicacheRatio {cfg.tpu.hicacheRatio} x the slice's HBM pool)"]
+            f"the pool runs at most {c.max_running}), {c.sequences_per_engine} full-context requests per engine "
+            f"({c.kv_groups} per slice); host offload cpu_bytes_to_use "
+            f"{capacity.tpu_offload_bytes_per_engine(cfg) / 1e9:.0f} GB per engine (tpu.hicacheRatio "
+            f"{cfg.tpu.hicacheRatio} x its HBM pool over its {parallel.layout(cfg).tensor_parallel} ranks)"]
 
 
 def start_margin_line(cfg: StackConfig) -> str:

@@ -25,7 +25,16 @@ class TpuConfig(Section):
         None, description="Project owning a shared reservation (default: gcp.project).")
     spot: bool = Field(False, description="Use Spot capacity instead of a reservation.")
     tensorParallel: int = Field(
-        32, ge=1, description="Tensor-parallel ranks per replica: every TensorCore of the slice (seed: 32 on 2x2x4).")
+        32, ge=1, description="Tensor-parallel ranks per engine: every TensorCore of the slice with "
+                              "tpu.launch=tp-across-hosts (seed: 32 on 2x2x4); a divisor of a host's 8 with "
+                              "dp-across-hosts.")
+    launch: Literal["tp-across-hosts", "dp-across-hosts"] = Field(
+        "tp-across-hosts", description="vLLM-TorchTPU's multi-host layout. tp-across-hosts: one engine per slice, TP "
+                                       "over every host with --nnodes and the mp backend (the wheel's "
+                                       "prepare_mp_multihost_env; no released run uses it). dp-across-hosts: the "
+                                       "released GKE launcher's layout, data-parallel engines across the hosts with TP "
+                                       "inside each (--data-parallel-size-local per host; prepare_mp_multihost_dp_env), "
+                                       "experts over every rank of the slice.")
     expertParallel: int = Field(
         8, ge=1, description="SGLang-TorchTPU --ep-size (seed: 8); must divide tpu.tensorParallel. vLLM-TorchTPU has "
                              "no separate size: --enable-expert-parallel spreads the experts over all TP ranks.")
@@ -55,12 +64,24 @@ class TpuConfig(Section):
             _fail(self.key("topology"), self.topology,
                   f"{why}; it deploys the multi-host topologies {', '.join(catalog.TPU_MULTIHOST_TOPOLOGIES)}")
         devices = self.chips_per_slice * catalog.IRONWOOD.tensorcores_per_chip
-        if self.tensorParallel != devices:
-            field = self.blame("tensorParallel", "topology")
+        per_host = catalog.IRONWOOD.chips_per_host * catalog.IRONWOOD.tensorcores_per_chip
+        if self.launch == "dp-across-hosts" and self.engine != "vllm-torchtpu":
+            _fail(self.key("launch"), self.launch, "tpu.launch=dp-across-hosts is vLLM-TorchTPU's layout; "
+                                                   "tpu.engine=sglang-torchtpu takes tp-across-hosts")
+        if self.launch == "dp-across-hosts" and per_host % self.tensorParallel:
+            field = self.blame("tensorParallel", "launch")
+            _fail(self.key(field), getattr(self, field),
+                  f"tpu.launch=dp-across-hosts runs tensor parallelism inside each host: tpu.tensorParallel "
+                  f"({self.tensorParallel}) must divide a host's {catalog.IRONWOOD.chips_per_host} chips x "
+                  f"{catalog.IRONWOOD.tensorcores_per_chip} TensorCores = {per_host} (set 8, as the launcher runs "
+                  "a host)")
+        if self.launch == "tp-across-hosts" and self.tensorParallel != devices:
+            field = self.blame("tensorParallel", "topology", "launch")
             _fail(self.key(field), getattr(self, field),
                   f"a {self.topology} slice has {self.chips_per_slice} chips x "
                   f"{catalog.IRONWOOD.tensorcores_per_chip} TensorCores = {devices} devices; tpu.tensorParallel "
-                  f"({self.tensorParallel}) must be {devices}")
+                  f"({self.tensorParallel}) must be {devices} with tpu.launch=tp-across-hosts (or a divisor of "
+                  f"{per_host} with dp-across-hosts)")
         if self.tensorParallel % self.expertParallel:
             field = self.blame("expertParallel", "tensorParallel")
             _fail(self.key(field), getattr(self, field),

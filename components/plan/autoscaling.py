@@ -656,14 +656,18 @@ def scaled_roles_output(cfg: StackConfig) -> dict[str, dict[str, int | str]]:
     """The stack output `autoscaledRoles`: each scaled role's HPA, its bounds and the plan's times to move between
     them, which `python -m tools bench --ramp` holds the autoscaler to. Up: the time to add a replica (the behavior
     adds every missing replica in one step). Down: the stabilisation window, one period per further step, the drain
-    grace of the replica let go, and the detection."""
+    grace of the replica let go, and the detection. loadAtMax: the load at the router at which the role's trigger asks
+    for its maximum (ceil(value / threshold) = max): sessions in flight for decode and engines, uncached prompt tokens
+    per second for prefill (trigger)."""
     found: dict[str, dict[str, int | str]] = {}
     for role in roles(cfg):
         rules = behavior(role)
         steps = max(1, math.ceil((role.max - role.min) / rules.down_pods))
         down = rules.down_window_s + (steps - 1) * rules.down_period_s + drain_grace_s() + DETECT_S
+        load = ({"uncachedPromptTokensPerSecond": math.ceil(PREFILL_TARGET * role.max * role.prefill_tokens_per_s)}
+                if role.name == "prefill" else {"sessions": math.ceil(role.target * role.max)})
         found[role.name] = {"hpa": hpa_name(role.name), "min": role.min, "max": role.max,
-                            "upSeconds": math.ceil(role.add_s), "downSeconds": math.ceil(down)}
+                            "upSeconds": math.ceil(role.add_s), "downSeconds": math.ceil(down), "loadAtMax": load}
     return found
 
 

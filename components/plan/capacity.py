@@ -334,8 +334,10 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
         devices = tpu.chips_per_slice * catalog.IRONWOOD.tensorcores_per_chip
         hbm = catalog.IRONWOOD.hbm_gib_per_chip * 2**30 // catalog.IRONWOOD.tensorcores_per_chip
         usable = hbm * tpu.memFractionPercent / 100
-        kv_groups = 1  # one engine per slice: attention TP spans every TensorCore
-        endpoints = 1  # the router targets only the leader of each replica
+        # The slice's engines: one whose TP spans every TensorCore, or the data-parallel engines of
+        # tpu.launch=dp-across-hosts, each with its own pool (components/plan/parallel.py).
+        kv_groups = parallel.layout(cfg).role("slice").engines
+        endpoints = 1  # the router targets only the leader of each replica (its one API server)
         size_keys = "tpu.topology or tpu.memFractionPercent"
     weights = weights_held_per_device(cfg, "decode" if role == "decode" else "prefill")
     other = non_weight_bytes(cfg)
@@ -473,11 +475,11 @@ def slice_capacity(cfg: StackConfig) -> SliceCapacity:
 
 
 def tpu_offload_bytes_per_engine(cfg: StackConfig) -> int:
-    """TPURaidenOffloadingConnector `cpu_bytes_to_use` of one slice's engine: tpu.hicacheRatio x its HBM KV pool over
-    every rank (vLLM's offloading spec divides the bytes by every worker's share of a block,
+    """TPURaidenOffloadingConnector `cpu_bytes_to_use` of one engine: tpu.hicacheRatio x its HBM KV pool over its
+    ranks, the TP ranks of one engine (vLLM's offloading spec divides the bytes by every worker's share of a block,
     https://github.com/vllm-project/vllm/blob/v0.29.0/vllm/v1/kv_offload/cpu/spec.py)."""
     c = serving_capacity(cfg)
-    return int(cfg.tpu.hicacheRatio * c.kv_pool_bytes_per_device * c.devices_per_replica)
+    return int(cfg.tpu.hicacheRatio * c.kv_pool_bytes_per_device * parallel.layout(cfg).tensor_parallel)
 
 
 # --------------------------------------------------------------------------- the router's prefill rate

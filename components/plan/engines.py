@@ -327,7 +327,8 @@ published figure."""
 def raiden_registration_timeout_s(cfg: StackConfig) -> int:
     """The controller's wait for all ranks, sized to the slowest host: the default plus twice the time one host
     takes to fill its share of the pool, since a rank registers only once its host blocks exist."""
-    per_host = tpu_offload_bytes_per_engine(cfg) / cfg.tpu.hosts_per_slice
+    replica = parallel.layout(cfg).role("slice")
+    per_host = tpu_offload_bytes_per_engine(cfg) * replica.engines / replica.nodes
     return RAIDEN_DEFAULT_REGISTRATION_TIMEOUT_S + int(-(-2 * per_host // HOST_POOL_FILL_BYTES_PER_S))
 
 
@@ -337,15 +338,50 @@ def tpu_kv_transfer(cfg: StackConfig) -> dict:
     module docstring; `cpu_bytes_to_use` is required, vllm_torchtpu/offload/raiden_store.py:2186). Every rank of
     the slice reads the same config: the scheduler on the leader hosts the controller at `store_server_ip`, and
     each worker rank dials `store_server_ip:raiden_controller_port`, loopback when the key is unset
-    (raiden_store.py:2255, :2375-2379), so it must name the leader's address on every host."""
+    (raiden_store.py:2255, :2375-2379), so it must name the leader's address on every host. With
+    tpu.launch=dp-across-hosts every engine's scheduler runs on its own host (a headless host runs its DP ranks'
+    engine cores), each hosting its controller on the base port + its local DP rank (raiden_store.py:2300-2306): the
+    ranks dial their own host's address."""
     return {
         "kv_connector": "TPURaidenOffloadingConnector",
         "kv_connector_module_path": "vllm_torchtpu.offload.raiden_connector",
         "kv_role": "kv_both",
         "kv_connector_extra_config": {"cpu_bytes_to_use": tpu_offload_bytes_per_engine(cfg),
-                                      "store_server_ip": LEADER_IP,
+                                      "store_server_ip": POD_IP if dp_across_hosts(cfg) else LEADER_IP,
                                       "raiden_controller_port": RAIDEN_CONTROLLER_PORT},
     }
+
+
+def dp_across_hosts(cfg: StackConfig) -> bool:
+    """tpu.launch=dp-across-hosts: the released GKE launcher's layout (MP_LAUNCHER)."""
+    return cfg.track == "tpu" and cfg.tpu.launch == "dp-across-hosts"
+
+
+DP_MASTER_PORTS = 5
+"""With multi-host DP, vLLM-TorchTPU replaces vLLM's randomly picked DP-group ports by `--data-parallel-rpc-port` +
+100 + i for i < 5 on every host (vllm_torchtpu/distributed/tpu_mp_multihost.py L217-229), the ports the leader
+then binds for the DP process groups; the host rendezvous listens on the RPC port + 1 (L77-82, L240)."""
+
+
+def tpu_launch_flags(cfg: StackConfig, rank: TpuRank) -> list[str]:
+    """How the hosts of a slice join. tp-across-hosts: one engine, `--nnodes` hosts, this host's `--node-rank`, the
+    leader's master address (the mp executor's path, prepare_mp_multihost_env). dp-across-hosts: as the released
+    launcher (MP_LAUNCHER: its SERVE_ARGS, the head's `--api-server-count=1`, the headless hosts'
+    `--data-parallel-start-rank`): every host names the leader's address and one RPC port, runs
+    `--data-parallel-size-local` engines, and the workers run headless from their `--data-parallel-start-rank`; the
+    leader keeps one API server (`--api-server-count 1`), which vLLM would otherwise raise to the DP size
+    (vllm/entrypoints/cli/serve.py L104-125 in the 0.29.0 wheel)."""
+    if not dp_across_hosts(cfg):
+        return ["--nnodes", str(cfg.tpu.hosts_per_slice), "--node-rank", WORKER_INDEX,
+                "--master-addr", LEADER_IP, "--master-port", str(contract.TPU_MASTER_PORT),
+                *(["--headless"] if rank == "worker" else [])]
+    replica = parallel.layout(cfg).role("slice")
+    return ["--data-parallel-size", str(replica.engines),
+            "--data-parallel-size-local", str(replica.engines_per_node),
+            "--data-parallel-address", LEADER_IP,
+            "--data-parallel-rpc-port", str(contract.TPU_MASTER_PORT),
+            *(["--headless", "--data-parallel-start-rank", START_RANK] if rank == "worker"
+              else ["--api-server-count", "1"])]
 
 
 MP_LAUNCHER = ("https://github.com/kowalski-4831/vllm-torchtpu/blob/be9c868ee42f6e0186c833059f432c86a9014863/"
@@ -416,9 +452,37 @@ def vllm_torchtpu_env(cfg: StackConfig) -> tuple[tuple[str, str], ...]:
     )
 
 
+K3_NIGHTLY = ("https://github.com/kowalski-4831/vllm-torchtpu/blob/ca556cac618562b7c0fb9bb72697edc78d336037/"
+              ".buildkite/pipeline_k3_sweep.yml")
+"""vLLM-TorchTPU's Kimi K3 runs on a v7x-32 slice: TP=32 with EP (scripts/vllm/benchmarking/configs/
+kimi-k3-tp32-ep*.sh) through .buildkite/scripts/run_multihost.sh, whose backend defaults to Ray
+(`BACKEND="${TPU_MULTIHOST_BACKEND:-ray}"`)."""
+
+
+def tpu_launch_line(cfg: StackConfig) -> str:
+    """The summary's statement of which released run the TPU launch follows, and where it departs from them."""
+    replica = parallel.layout(cfg).role("slice")
+    if not dp_across_hosts(cfg):
+        return (f"TPU launch (tpu.launch=tp-across-hosts): one engine per slice, TP={replica.tensor_parallel} across "
+                f"{replica.nodes} hosts with --nnodes and the mp backend (vllm_torchtpu/distributed/"
+                "tpu_mp_multihost.py prepare_mp_multihost_env, real code in the wheel), a path no released run "
+                "takes: the released GKE launcher runs data-parallel engines across hosts with TP inside each "
+                f"({MP_LAUNCHER}), Kimi K3's own runs take TP=32 with Ray ({K3_NIGHTLY}); "
+                "tpu.launch=dp-across-hosts with tpu.tensorParallel=8 switches to the launcher's layout")
+    return (f"TPU launch (tpu.launch=dp-across-hosts): the released GKE launcher's layout ({MP_LAUNCHER}): "
+            f"{replica.engines} engines per slice, {replica.engines_per_node} per host with TP="
+            f"{replica.tensor_parallel} inside it, experts over all {replica.expert_parallel} ranks; one API server "
+            "per slice balances its engines by load, so the router's prefix affinity reaches the slice, not the "
+            "engine (the replay's TPU figures assume one engine per slice); vLLM-TorchTPU validated K3's unified pool "
+            "at TP=32 (vllm_torchtpu/gdn_pool_layout.py L25-29) and the non-weight HBM per rank is the TP=32 "
+            "nightly's (capacity.tpu_non_weight_bytes)")
+
+
 def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
-    """One `vllm serve` per host of a slice, joined by `--nnodes` (the mp executor): vLLM-TorchTPU's multi-host path
-    without a Ray cluster (vllm_torchtpu/distributed/tpu_mp_multihost.py); workers run `--headless`, only the leader
+    """One `vllm serve` per host of a slice, joined by `--nnodes` (the mp executor; or, with
+    tpu.launch=dp-across-hosts, vLLM's multi-host DP as the released launcher runs it, tpu_launch_flags):
+    vLLM-TorchTPU's multi-host path without a Ray cluster (vllm_torchtpu/distributed/tpu_mp_multihost.py); workers
+    run `--headless`, only the leader
     serves HTTP (and the router's render calls: vLLM 0.29.0 registers `/v1/completions/render` on every `vllm serve`,
     vllm/entrypoints/launchers/api_server/routers.py L52-55 in the vllm-torchtpu 0.29.0 wheel). TP spans the slice's
     TensorCores and expert parallelism all of them, as the project's Kimi K3 nightly runs it (TP=32 + EP on a 4-host
@@ -430,11 +494,7 @@ def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
         "--served-model-name", catalog.KIMI.hf_id,
         "--trust-remote-code",
         "--port", str(contract.MODEL_SERVER_PORT),
-        "--nnodes", str(tpu.hosts_per_slice),
-        "--node-rank", WORKER_INDEX,
-        "--master-addr", LEADER_IP,
-        "--master-port", str(contract.TPU_MASTER_PORT),
-        *(["--headless"] if rank == "worker" else []),
+        *tpu_launch_flags(cfg, rank),
         "--tensor-parallel-size", str(parallel.layout(cfg).tensor_parallel),
         "--enable-expert-parallel",
         # Each rank reads only its own experts' weights and scales; prefetch reads only its byte ranges into the
@@ -459,7 +519,10 @@ def vllm_torchtpu_command(cfg: StackConfig, rank: TpuRank) -> Command:
         "--enable-auto-tool-choice",
         "--disable-access-log-for-endpoints", "/health,/metrics",
     ]
-    return Command(tuple(argv), tpu_launcher_preamble())
+    preamble = tpu_launcher_preamble()
+    if dp_across_hosts(cfg):
+        preamble += (f"START_RANK=$(( LWS_WORKER_INDEX * {parallel.layout(cfg).role('slice').engines_per_node} ))",)
+    return Command(tuple(argv), preamble)
 
 
 def sglang_command(cfg: StackConfig) -> Command:

@@ -7,8 +7,10 @@ The relations, as the engines define them:
 - GPU (vLLM 0.33.0 in llm-d's DP+EP form): one pod per node runs GPUs/TP data-parallel engines
   (`--data-parallel-size-local`), the group's engines are nodes x that, and expert parallelism spans every GPU of the
   group: EP = TP x DP (https://github.com/vllm-project/vllm/blob/0170256/docs/serving/expert_parallel_deployment.md).
-- TPU (vLLM-TorchTPU 0.29.0): one engine per slice over all its hosts, TP = the slice's devices, and
-  `--enable-expert-parallel` spreads the experts over all TP ranks (ep_size = dp x pcp x tp with dp = 1).
+- TPU (vLLM-TorchTPU 0.29.0), by tpu.launch: tp-across-hosts, one engine per slice over all its hosts, TP = the
+  slice's devices; dp-across-hosts, the released GKE launcher's layout, 8 / TP data-parallel engines on each host and
+  TP inside it. Either way `--enable-expert-parallel` spreads the experts over every rank of the slice
+  (ep_size = dp x pcp x tp).
 The settings' own checks (components/config/gpu.py, tpu.py) refuse the layouts these relations cannot hold."""
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..config import StackConfig
+from ..facts import catalog
 
 RoleName = Literal["prefill", "decode", "slice"]
 
@@ -40,7 +43,8 @@ class RoleLayout:
 
     @property
     def engines_per_node(self) -> int:
-        """Data-parallel engines one pod runs (GPU: GPUs / TP); 0 where one engine spans several nodes (TPU)."""
+        """Data-parallel engines one pod runs (GPU: GPUs / TP; TPU dp-across-hosts: 8 / TP); 0 where one engine spans
+        several nodes (TPU tp-across-hosts)."""
         return self.devices_per_node // self.tensor_parallel
 
     @property
@@ -87,5 +91,6 @@ def layout(cfg: StackConfig) -> ParallelLayout:
             for role, groups, nodes in (("prefill", g.prefillGroups, g.prefillNodesPerGroup),
                                         ("decode", g.decodeGroups, g.decodeNodesPerGroup))))
     t = cfg.tpu
+    per_host = catalog.IRONWOOD.chips_per_host * catalog.IRONWOOD.tensorcores_per_chip
     return ParallelLayout(cfg.track, t.slices, (
-        RoleLayout("slice", 1, t.hosts_per_slice, t.tensorParallel // t.hosts_per_slice, t.tensorParallel),))
+        RoleLayout("slice", 1, t.hosts_per_slice, per_host, t.tensorParallel),))

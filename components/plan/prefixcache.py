@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 from ..config import StackConfig
 from ..facts import contract
-from . import capacity, engines, kvblocks, sessions
+from . import capacity, engines, kvblocks, parallel, sessions
 
 
 def chunk_end_states(cfg) -> int | None:
@@ -146,12 +146,13 @@ class ShapeCapacity:
 
 def host_chunks_per_engine(cfg: StackConfig) -> int:
     """Chunks (one block id each) one engine's host tier holds: vLLM's CPU tier on GPU
-    (capacity.host_tier_chunks_per_engine); on TPU `cpu_bytes_to_use` over one block id across the slice's ranks
+    (capacity.host_tier_chunks_per_engine); on TPU `cpu_bytes_to_use` over one block id across the engine's TP ranks
     (capacity.tpu_offload_bytes_per_engine)."""
     if cfg.track == "gpu":
         return capacity.host_tier_chunks_per_engine(cfg)
     c = capacity.serving_capacity(cfg)
-    return capacity.tpu_offload_bytes_per_engine(cfg) // (c.groups.bytes_per_block * c.devices_per_replica)
+    ranks = parallel.layout(cfg).tensor_parallel
+    return capacity.tpu_offload_bytes_per_engine(cfg) // (c.groups.bytes_per_block * ranks)
 
 
 def shape_capacity(cfg: StackConfig, shape) -> ShapeCapacity:
@@ -174,7 +175,9 @@ def lru_capacity_per_server(cfg: StackConfig) -> int:
     block it evicted and never matches that session again (approximateprefix/indexer.go), while above what the
     engine keeps for short sessions it only predicts hits the engine has evicted, which the session replay counts
     (it runs with this value)."""
-    return max(shape_capacity(cfg, s).lru_capacity_per_server for s in capacity_shapes(cfg))
+    c = capacity.serving_capacity(cfg)
+    per_endpoint = max(c.kv_groups // c.endpoints_per_replica, 1)  # engines behind one endpoint (TPU dp-across-hosts)
+    return per_endpoint * max(shape_capacity(cfg, s).lru_capacity_per_server for s in capacity_shapes(cfg))
 
 
 def capacity_shapes(cfg: StackConfig) -> list:

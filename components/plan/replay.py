@@ -628,24 +628,25 @@ def deployment_for(cfg, choice: RoutingChoice | None = None, lru_capacity: int |
     from .engines import prefix_match_unit
 
     choice = choice or rendered_choice(cfg)
+    c = cap.serving_capacity(cfg)
     # The rendered lruCapacityPerServer (per engine, in the rendered router block), in this choice's block and
     # endpoints.
     rendered_lru, rendered_unit = prefixcache.lru_capacity_per_server(cfg), prefix_match_unit(cfg)
-    c = cap.serving_capacity(cfg)
+    rendered_per_endpoint = max(c.kv_groups // c.endpoints_per_replica, 1)
     block = c.block_tokens
     if cfg.track == "gpu":
         pods = cfg.gpu.slices * cfg.gpu.prefillGroups * cfg.gpu.prefillNodesPerGroup
         per_pod = c.kv_groups // cfg.gpu.prefillNodesPerGroup
-    else:
-        pods, per_pod = cfg.tpu.slices, 1
+    else:  # one engine per slice, or (tpu.launch=dp-across-hosts) a slice's engines behind its leader's API server
+        pods, per_pod = cfg.tpu.slices, c.kv_groups
     engines = pods * per_pod
-    if choice.layout == "pod":
+    if choice.layout == "pod" or c.endpoints_per_replica < c.kv_groups:
         endpoints = tuple(tuple(range(p * per_pod, (p + 1) * per_pod)) for p in range(pods))
     else:
         endpoints = tuple((e,) for e in range(engines))
     router = RouterSettings(block_tokens=choice.router_block,
                             lru_capacity_per_server=lru_capacity or rendered_lru * rendered_unit
-                            * (engines // len(endpoints)) // choice.router_block,
+                            * (engines // len(endpoints)) // rendered_per_endpoint // choice.router_block,
                             max_prefix_tokens=cfg.context_length,
                             peak_prefill_throughput=float(cap.peak_prefill_throughput(cfg)),
                             affinity_threshold=AFFINITY_THRESHOLD if threshold is None else threshold,

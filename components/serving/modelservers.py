@@ -457,20 +457,28 @@ def tpu_ranks_per_host(cfg: StackConfig) -> int:
 
 
 def tpu_ports(cfg: StackConfig, rank: engines.TpuRank) -> list[k8s.core.v1.ContainerPortArgs]:
-    """What a TPU pod listens on: the leader serves HTTP and hosts the rendezvous; every host runs its ranks' slice
-    builders."""
-    ports = [k8s.core.v1.ContainerPortArgs(name=f"slice-{i}", container_port=TORCH_TPU_SLICEBUILDER_PORT + i)
-             for i in range(tpu_ranks_per_host(cfg))] if cfg.tpu.engine == "vllm-torchtpu" else []
+    """What a TPU pod listens on: every host its ranks' slice builders; the leader serves HTTP, hosts the coordination
+    port (`--master-port`, or the DP RPC port) and the host rendezvous beside it; the Raiden controller where its
+    engines' schedulers run (the leader, or every host under dp-across-hosts, one per local engine), and under
+    dp-across-hosts the DP groups' ports on the leader (engines.DP_MASTER_PORTS)."""
+    port = k8s.core.v1.ContainerPortArgs
+    if cfg.tpu.engine != "vllm-torchtpu":
+        return [] if rank == "worker" else [port(name="http", container_port=contract.MODEL_SERVER_PORT),
+                                            port(name="dist-init", container_port=contract.SGLANG_DIST_INIT_PORT)]
+    ports = [port(name=f"slice-{i}", container_port=TORCH_TPU_SLICEBUILDER_PORT + i)
+             for i in range(tpu_ranks_per_host(cfg))]
+    dp = engines.dp_across_hosts(cfg)
+    controllers = [port(name=f"raiden-{i}" if dp else "raiden", container_port=RAIDEN_CONTROLLER_PORT + i)
+                   for i in range(parallel.layout(cfg).engines_per_node if dp else 1)]
     if rank == "worker":
-        return ports
-    ports = [k8s.core.v1.ContainerPortArgs(name="http", container_port=contract.MODEL_SERVER_PORT), *ports]
-    if cfg.tpu.engine == "vllm-torchtpu":
-        ports += [k8s.core.v1.ContainerPortArgs(name="master", container_port=contract.TPU_MASTER_PORT),
-                  k8s.core.v1.ContainerPortArgs(name="rendezvous", container_port=contract.TPU_MASTER_PORT + 1),
-                  k8s.core.v1.ContainerPortArgs(name="raiden", container_port=RAIDEN_CONTROLLER_PORT)]
-    else:
-        ports.append(k8s.core.v1.ContainerPortArgs(name="dist-init", container_port=contract.SGLANG_DIST_INIT_PORT))
-    return ports
+        return ports + (controllers if dp else [])
+    leader = [port(name="http", container_port=contract.MODEL_SERVER_PORT), *ports,
+              port(name="master", container_port=contract.TPU_MASTER_PORT),
+              port(name="rendezvous", container_port=contract.TPU_MASTER_PORT + 1), *controllers]
+    if dp:
+        leader += [port(name=f"dp-group-{i}", container_port=contract.TPU_MASTER_PORT + 100 + i)
+                   for i in range(engines.DP_MASTER_PORTS)]
+    return leader
 
 
 TPU_MAX_MAP_COUNT = 33554432

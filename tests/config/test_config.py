@@ -70,11 +70,23 @@ def test_type_errors_name_key_value_and_valid(stack, changes, expected):
      "the model; it deploys the multi-host topologies 2x2x2, 2x2x4, 2x4x4, 4x4x4"),
     ("tpu", {"tpu__tensorParallel": 16},
      "kimi-k3-1:tpu.tensorParallel = 16: a 2x2x4 slice has 16 chips x 2 TensorCores = 32 devices; "
-     "tpu.tensorParallel (16) must be 32"),
+     "tpu.tensorParallel (16) must be 32 with tpu.launch=tp-across-hosts (or a divisor of 8 with dp-across-hosts)"),
+    # The released launcher's layout: TP inside a host.
+    ("tpu", {"tpu__launch": "dp-across-hosts"},
+     "kimi-k3-1:tpu.launch = 'dp-across-hosts': tpu.launch=dp-across-hosts runs tensor parallelism inside each "
+     "host: tpu.tensorParallel (32) must divide a host's 4 chips x 2 TensorCores = 8 (set 8, as the launcher runs "
+     "a host)"),
+    ("tpu", {"tpu__launch": "dp-across-hosts", "tpu__tensorParallel": 3},
+     "kimi-k3-1:tpu.tensorParallel = 3: tpu.launch=dp-across-hosts runs tensor parallelism inside each host: "
+     "tpu.tensorParallel (3) must divide a host's 4 chips x 2 TensorCores = 8 (set 8, as the launcher runs a host)"),
+    ("tpu", {"tpu__launch": "dp-across-hosts", "tpu__tensorParallel": 8, "tpu__engine": "sglang-torchtpu",
+             "tpu__sglangImage": "us-docker.pkg.dev/p/r/sglang:1"},
+     "kimi-k3-1:tpu.launch = 'dp-across-hosts': tpu.launch=dp-across-hosts is vLLM-TorchTPU's layout; "
+     "tpu.engine=sglang-torchtpu takes tp-across-hosts"),
     ("tpu", {"tpu__topology": "2x2x2"},
      # The topology is what changed (TP is at its default), so the topology is named.
      "kimi-k3-1:tpu.topology = '2x2x2': a 2x2x2 slice has 8 chips x 2 TensorCores = 16 devices; "
-     "tpu.tensorParallel (32) must be 16"),
+     "tpu.tensorParallel (32) must be 16 with tpu.launch=tp-across-hosts (or a divisor of 8 with dp-across-hosts)"),
     ("tpu", {"tpu__expertParallel": 5},
      "kimi-k3-1:tpu.expertParallel = 5: tpu.expertParallel (5) must divide tpu.tensorParallel (32)"),
     ("tpu", {"tpu__reservation": None},

@@ -89,6 +89,7 @@ MISTAKES: list[tuple[str, list[str], str]] = [
     ("gpu", ["gpu.prefillGroups: 4"], "gpu.prefillGroups"),
     ("gpu", ["gpu.decodeNodesPerGroup: 3"], "gpu.decodeNodesPerGroup"),
     ("tpu", ["tpu.tensorParallel: 64"], "tpu.tensorParallel"),
+    ("tpu", ["tpu.launch: dp-across-hosts"], "tpu.launch"),
     ("gpu", ["benchmark.enabled: true", "benchmark.outputTokensPerTurn: 200000"], "benchmark.outputTokensPerTurn"),
     ("tpu", ["benchmark.enabled: true", "benchmark.inputTokensPerTurn: 100000"], "benchmark.inputTokensPerTurn"),
     ("gpu", ["gcp.project: goog-weights-team"], "gcp.project"),

@@ -10,7 +10,8 @@ import pytest
 
 from components.plan import engines
 
-VALUES = {engines.LEADER_IP: "10.0.0.1", engines.WORKER_INDEX: "1"}
+VALUES = {engines.LEADER_IP: "10.0.0.1", engines.WORKER_INDEX: "1", engines.START_RANK: "1",
+          engines.POD_IP: "10.0.0.2"}
 
 
 def _argv(cfg, rank: str) -> list[str]:
@@ -26,9 +27,9 @@ def _argv(cfg, rank: str) -> list[str]:
 
 
 FRONTEND = {"--port": True, "--headless": False, "--tool-call-parser": True, "--enable-auto-tool-choice": False,
-            "--disable-access-log-for-endpoints": True}
+            "--disable-access-log-for-endpoints": True, "--api-server-count": True}
 """The pods' flags `vllm serve` adds beside the engine's (flag -> takes a value): FrontendArgs and make_arg_parser in
-vllm/entrypoints/launchers/cli_args.py:105,111,255,276,387 of the 0.29.0 wheel. That module imports the HTTP server
+vllm/entrypoints/launchers/cli_args.py:105,111,255,276,387,394 of the 0.29.0 wheel. That module imports the HTTP server
 (fastapi), which this tier does not install, so the engine's own parser reads the rest and these are held apart."""
 
 
@@ -71,3 +72,19 @@ def test_an_unknown_flag_or_value_is_refused(tpu_cfg, monkeypatch):
         _parse([*_argv(tpu_cfg, "leader"), "--no-such-engine-flag"], monkeypatch)
     with pytest.raises(SystemExit):
         _parse([*_argv(tpu_cfg, "leader"), "--kv-cache-dtype", "fp3"], monkeypatch)
+
+
+@pytest.mark.parametrize("rank", ["leader", "worker"])
+def test_the_release_parses_the_released_launchers_layout(rank, monkeypatch):
+    """tpu.launch=dp-across-hosts: the launcher's multi-host DP flags arrive as meant, and vLLM 0.29.0's own
+    `EngineArgs` turns them into this host's DP rank (the head 0; host 1 from its start rank) with TP inside it."""
+    from tests.engine_support import stack_config
+
+    cfg = stack_config("tpu", **{"tpu.launch": "dp-across-hosts", "tpu.tensorParallel": "8"})
+    args, frontend = _parse(_argv(cfg, rank), monkeypatch)
+    assert ("--headless" in frontend) == (rank == "worker")
+    assert ("--api-server-count" in frontend) == (rank == "leader")
+    assert (args.data_parallel_size, args.data_parallel_size_local, args.tensor_parallel_size) == (4, 1, 8)
+    assert args.data_parallel_address == "10.0.0.1" and args.nnodes == 1
+    assert args.data_parallel_start_rank == (1 if rank == "worker" else None)
+    assert args.kv_transfer_config.kv_connector_extra_config["store_server_ip"] == "10.0.0.2"

@@ -107,6 +107,58 @@ def test_every_rank_listens_on_a_port_the_pods_declare(tpu_cfg, monkeypatch):
            f"{loading.TPU_RENDEZVOUS_TIMEOUT_S} s in the wheel")
 
 
+def test_the_released_launchers_layout_binds_the_ports_the_pods_declare(tpu_cfg, monkeypatch):
+    """tpu.launch=dp-across-hosts: `prepare_mp_multihost_dp_env` (tpu_mp_multihost.py) on vLLM 0.29.0's own
+    ParallelConfig of a worker host's flags (its start rank, the leader's address and RPC port): the DP groups' ports it
+    fixes on every host are the ones the leader pod declares (engines.DP_MASTER_PORTS), its rendezvous is the RPC port
+    + 1, and every host's slice builders are 8070 + its 8 ranks (world size x local engines). The rendezvous itself is
+    the one run for real above; here it answers with four addresses, and the topology lookup is stood in as above."""
+    from vllm.config import ParallelConfig
+    from vllm_torchtpu import envs as tpu_envs
+    from vllm_torchtpu.distributed import tpu_mp_multihost as mh
+
+    from components.facts import contract
+    from tests.engine_support import stack_config
+
+    cfg = stack_config("tpu", **{"tpu.launch": "dp-across-hosts", "tpu.tensorParallel": "8"})
+    argv = engines.vllm_torchtpu_command(cfg, "worker").argv
+    rpc = int(_flag(argv, "--data-parallel-rpc-port"))
+    seen = {}
+
+    def rendezvous(**kwargs):
+        seen.update(kwargs)
+        return [f"10.0.0.{i + 1}" for i in range(kwargs["num_peers"])], "1"
+
+    stub = types.ModuleType("vllm_torchtpu.platforms.tpu_platform")
+    stub.get_tpu_multihost_topology = lambda chips: cfg.tpu.topology
+    monkeypatch.setitem(sys.modules, "vllm_torchtpu.platforms.tpu_platform", stub)
+    monkeypatch.setattr(mh, "_rendezvous_host_ips", rendezvous)
+    for name in ("TORCH_TPU_SLICEBUILDER_ADDRESSES", "TORCH_TPU_TOPOLOGY", "TORCH_TPU_XPROF_SESSION_ID",
+                 mh._DP_DONE_SENTINEL):
+        monkeypatch.delenv(name, raising=False)
+    config = ParallelConfig(tensor_parallel_size=int(_flag(argv, "--tensor-parallel-size")),
+                            data_parallel_size=int(_flag(argv, "--data-parallel-size")),
+                            data_parallel_size_local=int(_flag(argv, "--data-parallel-size-local")),
+                            data_parallel_rank=1, data_parallel_master_ip="127.0.0.1", data_parallel_rpc_port=rpc,
+                            enable_expert_parallel=True)
+    assert mh.prepare_mp_multihost_dp_env(config, config.world_size_across_dp) is True
+
+    import os
+
+    assert seen["port"] == rpc + 1 == contract.TPU_MASTER_PORT + 1 and seen["peer_index"] == 1
+    assert config._data_parallel_master_port_list == [contract.TPU_MASTER_PORT + 100 + i
+                                                      for i in range(engines.DP_MASTER_PORTS)]
+    per_host: dict[str, set[int]] = {}
+    for address in os.environ["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(","):
+        ip, port = address.rsplit(":", 1)
+        per_host.setdefault(ip, set()).add(int(port))
+    assert len(per_host) == cfg.tpu.hosts_per_slice
+    assert all(ports == {tpu_envs.TORCH_TPU_BASE_PORT + i for i in range(8)} for ports in per_host.values())
+    record(f"TPU dp-across-hosts (prepare_mp_multihost_dp_env on a worker's flags): DP groups on "
+           f"{config._data_parallel_master_port_list[0]}-{config._data_parallel_master_port_list[-1]}, rendezvous on "
+           f"{seen['port']}, slice builders 8070-8077 on each of {len(per_host)} hosts")
+
+
 def test_the_rendezvous_timeout_is_the_wheels_constant():
     """TPU-MH-7 rests on `_RENDEZVOUS_TIMEOUT_S` being 300 and read from no variable."""
     from vllm_torchtpu.distributed import tpu_mp_multihost as mh

@@ -131,12 +131,19 @@ def _pool_bytes(objs):
         assert int(_extra(c).get("cpu_bytes_to_use") or 0) > 0, f"{where}: no cpu_bytes_to_use"
 
 
+def _dp_across_hosts(container: dict) -> bool:
+    """The released launcher's layout (tpu.launch=dp-across-hosts): data-parallel engines per host, no --nnodes."""
+    return "--data-parallel-size-local" in pc.flags(container)
+
+
 @pc.row("TPU-RAIDEN-2", breaks=lambda objs: _edit_extra(objs, lambda extra: extra.pop("store_server_ip")))
 def _every_rank_names_the_leader(objs):
+    """The controller's host: the leader's scheduler, or under dp-across-hosts each host's own engine."""
     for where, c in _engines(objs):
         address = _extra(c).get("store_server_ip", "")
-        assert address == engines.LEADER_IP, \
-            f"{where}: store_server_ip {address!r}; workers would dial {address or '127.0.0.1'}, not the leader"
+        host = engines.POD_IP if _dp_across_hosts(c) else engines.LEADER_IP
+        assert address == host, \
+            f"{where}: store_server_ip {address!r}; workers would dial {address or '127.0.0.1'}, not {host}"
         assert _resolves_leader(pc.script(c)), f"{where}: LEADER_IP is not resolved from the leader's name"
 
 
@@ -144,6 +151,12 @@ def _every_rank_names_the_leader(objs):
 def _controller_port_declared(objs):
     ports = {int(_extra(c).get("raiden_controller_port", CONTROLLER_PORT)) for _, c in _engines(objs)}
     assert len(ports) == 1, f"ranks dial different controller ports {sorted(ports)}"
+    for where, c in _engines(objs):
+        if _dp_across_hosts(c):  # a controller per local engine, on every host
+            local = int(pc.flags(c)["--data-parallel-size-local"])
+            wanted = {next(iter(ports)) + i for i in range(local)}
+            declared = {p["containerPort"] for p in c.get("ports", [])}
+            assert wanted <= declared, f"{where}: controller ports {sorted(wanted - declared)} not declared"
     assert ports <= _leader_ports(objs), f"controller port {ports} is not a port the leader declares"
 
 
@@ -184,14 +197,17 @@ def _launcher_environment(objs):
 @pc.row("TPU-MH-2", breaks=lambda objs: pc.set_flag(objs, ENGINE, "--master-addr", "${LWS_LEADER_ADDRESS}"))
 def _master_is_an_address(objs):
     for where, c in _engines(objs):
-        assert pc.flags(c).get("--master-addr") == engines.LEADER_IP, f"{where}: --master-addr is not the resolved IP"
+        flag = "--data-parallel-address" if _dp_across_hosts(c) else "--master-addr"
+        assert pc.flags(c).get(flag) == engines.LEADER_IP, f"{where}: {flag} is not the resolved IP"
         assert _resolves_leader(pc.script(c)), f"{where}: LEADER_IP is not resolved from the leader's name"
 
 
 @pc.row("TPU-MH-3", breaks=lambda objs: [c.update(ports=[p for p in c["ports"] if p.get("name") != "rendezvous"])
                                           for _, c in pc.containers(objs, ENGINE)])
 def _rendezvous_port(objs):
-    masters = {int(pc.flags(c)["--master-port"]) for _, c in _engines(objs)}
+    """Beside the coordination port: `--master-port`, or under dp-across-hosts `--data-parallel-rpc-port`."""
+    masters = {int(pc.flags(c).get("--data-parallel-rpc-port") or pc.flags(c)["--master-port"])
+               for _, c in _engines(objs)}
     assert len(masters) == 1
     needed = {masters.pop() + 1}
     for where, c in _engines(objs):

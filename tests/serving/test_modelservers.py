@@ -438,3 +438,46 @@ def test_tpu_pod_memory_and_shm_follow_the_breakdown(plans):
             f"{need.total}Gi"
         [shm] = [v for v in spec["volumes"] if v["name"] == "dshm"]
         assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": f"{need.shm}Gi"}
+
+
+def test_the_tpu_launch_switch_runs_the_released_launchers_layout(plans):
+    """tpu.launch=dp-across-hosts (with tpu.tensorParallel=8): every host runs its data-parallel engine with TP inside
+    it, as vLLM-TorchTPU's released GKE launcher does (mp_multihost_entry.sh: --data-parallel-size/-local/-address/
+    -rpc-port; the head one API server; the others --headless from --data-parallel-start-rank); no --nnodes. Each host
+    declares its 8 ranks' slice builders and its engine's Raiden controller (its scheduler runs there, so the ranks dial
+    the pod's own address); the leader the RPC port, the rendezvous beside it and the DP groups' ports. The default
+    stays the --nnodes layout, and the summary says which released run each follows."""
+    from components.plan import capacity, engines, parallel
+    from components.serving import modelservers
+    from tests.config.test_config import parse
+
+    cfg = parse("tpu", tpu__launch="dp-across-hosts", tpu__tensorParallel=8)
+    replica = parallel.layout(cfg).role("slice")
+    assert (replica.engines, replica.engines_per_node, replica.expert_parallel) == (4, 1, 32)
+    for rank in ("leader", "worker"):
+        command = engines.vllm_torchtpu_command(cfg, rank)
+        flags = dict(facts.split_flags(list(command.argv)))
+        assert "--nnodes" not in flags and "--master-addr" not in flags
+        assert (flags["--data-parallel-size"], flags["--data-parallel-size-local"], flags["--tensor-parallel-size"],
+                flags["--data-parallel-address"], flags["--data-parallel-rpc-port"]) == (
+            "4", "1", "8", engines.LEADER_IP, str(contract.TPU_MASTER_PORT))
+        if rank == "worker":
+            assert "--headless" in flags and flags["--data-parallel-start-rank"] == engines.START_RANK
+            assert "START_RANK=$(( LWS_WORKER_INDEX * 1 ))" in command.preamble
+        else:
+            assert flags["--api-server-count"] == "1" and "--headless" not in flags
+        extra = json.loads(flags["--kv-transfer-config"])["kv_connector_extra_config"]
+        assert extra["store_server_ip"] == engines.POD_IP
+        assert extra["cpu_bytes_to_use"] == capacity.tpu_offload_bytes_per_engine(cfg)
+        ports = {p.name: p.container_port for p in modelservers.tpu_ports(cfg, rank)}
+        assert {ports[f"slice-{i}"] for i in range(8)} == set(range(8070, 8078))
+        assert ports["raiden-0"] == engines.RAIDEN_CONTROLLER_PORT
+        if rank == "leader":
+            master = contract.TPU_MASTER_PORT
+            assert (ports["master"], ports["rendezvous"]) == (master, master + 1)
+            assert {ports[f"dp-group-{i}"] for i in range(5)} == {master + 100 + i for i in range(5)}
+    # Four engines of TP=8 each hold a pool of their own.
+    assert capacity.serving_capacity(cfg).kv_groups == 4
+    summary = plans["tpu"].summary
+    assert "TPU launch (tpu.launch=tp-across-hosts)" in summary and "a path no released run takes" in summary
+    assert "tpu.launch=dp-across-hosts with tpu.tensorParallel=8 switches" in summary

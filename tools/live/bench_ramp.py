@@ -82,6 +82,25 @@ def lines(phases: list[Phase], roles: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+def ramp_sessions(roles: dict[str, dict[str, Any]], configured: int) -> int:
+    """Sessions at once for the up phase: the benchmark's concurrency, or more where a role's trigger needs more
+    sessions in flight to ask for its maximum (loadAtMax)."""
+    return max([configured, *(int(r.get("loadAtMax", {}).get("sessions", 0)) for r in roles.values())])
+
+
+def load_lines(roles: dict[str, dict[str, Any]]) -> list[str]:
+    """What each role's trigger needs at the router to ask for its maximum (the plan's loadAtMax)."""
+    out = []
+    for name, role in roles.items():
+        load = role.get("loadAtMax", {})
+        if "sessions" in load:
+            out.append(f"ramp: {name} asks for {role['max']} replicas at {load['sessions']:,} sessions in flight")
+        elif "uncachedPromptTokensPerSecond" in load:
+            out.append(f"ramp: {name} asks for {role['max']} replicas at {load['uncachedPromptTokensPerSecond']:,} "
+                       "uncached prompt tokens/s at the router")
+    return out
+
+
 class Ramp:
     """step_ramp: Driver.STEPS holds it after smoke when --ramp is given."""
 
@@ -92,6 +111,7 @@ class Ramp:
         if not roles:
             raise StepError("the stack scales no role between two sizes (stack output autoscaledRoles): a ramp needs "
                             "autoscaling on with some role's max above its min (docs/scaling.md)")
+        self.ramp_roles = roles
         up_bound, down_bound = bounds(roles)
         phases = [Phase("settle", "min", down_bound), Phase("up", "max", up_bound), Phase("down", "min", down_bound)]
         self._watch(phases[0], roles)
@@ -123,8 +143,10 @@ class Ramp:
             if self.conversations_previous is None:
                 self.conversations_previous = (backend.get_config(CONVERSATIONS_KEY),)
                 self.concurrency_previous = (backend.get_config(CONCURRENCY_KEY),)
-            slots = self.opts.ramp_concurrency or int(backend.get_config(CONCURRENCY_KEY)
-                                                      or BenchmarkConfig().concurrency)
+            slots = self.opts.ramp_concurrency or ramp_sessions(
+                self.ramp_roles, int(backend.get_config(CONCURRENCY_KEY) or BenchmarkConfig().concurrency))
+            for line in load_lines(self.ramp_roles):
+                self.out(line)
             assert self.run_dir is not None
             backend.set_config(BENCHMARK_KEY, "true")
             backend.set_config(CONCURRENCY_KEY, str(slots))

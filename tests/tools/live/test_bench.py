@@ -89,8 +89,9 @@ class World:
 
 
 ROLES = {"prefill": {"hpa": "keda-hpa-kimi-k3-1-prefill", "min": 1, "max": 3, "upSeconds": 1685,
-                     "downSeconds": 5340},
-         "decode": {"hpa": "keda-hpa-kimi-k3-1-decode", "min": 1, "max": 1, "upSeconds": 1685, "downSeconds": 3600}}
+                     "downSeconds": 5340, "loadAtMax": {"uncachedPromptTokensPerSecond": 611636}},
+         "decode": {"hpa": "keda-hpa-kimi-k3-1-decode", "min": 1, "max": 1, "upSeconds": 1685, "downSeconds": 3600,
+                    "loadAtMax": {"sessions": 26}}}
 """The GPU fixture stack's `autoscaledRoles` output (tests/tools/live/test_bench_ramp.py holds it to the plan)."""
 
 

@@ -35,6 +35,7 @@ def test_the_ramp_reports_a_scale_up_and_a_scale_down_within_the_plans_times(tmp
     rise = [s["current"] for s in phases["up"]["samples"]["prefill"]]
     assert rise[0] == 1 and rise[-1] == 3
     assert f"ramp up: prefill 1 -> 3 replicas in {up / 60:.1f} min (plan 28.1 min)" in lines
+    assert "ramp: prefill asks for 3 replicas at 611,636 uncached prompt tokens/s at the router" in lines
     assert f"ramp down: prefill 3 -> 1 replicas in {down / 60:.1f} min (plan 89.0 min)" in lines
     # The load was the benchmark Job at benchmark.concurrency, deleted before the down phase; the keys came back.
     loads = [entry for entry in world.log if entry[0] == "set_config" and entry[1] == CONVERSATIONS_KEY]
@@ -103,6 +104,18 @@ def test_the_fakes_roles_are_the_plans(gpu, tpu):
     prefill, engines = gpu.outputs["autoscaledRoles"]["prefill"], tpu.outputs["autoscaledRoles"]["engines"]
     assert (f"GPU prefill up {prefill['upSeconds']:,} s, down {prefill['downSeconds']:,} s; TPU engines up "
             f"{engines['upSeconds']:,} s, down\n{engines['downSeconds']:,} s") in doc
+    assert f"(TPU engines: {engines['loadAtMax']['sessions']} sessions)" in doc
+    assert f"GPU prefill needs {prefill['loadAtMax']['uncachedPromptTokensPerSecond']:,} uncached prompt tokens/s" in doc
+
+
+def test_the_load_is_what_the_triggers_need_for_the_maximum(tpu):
+    """Sessions-based roles (TPU engines, GPU decode) name the sessions at which their trigger asks for the maximum:
+    the ramp runs at least that many; the TPU fixture's engines need 4 (0.8 x 2 sessions per slice x 2 slices)."""
+    engines = tpu.outputs["autoscaledRoles"]["engines"]
+    assert engines["loadAtMax"] == {"sessions": 4}
+    assert bench_ramp.ramp_sessions({"engines": engines}, 2) == 4
+    assert bench_ramp.ramp_sessions({"engines": engines}, 32) == 32
+    assert bench_ramp.load_lines({"engines": engines}) == ["ramp: engines asks for 2 replicas at 4 sessions in flight"]
 
 
 def test_ramp_options_reach_the_driver():
