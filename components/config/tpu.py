@@ -32,8 +32,9 @@ class TpuConfig(Section):
         "tp-across-hosts", description="vLLM-TorchTPU's multi-host layout. tp-across-hosts: one engine per slice, TP "
                                        "over every host with --nnodes and the mp backend (the wheel's "
                                        "prepare_mp_multihost_env; no released run uses it). dp-across-hosts: the "
-                                       "released GKE launcher's layout, data-parallel engines across the hosts with TP "
-                                       "inside each (--data-parallel-size-local per host; prepare_mp_multihost_dp_env), "
+                                       "released GKE launcher's layout, data-parallel engines across the hosts with "
+                                       "TP inside each (--data-parallel-size-local per host; "
+                                       "prepare_mp_multihost_dp_env), "
                                        "experts over every rank of the slice.")
     expertParallel: int = Field(
         8, ge=1, description="SGLang-TorchTPU --ep-size (seed: 8); must divide tpu.tensorParallel. vLLM-TorchTPU has "

@@ -82,7 +82,7 @@ def created_lines(cfg: StackConfig) -> list[str]:
         g = cfg.gpu
         accelerators = (f"accelerators: {g.node_count} {g.spec.machine_type} nodes "
                         f"({g.node_count * g.spec.gpus_per_node} GPUs) in {g.slices} NVL72 "
-                        f"{'rack' if g.slices == 1 else 'racks'}, one node pool each")
+                        f"{'rack' if g.slices == 1 else 'racks'}, one node pool per rack")
         serving = (f"serving: vLLM, {g.prefillGroups} prefill replicas of {g.prefillNodesPerGroup} nodes + "
                    f"{g.decodeGroups} decode {'replica' if g.decodeGroups == 1 else 'replicas'} of "
                    f"{g.decodeNodesPerGroup} nodes per rack, KV moved prefill to decode over RDMA")
@@ -90,7 +90,7 @@ def created_lines(cfg: StackConfig) -> list[str]:
         t = cfg.tpu
         accelerators = (f"accelerators: {t.slices} tpu7x {t.topology} slices = {t.slices * t.hosts_per_slice} "
                         f"{catalog.IRONWOOD.machine_type} hosts ({t.slices * t.chips_per_slice} chips), one node "
-                        "pool each")
+                        "pool per slice")
         serving = (f"serving: {'vLLM-TorchTPU' if t.engine == 'vllm-torchtpu' else t.engine}, one engine per slice "
                    f"({t.hosts_per_slice} hosts, {t.chips_per_slice} chips)")
     cpu = [f"{p.nodeCount} {p.machineType} {'node' if p.nodeCount == 1 else 'nodes'} ({name})"

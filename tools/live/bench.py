@@ -459,8 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="leave the stack up at the end (the only way to skip the destroy)")
     parser.add_argument("--skip-benchmark", action="store_true", help="stop after the smoke check (or the ramp)")
     parser.add_argument("--ramp", action="store_true",
-                        help="after the smoke check, exercise autoscaling: every scaled role down to its minimum, up to "
-                             "its maximum under load and down again, each within the plan's times (ramp.json)")
+                        help="after the smoke check, exercise autoscaling: every scaled role down to its minimum, up "
+                             "to its maximum under load and down again, each within the plan's times (ramp.json)")
     parser.add_argument("--ramp-concurrency", type=bounded_number(int, 1, 100000), default=None, metavar="SESSIONS",
                         help="sessions at once during the ramp's load (default: benchmark.concurrency)")
     parser.add_argument("--destroy-retries", type=bounded_number(int, 0, 20), default=3,

@@ -21,9 +21,9 @@ from tools.live.core import (
 from tools.live.leftovers import LeftoverCheckError, split_kept_bucket
 from tools.live.pulumi_stack import (
     BENCHMARK_KEY,
+    CLUSTER_NAME_KEY,
     CONCURRENCY_KEY,
     CONVERSATIONS_KEY,
-    CLUSTER_NAME_KEY,
     DELETE_CHECKPOINT_KEY,
     HINTS,
     RUN_ID_KEY,

@@ -168,7 +168,7 @@ def layers(parts: dict[str, Part], edges: set[tuple[str, str]]) -> tuple[list[li
             near = up if sweep % 2 == 0 else down
             current = {n: i for i, n in enumerate(rows[level])}
 
-            def key(n: str) -> tuple[float, int]:
+            def key(n: str, where=where, near=near, current=current) -> tuple[float, int]:
                 found = [where[m] for m in near[n] if m in where]
                 return (sum(found) / len(found) if found else current[n], order[n])
 
@@ -208,7 +208,7 @@ def svg(stack: str, resources: list[dict[str, Any]]) -> str:
            f'viewBox="0 0 {canvas_w:.0f} {canvas_h:.0f}" font-family="Helvetica, Arial, sans-serif">',
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
            'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#5f6368"/></marker></defs>',
-           f'<rect width="100%" height="100%" fill="#ffffff"/>',
+           '<rect width="100%" height="100%" fill="#ffffff"/>',
            f'<text x="{MARGIN}" y="{MARGIN + 14}" font-size="16" font-weight="bold">{escape(stack)} track: '
            f'{len(resources)} resources in {real} parts</text>',
            f'<text x="{MARGIN}" y="{MARGIN + 34}" font-size="12" fill="#3c4043">An arrow points from a part to '

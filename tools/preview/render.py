@@ -318,9 +318,9 @@ def plan_overview(cfg: Any, resources: list[dict[str, Any]], manifests: list[dic
     from stacks import overview as stack_overview
 
     found = stack_overview(cfg)
-    found.add(overview.WARNINGS, *(w.removeprefix("warning: ") for w in warnings),
-              *(f"chart {helm_render.chart_dir_name(c.chart)} not rendered: its objects are not in the plan ({c.skipped})"
-                for c in charts.values() if c.skipped))
+    skipped = (f"chart {helm_render.chart_dir_name(c.chart)} not rendered: its objects are not in the plan "
+               f"({c.skipped})" for c in charts.values() if c.skipped)
+    found.add(overview.WARNINGS, *(w.removeprefix("warning: ") for w in warnings), *skipped)
     cloud = sum(1 for r in resources if r["type"].startswith("gcp:") and not r["type"].startswith("pulumi:"))
     found.add(overview.CREATED, f"in all: {cloud} Google Cloud resources, {len(manifests)} Kubernetes objects, "
               f"{len(charts)} Helm charts ({', '.join(helm_render.chart_dir_name(c.chart) for c in charts.values())})",

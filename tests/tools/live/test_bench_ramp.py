@@ -105,7 +105,8 @@ def test_the_fakes_roles_are_the_plans(gpu, tpu):
     assert (f"GPU prefill up {prefill['upSeconds']:,} s, down {prefill['downSeconds']:,} s; TPU engines up "
             f"{engines['upSeconds']:,} s, down\n{engines['downSeconds']:,} s") in doc
     assert f"(TPU engines: {engines['loadAtMax']['sessions']} sessions)" in doc
-    assert f"GPU prefill needs {prefill['loadAtMax']['uncachedPromptTokensPerSecond']:,} uncached prompt tokens/s" in doc
+    needed = prefill['loadAtMax']['uncachedPromptTokensPerSecond']
+    assert f"GPU prefill needs {needed:,} uncached prompt tokens/s" in doc
 
 
 def test_the_load_is_what_the_triggers_need_for_the_maximum(tpu):
