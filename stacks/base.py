@@ -25,7 +25,18 @@ from components.config import StackConfig
 from components.facts import catalog, contract, machines, prices
 from components.observe.monitoring import Monitoring, MonitoringArgs, router_target, serving_targets
 from components.observe.observability import Observability, ObservabilityArgs, Scope, alert_rules, groups
-from components.plan import autoscaling, capacity, cost, engines, images, kvblocks, limits, loading, parallel
+from components.plan import (
+    autoscaling,
+    capacity,
+    cost,
+    engines,
+    images,
+    kvblocks,
+    limits,
+    loading,
+    parallel,
+    prefixcache,
+)
 from components.plan import overview as reader
 from components.plan.loading import MIB
 from components.plan.naming import label_value, resource_labels
@@ -536,14 +547,27 @@ def capacity_lines(cfg: StackConfig, c: capacity.ServingCapacity) -> list[str]:
         f"{c.context_length:,}-token request holds {c.blocks_per_sequence:,} blocks (MLA every block, "
         f"KDA {g.state_blocks_per_request} per group in align mode): {c.sequences_per_engine} per engine, "
         f"{c.sequences} per {c.role} replica",
-        f"KV per replica ({c.bytes_per_token:,.0f} B/cached token in HBM): {c.hbm_tokens:,} tokens in HBM + "
-        f"{c.host_tokens:,} in host DRAM"
-        + (" (vLLM's CPU tier at the served context: one KDA state per request, capacity.host_tier_tokens_per_engine)"
-           if c.role != "slice" else ""),
-        f"router cache: lruCapacityPerServer {router_lru_capacity(cfg, c):,} blocks of "
-        f"{router_block_tokens(cfg)} tokens per endpoint ({c.lru_capacity_per_server:,} engine blocks of "
-        f"{c.block_tokens}; {c.endpoints_per_replica} endpoints per replica, one per engine)",
+        prefix_cache_line(cfg),
+        f"router cache: lruCapacityPerServer {router_lru_capacity(cfg):,} blocks of {router_block_tokens(cfg)} tokens "
+        f"per endpoint (the most one engine keeps in HBM or host DRAM over the session shapes: long sessions; "
+        "prefixcache.lru_capacity_per_server, docs/capacity.md; "
+        f"{c.endpoints_per_replica} endpoints per replica, one per engine)",
     ]
+
+
+def prefix_cache_line(cfg: StackConfig) -> str:
+    """The benchmark's sessions as the engines' own managers keep them (prefixcache.shape_capacity; every shape:
+    docs/capacity.md)."""
+    s = prefixcache.shape_capacity(cfg, prefixcache.router_shape(cfg))
+    f = s.footprint
+    where = "replica" if cfg.track == "gpu" else "slice"
+    return (f"KV per replica (the benchmark's sessions, sparse KDA retention, as the engines' managers keep them): "
+            f"{s.hbm_tokens_per_replica:,} prefix tokens in HBM ({s.hbm_sessions_per_engine} sessions per engine), "
+            f"{s.host_tokens_per_replica:,} in host DRAM ({s.host_sessions_per_engine} per engine; copies of what HBM "
+            f"keeps and of what it evicted); "
+            f"{s.sessions_per_replica:,} sessions per {where} hit their next turn; a session holds "
+            f"{f.session_blocks} blocks ({f.live_blocks} it reuses, {f.stale_blocks} stale KDA states) beside "
+            f"{f.shared_blocks} shared (prefixcache.prefix_footprint)")
 
 
 def engine_limit_lines(cfg: StackConfig) -> list[str]:
@@ -587,6 +611,12 @@ def start_margin_line(cfg: StackConfig) -> str:
             f"vLLM kv_cache_planning): {'; '.join(parts)}")
 
 
+def router_endpoints(cfg: StackConfig) -> int:
+    """Endpoints the router picks prefill engines from: one per engine of every prefill replica."""
+    replicas = cfg.gpu.slices * cfg.gpu.prefillGroups if cfg.track == "gpu" else cfg.tpu.slices
+    return capacity.serving_capacity(cfg).endpoints_per_replica * replicas
+
+
 def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:
     """Optional peakPrefillThroughput measurement, once the model servers answer."""
     if not foundation.cfg.router.calibrate:
@@ -594,7 +624,8 @@ def add_calibration(foundation: Foundation, servers: pulumi.Resource) -> None:
     PrefillCalibration("calibration", CalibrationArgs(
         namespace=foundation.platform.namespace.metadata.name, endpoint=foundation.cfg.client_url,
         image=images.ref(foundation.cfg.images, "calibration"),
-        chunk_tokens=contract.PREFILL_CHUNK_TOKENS),
+        chunk_tokens=contract.PREFILL_CHUNK_TOKENS,
+        router_endpoints=router_endpoints(foundation.cfg)),
         pulumi.ResourceOptions(provider=foundation.cluster.provider,
                                depends_on=[servers, foundation.router.chart]))
 

@@ -86,3 +86,60 @@ class VllmEngine:
             if request.is_finished():
                 return hit or 0
         raise RuntimeError("request did not finish")
+
+
+def sessions_kept(engine, shape: replay.Shape, limit: int = 400) -> tuple[int, int, int]:
+    """Serve sessions of `shape` one after another, every turn through `engine` (the released manager), until the
+    first session's next turn no longer gets the hit it got right after it was served, and two more sessions have
+    been served; then count the sessions whose next turn still gets it (beyond the shared prefix). Returns (sessions
+    kept, the tokens their next turns hit with the shared prefix counted once, sessions served). Nothing of the plan
+    goes in but the shape: the pool and the cache are the engine's."""
+    ids = replay._Ids()
+    system = ids.take(shape.system_tokens)
+    sessions: list[tuple[list[int], int]] = []
+
+    def next_hit(history: list[int]) -> int:
+        return engine.peek(replay.Tokens(history + ids.take(shape.input_tokens)))
+
+    evicted_at = None
+    for s in range(limit):
+        history = (list(system) if shape.system_shared else ids.take(shape.system_tokens)) + ids.take(
+            shape.first_input(s))
+        for turn in range(shape.turns):
+            if turn:
+                history += ids.take(shape.input_tokens)
+            prompt = replay.Tokens(history)
+            output = ids.take(shape.output_tokens)
+            engine.serve(prompt, output)
+            history = prompt.ids + output
+        sessions.append((history, next_hit(history)))
+        if evicted_at is None and next_hit(sessions[0][0]) < sessions[0][1]:
+            evicted_at = s
+        if evicted_at is not None and s >= evicted_at + 2:
+            break
+    else:
+        raise AssertionError(f"{shape.name}: the pool never evicted the first session in {limit} sessions")
+    shared = next_hit(list(system) + ids.take(shape.first_input(0))) if shape.system_shared else 0
+    hits = [hit for history, hit in sessions if hit > shared and next_hit(history) >= hit]
+    return len(hits), sum(hits) - max(len(hits) - 1, 0) * shared, len(sessions)
+
+
+class WithHostTier:
+    """A released manager for HBM with the replay's host-DRAM tier (components/plan/replay.py RuleEngine) beside it:
+    a request takes the longer of the two hits, as the offload connector's lookup does after the prefix cache's.
+    Loading from host DRAM or recomputing leaves the same blocks in HBM, so the manager serving every request whole
+    keeps its cache as the engine would; only the hit (and so the replay's clock) comes from the host tier. The rule
+    keeps its own copy of HBM, which the tiers hold equal to the manager turn by turn."""
+
+    def __init__(self, engine, settings: replay.EngineSettings):
+        self.engine, self.rule = engine, replay.RuleEngine(settings)
+        self.host_hit_tokens = 0
+
+    def peek(self, prompt: replay.Tokens) -> int:
+        return max(self.engine.peek(prompt), self.rule.peek(prompt))
+
+    def serve(self, prompt: replay.Tokens, output: list[int]) -> int:
+        hbm = self.engine.serve(prompt, output)
+        hit = max(hbm, self.rule.serve(prompt, output))
+        self.host_hit_tokens += hit - hbm
+        return hit

@@ -16,8 +16,10 @@ class RouterConfig(Section):
         "standalone", description="standalone: EPP with its Envoy proxy; gateway: GKE Gateway + InferencePool.")
     gatewayClass: Literal["gke-l7-rilb", "gke-l7-regional-external-managed"] = Field(
         "gke-l7-rilb", description="GatewayClass in gateway mode (regional internal by default).")
-    peakPrefillThroughput: int = Field(
-        15928, ge=1, description="Tokens/s one replica prefills at peak (prefix-cache-affinity-filter); calibrate it.")
+    peakPrefillThroughput: Optional[int] = Field(
+        None, ge=1, description="Tokens/s one router endpoint (one engine) prefills at peak (prefix-cache-affinity-"
+                                "filter); default: the plan's rule for this model and endpoint (docs/capacity.md); "
+                                "set it from a calibration.")
     calibrate: bool = Field(False, description="Create the peakPrefillThroughput calibration Job.")
     clientUrl: Optional[str] = Field(
         None, description="URL in-cluster load (benchmark, calibration) is sent to; default the standalone router's "

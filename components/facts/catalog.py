@@ -69,6 +69,10 @@ class GpuMachine:
     zones: tuple[str, ...]
     zones_source: str
     rdma_nics: int | None = None
+    bf16_dense_tflops_per_gpu: float = 0.0
+    """Peak dense BF16 tensor throughput of one GPU (the prefill rule's compute, components/plan/capacity.py
+    peak_prefill_throughput): GB300 2.5 PFLOPS, GB200 2.25 PFLOPS, "without sparsity"
+    (https://verda.com/blog/gb300-nvl72-architecture, per-GPU specifications)."""
     """MRDMA devices a whole-node pod claims; None claims all the node publishes."""
     node_labels: tuple[tuple[str, str], ...] = (("cloud.google.com/gke-networking-dra-driver", "true"),)
     """Node labels that turn on GKE-managed DRANET (A4X Max:
@@ -100,6 +104,7 @@ GPU_MACHINES: dict[str, GpuMachine] = {
     "a4x-max": GpuMachine(
         key="a4x-max", machine_type="a4x-maxgpu-4g-metal", accelerator="nvidia-gb300", gpus_per_node=4,
         hbm_gb_per_gpu=279.0, host_memory_gb=960, vcpus=144, reservation_only=True, bare_metal=True,
+        bf16_dense_tflops_per_gpu=2500.0,
         # A4X Max zones are not published
         # (https://docs.cloud.google.com/ai-hypercomputer/docs/create/create-a4xmax-instances-in-bulk); third-party
         # deployments use us-central1-b.
@@ -120,6 +125,7 @@ GPU_MACHINES: dict[str, GpuMachine] = {
     "a4x": GpuMachine(
         key="a4x", machine_type="a4x-highgpu-4g", accelerator="nvidia-gb200", gpus_per_node=4,
         hbm_gb_per_gpu=186.0, host_memory_gb=884, vcpus=140, reservation_only=True, bare_metal=False,
+        bf16_dense_tflops_per_gpu=2250.0,
         zones=("us-central1-b",),
         zones_source="Cluster Toolkit CI runs A4X in us-central1-b: https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/1047080375af/tools/cloud-build/daily-tests/tests/gke-a4x.yml",
     ),
@@ -142,13 +148,15 @@ class TpuMachine:
     vcpus: int
     zones: tuple[str, ...]
     zones_source: str
+    bf16_tflops_per_chip: float = 0.0
+    """Peak BF16 compute per chip (https://cloud.google.com/tpu/docs/tpu7x: "2,307 TFLOPs BF16")."""
 
 
 IRONWOOD = TpuMachine(
     generation="tpu7x", machine_type="tpu7x-standard-4t", accelerator_label="tpu7x", chips_per_host=4,
     tensorcores_per_chip=2, hbm_gib_per_chip=192, host_memory_gb=960,
     usable_host_memory_gib=800,  # seed post: "~800 GiB host RAM/node"
-    vcpus=224,
+    vcpus=224, bf16_tflops_per_chip=2307.0,
     zones=("us-central1-c", "us-central1-ai1a"),
     zones_source="https://docs.cloud.google.com/tpu/docs/regions-zones (us-central1-c; us-central1-ai1a in one "
                  "version)",

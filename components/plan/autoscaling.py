@@ -104,7 +104,7 @@ def default_roles(cfg: StackConfig) -> tuple[Role, ...]:
         g = cfg.gpu
         decode = capacity.decode_capacity(cfg)
         prefill = capacity.serving_capacity(cfg)
-        rate = cfg.router.peakPrefillThroughput * prefill.endpoints_per_replica
+        rate = capacity.peak_prefill_throughput(cfg) * prefill.endpoints_per_replica
         return (Role("prefill", 1, g.prefillGroups, 1, g.prefillNodesPerGroup, 0, rate, add),
                 Role("decode", 1, g.decodeGroups, 1, g.decodeNodesPerGroup, decode.sequences, 0.0, add))
     t = cfg.tpu

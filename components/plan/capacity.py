@@ -250,9 +250,9 @@ class ServingCapacity:
     sequences_per_engine: int
     max_running: int
     """Requests one engine runs at once at most (max_running_requests); GPU `--max-num-seqs`."""
-    hbm_tokens: int
-    """Prefix tokens the replica's HBM pools can keep cached."""
     host_tokens: int
+    """vLLM's own count of its CPU tier at the served context (host_tier_tokens_per_engine, what the engine logs); the
+    prefix tokens either tier keeps depend on the session shape (shape_capacity)."""
     host_bytes_per_node: float
     endpoints_per_replica: int
 
@@ -301,12 +301,6 @@ class ServingCapacity:
         """Non-weight memory per device above which the engine does not start at all (docs/engine-preconditions.md
         GPU-KVFIT-1): usable HBM less the weights less `one_request_pool_bytes`."""
         return self.usable_bytes_per_device - self.weights.total - self.one_request_pool_bytes
-
-    @property
-    def lru_capacity_per_server(self) -> int:
-        """`approx-prefix-cache-producer` capacity: engine blocks per endpoint across HBM and host DRAM
-        (https://github.com/llm-d/llm-d-router/blob/v0.10.0/pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/plugin.go)."""
-        return (self.hbm_tokens + self.host_tokens) // self.endpoints_per_replica // self.block_tokens
 
 
 def serving_capacity(cfg: StackConfig) -> ServingCapacity:
@@ -366,11 +360,10 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
                           f"one sequence of {context:,} tokens needs {per_sequence:,} KV blocks "
                           f"({per_sequence * groups.bytes_per_block / 1e9:.1f} GB) but one engine's pool holds "
                           f"{blocks:,} ({pool / 1e9:.1f} GB); lower it or change {size_keys}")
-    hbm_tokens = kv_groups * (blocks // groups.groups) * rule.block_tokens
     if cfg.track == "gpu":
         host_tokens = kv_groups * host_tier_tokens_per_engine(cfg)
     else:
-        host_tokens = hbm_tokens * cfg.tpu.hicacheRatio
+        host_tokens = kv_groups * (blocks // groups.groups) * rule.block_tokens * cfg.tpu.hicacheRatio
         devices_per_host = catalog.IRONWOOD.chips_per_host * catalog.IRONWOOD.tensorcores_per_chip
         host_per_node = cfg.tpu.hicacheRatio * pool * devices_per_host
         limit = catalog.IRONWOOD.usable_host_memory_gib * 2**30 * TPU_HOST_RAM_SHARE
@@ -386,7 +379,7 @@ def _replica_capacity(cfg: StackConfig, role: str) -> ServingCapacity:
         weights=weights, non_weight_bytes_per_device=other, kv_pool_bytes_per_device=pool, kv_groups=kv_groups,
         rule=rule, groups=groups, context_length=context, blocks_per_engine=blocks,
         sequences_per_engine=blocks // per_sequence, max_running=max_running_requests(cfg, pool),
-        hbm_tokens=hbm_tokens, host_tokens=host_tokens,
+        host_tokens=host_tokens,
         host_bytes_per_node=host_per_node, endpoints_per_replica=endpoints,
     )
 
@@ -487,3 +480,42 @@ def tpu_offload_bytes_per_engine(cfg: StackConfig) -> int:
     https://github.com/vllm-project/vllm/blob/v0.29.0/vllm/v1/kv_offload/cpu/spec.py)."""
     c = serving_capacity(cfg)
     return int(cfg.tpu.hicacheRatio * c.kv_pool_bytes_per_device * parallel.layout(cfg).tensor_parallel)
+
+
+# --------------------------------------------------------------------------- the router's prefill rate
+ROUTER_DEFAULT_TOKENS_PER_S = 15928
+"""The affinity filter's built-in `peakPrefillThroughput`: "calibrated for Qwen 32B on 2x H100 80GB (TP=2) with vLLM
+0.19, measured as the prefill throughput of a single unloaded chunk of `max_num_batched_tokens` (8192) tokens"
+(llm-d-router v0.10.0 pkg/epp/framework/plugins/scheduling/filter/prefixcacheaffinity/README.md L80-84,
+plugin.go L93-101)."""
+ROUTER_DEFAULT_PARAMS = 32.8e9
+"""ASSUMPTION: "Qwen 32B" is Qwen3-32B, 32.8B parameters (https://huggingface.co/Qwen/Qwen3-32B model card)."""
+ROUTER_DEFAULT_TFLOPS = 2 * 989.4
+"""2 x H100 SXM, BF16 dense 989.4 TFLOPS each (NVIDIA's 1,979 "with sparsity", halved;
+https://glennklockwood.com/garden/processors/h100)."""
+
+
+def endpoint_bf16_tflops(cfg: StackConfig) -> float:
+    """Peak BF16 compute behind one router endpoint once every endpoint is busy: GPU, the GPUs of one data-parallel
+    engine (`gpu.tensorParallel`; with expert parallelism the group's engines share the experts, so a loaded
+    group gives each engine its own GPUs' worth); TPU, the slice's chips (one engine per slice)."""
+    if cfg.track == "gpu":
+        return cfg.gpu.spec.bf16_dense_tflops_per_gpu * parallel.layout(cfg).tensor_parallel
+    return catalog.IRONWOOD.bf16_tflops_per_chip * cfg.tpu.chips_per_slice
+
+
+def rule_prefill_throughput(cfg: StackConfig) -> int:
+    """`peakPrefillThroughput` (tokens/s per endpoint: TTFT_ms = in-flight tokens / it x 1000, prefixcacheaffinity/
+    plugin.go L82-86) for this model and endpoint, from the filter's own calibration point carried over at the same
+    utilization: 15,928 tokens/s x (this endpoint's BF16 peak / 2 x H100's) x (Qwen 32B's parameters / Kimi K3.1
+    Pro's active parameters, catalog.KIMI.active_params), prefill costing 2 FLOPs per active parameter per token in
+    both. Attention over long prompts (24 MLA layers) and the FP4/FP8 kernels K3 runs are outside the rule: a
+    calibration (`router.calibrate`) replaces it."""
+    scale = endpoint_bf16_tflops(cfg) / ROUTER_DEFAULT_TFLOPS * ROUTER_DEFAULT_PARAMS / catalog.KIMI.active_params
+    return round(ROUTER_DEFAULT_TOKENS_PER_S * scale)
+
+
+def peak_prefill_throughput(cfg: StackConfig) -> int:
+    """What the router renders and the replay and autoscaling models assume: `router.peakPrefillThroughput` when set
+    (a calibration), else the rule."""
+    return cfg.router.peakPrefillThroughput or rule_prefill_throughput(cfg)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..config import StackConfig
 from ..facts import catalog
-from . import autoscaling, capacity, cost, kvblocks, limits, loading, staging
+from . import autoscaling, capacity, cost, kvblocks, limits, loading, prefixcache, staging
 
 WARNINGS, CREATED, CAPACITY, TIME, COST, LIMITS = (
     "warnings", "what will be created", "capacity", "time", "cost", "limits")
@@ -118,6 +118,11 @@ def capacity_lines(cfg: StackConfig) -> list[str]:
     if cfg.track == "gpu":
         lines.append(f"prefix cache of the prefill replicas: {s.slices * s.prefix_sessions_hbm:,} sessions in HBM + "
                      f"{s.slices * s.prefix_sessions_host:,} sessions in host DRAM")
+    bench = prefixcache.shape_capacity(cfg, prefixcache.router_shape(cfg))
+    lines.append(f"the benchmark's multi-turn sessions kept warm per engine: {bench.hbm_sessions_per_engine} sessions "
+                 f"in HBM, {bench.host_sessions_per_engine} sessions with host DRAM ({bench.sessions_per_replica:,} "
+                 f"sessions per {'prefill replica' if cfg.track == 'gpu' else 'replica'}); the router assumes each "
+                 f"engine prefills {capacity.peak_prefill_throughput(cfg):,} tokens a second")
     running = c.max_running if cfg.track == "gpu" else min(c.max_running, kvblocks.TPU_MAX_NUM_SEQS)
     lines.append(f"per engine: at most {running:,} requests running at once, {c.sequences_per_engine} "
                  f"{'session' if c.sequences_per_engine == 1 else 'sessions'} at full context in HBM; KV block "

@@ -39,8 +39,10 @@ import heapq
 import random
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
+
+from .sessions import Shape, shapes, stack_shapes  # noqa: F401 (the replay's shapes, re-exported)
 
 # --------------------------------------------------------------------------- router defaults (v0.10.0)
 AFFINITY_THRESHOLD = 0.80
@@ -51,52 +53,6 @@ QUEUE_THRESHOLD_TOKENS = 4194304
 """tokenload/token_load.go L34 `tokenQueueThresholdDefault`."""
 MIN_BLOCK_TOKENS = 64
 """approximateprefix/plugin.go L52 `minBlockSizeTokens`: a smaller configured block is raised to it (L344-357)."""
-
-
-# --------------------------------------------------------------------------- shapes
-@dataclass(frozen=True)
-class Shape:
-    """A closed-loop session workload: `concurrency` slots, each running its sessions one after another, each turn
-    sent when the previous one finished (inference-perf's conversation replay does the same)."""
-
-    name: str
-    sessions: int
-    concurrency: int
-    turns: int
-    system_tokens: int
-    system_shared: bool
-    first_input_tokens: int
-    input_tokens: int
-    output_tokens: int
-    description: str = ""
-    first_input_spread: tuple[int, ...] = ()
-    """Per-session first-turn sizes, cycled (long sessions); empty: `first_input_tokens` for all."""
-
-    def first_input(self, session: int) -> int:
-        spread = self.first_input_spread
-        return spread[session % len(spread)] if spread else self.first_input_tokens
-
-    def scaled(self, factor: int) -> Shape:
-        """The same sessions at `factor` x the concurrency (and as many more sessions)."""
-        return replace(self, name=f"{self.name}@{factor}x", sessions=self.sessions * factor,
-                       concurrency=self.concurrency * factor)
-
-
-def shapes(benchmark_sessions: int, benchmark_concurrency: int, turns: int, system_tokens: int, input_tokens: int,
-           output_tokens: int, context_length: int) -> list[Shape]:
-    """The shapes docs/capacity.md reports, from the committed benchmark's keys (`benchmark.*`)."""
-    bench = Shape("benchmark", benchmark_sessions, benchmark_concurrency, turns, system_tokens, True, input_tokens,
-                  input_tokens, output_tokens, "the committed benchmark: one shared system prompt, fixed turns")
-    agentic = Shape("agentic", benchmark_sessions, benchmark_concurrency, 16, 32768, True, 2048, 4096, 256,
-                    "shared 32K system prompt, a 2K task, then tool turns: 256 generated (a tool call), 4K of tool "
-                    "result back")
-    top = min(context_length, 1_048_576) - 8 * 4096
-    long = Shape("long", max(8, benchmark_concurrency // 4), max(4, benchmark_concurrency // 8), 4, 2048, True,
-                 200_000, 2048, 1024, "single long sessions: a 200K-1M document, then follow-up turns",
-                 first_input_spread=(200_000, 500_000, top))
-    chat = Shape("chat", benchmark_sessions, benchmark_concurrency, 6, 256, True, 200, 200, 150,
-                 "short chat: a 256-token system prompt, 200-token turns, 150-token answers")
-    return [bench, bench.scaled(2), agentic, agentic.scaled(2), long, chat]
 
 
 # --------------------------------------------------------------------------- requests
@@ -159,11 +115,30 @@ class EngineSettings:
     `MambaManager.reachable_block_mask`)."""
     computes_output: bool
     """Whether the engine also generates (TPU) or only prefills (a GPU prefill engine: max_tokens 1)."""
+    chunk_end_states: int | None = None
+    """vLLM 0.29.0 (the core vLLM-TorchTPU ships): KDA states are written at prefill chunk ends only, so a prompt of
+    a whole number of blocks keeps a findable replay-boundary state (one block before its end) only where a chunk of
+    this many tokens, counted from the hit, ended; the state's block is held all the same
+    (vllm/v1/core/sched/scheduler.py `_mamba_block_aligned_split`: chunk ends are block-aligned, the prompt's last
+    chunk exempt; tests/engine_tpu/test_torchtpu_replay.py holds the rule equal to that manager). None: vLLM 0.33.0,
+    whose scheduler stops a chunk at the replay boundary (kv_cache_coordinator.py `replay_boundaries`)."""
+
+    host_chunks: int = 0
+    """Chunks of the engine's host-DRAM tier, one block id each (components/plan/capacity.py
+    host_chunks_per_engine); 0: HBM only."""
+
+    def keeps_replay_state(self, prompt_tokens: int, hit: int) -> bool:
+        """Whether serving a prompt from `hit` leaves a KDA state at its replay boundary."""
+        if self.chunk_end_states is None or prompt_tokens % self.block_tokens:
+            return True
+        boundary = prompt_tokens - self.block_tokens
+        return boundary <= hit or (boundary - hit) % self.chunk_end_states == 0
 
 
 class RuleEngine:
     """The vLLM 0.33.0 hybrid prefix cache as a rule, which tests/engine/test_vllm_replay.py holds equal to the
-    released KVCacheManager on the replayed shapes:
+    released KVCacheManager on the replayed shapes (and tests/engine_tpu/test_torchtpu_replay.py to vLLM-TorchTPU's,
+    with `chunk_end_states`):
 
     - a hit lands on a multiple of the hash unit, at most the prompt length - 1 (kv_cache_manager.py
       `get_computed_blocks`), where the MLA group holds every block below it (a partial tail block when the unit is
@@ -173,64 +148,81 @@ class RuleEngine:
       kv_cache_coordinator.py `replay_boundaries`), at a shared-prefix junction (where the MLA hit ran past the
       last state, kv_cache_manager.py L319-326), and with retention None at every block;
     - a cached MLA block costs one pool block per attention group, a kept state one per KDA group; the least
-      recently used go first when the pool is full."""
+      recently used go first when the pool is full.
+
+    With `host_chunks`, a host-DRAM tier beside it: the CPU offload stores what the prefix cache keeps, in chunks of
+    one block id (an MLA chunk per block, the KDA groups' chunks per kept boundary, a boundary's partial tail;
+    vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py `_build_store_jobs` filters by the same
+    `reachable_block_mask`, `_build_partial_tail_store_jobs`), in an LRU of its own (vllm/v1/kv_offload/cpu/
+    policies); a request takes the longer of the two tiers' hits, and what it loads from host DRAM is in HBM
+    afterwards. Not held against the released connector: its stores complete only when a worker reports them."""
 
     def __init__(self, settings: EngineSettings):
         self.s = settings
         # One LRU over everything cached, as vLLM's free-block queue is: ("m", h) an MLA block (a full block's end
-        # or a partial tail), ("s", h) a kept KDA state, by the prefix hash at its position.
-        self.lru: OrderedDict[tuple[str, int], int] = OrderedDict()
-        self.used = 0
+        # or a partial tail), ("s", h) a kept KDA state, ("x", h) a state no hit finds, by the prefix hash at its
+        # position.
+        self.hbm = _Tier(settings.pool_blocks)
+        self.host = _Tier(settings.host_chunks) if settings.host_chunks else None
+        self.host_hit_tokens = 0
+        """Hit tokens served from host DRAM beyond what HBM had."""
 
     @property
-    def mla(self) -> _Kind:
-        return _Kind(self.lru, "m")
+    def lru(self) -> OrderedDict[tuple[str, int], int]:
+        return self.hbm.lru
 
-    @property
-    def states(self) -> _Kind:
-        return _Kind(self.lru, "s")
-
-    def _hit(self, prompt: Tokens) -> tuple[int, int]:
-        """(hit tokens, how far the MLA group alone reaches)."""
+    def _hit(self, prompt: Tokens, tier: _Tier) -> tuple[int, int]:
+        """(hit tokens, how far the MLA group alone reaches) in one tier."""
         s, n = self.s, len(prompt)
         chain = prompt.chain(s.hash_unit)
-        reach = self._mla_reach(chain)
+        reach = self._mla_reach(chain, tier)
         for units in range(min(reach, (n - 1) // s.hash_unit), 0, -1):
-            if chain[units - 1] in self.states and self._mla_covers(chain, units):
+            if ("s", chain[units - 1]) in tier.lru and self._mla_covers(chain, units, tier):
                 return units * s.hash_unit, reach * s.hash_unit
         return 0, reach * s.hash_unit
 
-    def _mla_reach(self, chain: list[int]) -> int:
+    def _mla_reach(self, chain: list[int], tier: _Tier) -> int:
         """Units from the start the MLA group holds: whole blocks, then a partial tail inside the next block."""
         per = self.s.block_tokens // self.s.hash_unit
         b = 0
-        while (b + 1) * per <= len(chain) and chain[(b + 1) * per - 1] in self.mla:
+        while (b + 1) * per <= len(chain) and ("m", chain[(b + 1) * per - 1]) in tier.lru:
             b += 1
         for units in range(min(len(chain), (b + 1) * per - 1), b * per, -1):
-            if chain[units - 1] in self.mla:
+            if ("m", chain[units - 1]) in tier.lru:
                 return units
         return b * per
 
-    def _mla_covers(self, chain: list[int], units: int) -> bool:
+    def _mla_covers(self, chain: list[int], units: int, tier: _Tier) -> bool:
         per_block = self.s.block_tokens // self.s.hash_unit
         full = units // per_block
-        if any(chain[b * per_block + per_block - 1] not in self.mla for b in range(full)):
+        if any(("m", chain[b * per_block + per_block - 1]) not in tier.lru for b in range(full)):
             return False
-        return units % per_block == 0 or chain[units - 1] in self.mla
+        return units % per_block == 0 or ("m", chain[units - 1]) in tier.lru
 
     def peek(self, prompt: Tokens) -> int:
-        return self._hit(prompt)[0]
+        hit = self._hit(prompt, self.hbm)[0]
+        return max(hit, self._hit(prompt, self.host)[0]) if self.host else hit
 
     def serve(self, prompt: Tokens, output: list[int]) -> int:
         s = self.s
-        hit, mla_reach = self._hit(prompt)
+        hit, mla_reach = self._hit(prompt, self.hbm)
+        if self.host:
+            host_hit, host_reach = self._hit(prompt, self.host)
+            if host_hit > hit:
+                self.host_hit_tokens += host_hit - hit
+                self.host.touch(prompt.chain(s.hash_unit), host_hit // s.hash_unit)
+                hit, mla_reach = host_hit, max(mla_reach, host_reach)
         seq = Tokens(prompt.ids + output[:-1]) if s.computes_output and output else prompt
         chain = seq.chain(s.hash_unit)
         per_block = s.block_tokens // s.hash_unit
         computed_units = len(seq) // s.hash_unit
-        for b in range(computed_units // per_block):
-            self._add(self.mla, chain[b * per_block + per_block - 1], s.attention_groups)
+        entries = [("m", chain[b * per_block + per_block - 1], s.attention_groups)
+                   for b in range(computed_units // per_block)]
         boundaries = {(len(prompt) - 1) // s.hash_unit}
+        if not s.keeps_replay_state(len(prompt), hit):
+            # The state block is still held and cached, at no position a later hit finds.
+            entries.append(("x", chain[(len(prompt) - 1) // s.hash_unit - 1], s.state_groups))
+            boundaries = set()
         if mla_reach > hit:
             boundaries.add(mla_reach // s.hash_unit)
         if s.retention_interval is None:
@@ -242,39 +234,42 @@ class RuleEngine:
             if units <= 0 or units > computed_units:
                 continue
             if units % per_block:
-                self._add(self.mla, chain[units - 1], s.attention_groups)  # the partial tail block
-            self._add(self.states, chain[units - 1], s.state_groups)
+                entries.append(("m", chain[units - 1], s.attention_groups))  # the partial tail block
+            entries.append(("s", chain[units - 1], s.state_groups))
+        for tier in (self.hbm, self.host) if self.host else (self.hbm,):
+            for entry in entries:
+                tier.add(entry)
         if hit:
-            self._touch(prompt.chain(s.hash_unit), hit // s.hash_unit)
+            self.hbm.touch(prompt.chain(s.hash_unit), hit // s.hash_unit)
         return hit
 
-    def _touch(self, chain: list[int], units: int) -> None:
+
+class _Tier:
+    """One LRU of cache entries ((kind, prefix hash) -> the blocks or chunks it costs) within a capacity."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.lru: OrderedDict[tuple[str, int], int] = OrderedDict()
+        self.used = 0
+
+    def add(self, entry: tuple[str, int, int]) -> None:
+        kind, key, cost = entry
+        if (kind, key) in self.lru:
+            self.lru.move_to_end((kind, key))
+            return
+        self.lru[(kind, key)] = cost
+        self.used += cost
+        while self.used > self.capacity and self.lru:
+            _, freed = self.lru.popitem(last=False)
+            self.used -= freed
+
+    def touch(self, chain: list[int], units: int) -> None:
+        """A hit at `units`: its MLA entries, then the state it hit, become the most recent."""
         for key in chain[:units]:
             if ("m", key) in self.lru:
                 self.lru.move_to_end(("m", key))
         if ("s", chain[units - 1]) in self.lru:
             self.lru.move_to_end(("s", chain[units - 1]))
-
-    def _add(self, kind: _Kind, key: int, cost: int) -> None:
-        entry = (kind.tag, key)
-        if entry in self.lru:
-            self.lru.move_to_end(entry)
-            return
-        self.lru[entry] = cost
-        self.used += cost
-        while self.used > self.s.pool_blocks and self.lru:
-            _, freed = self.lru.popitem(last=False)
-            self.used -= freed
-
-
-class _Kind:
-    """A view of one kind of RuleEngine entry."""
-
-    def __init__(self, lru: OrderedDict[tuple[str, int], int], tag: str):
-        self.lru, self.tag = lru, tag
-
-    def __contains__(self, key: int) -> bool:
-        return (self.tag, key) in self.lru
 
 
 # --------------------------------------------------------------------------- router
@@ -425,6 +420,8 @@ class TurnRecord:
     sticky: bool
     gate_broken: bool
     ttft_s: float
+    host: int = 0
+    """Of `hit`, the tokens served from host DRAM beyond what HBM had."""
 
 
 @dataclass
@@ -447,6 +444,13 @@ class ShapeResult:
         later = self._later()
         ideal = sum(r.ideal for r in later)
         return sum(r.hit for r in later) / ideal if ideal else 1.0
+
+    @property
+    def host_share(self) -> float:
+        """Hit tokens of turns 2..N served from host DRAM (what HBM had evicted), over all their hit tokens."""
+        later = self._later()
+        hits = sum(r.hit for r in later)
+        return sum(r.host for r in later) / hits if hits else 0.0
 
     @property
     def gate_broken_share(self) -> float:
@@ -525,7 +529,9 @@ def replay(deployment: Deployment, shape: Shape, engines: Sequence[EngineCache],
         else:  # core_client.py L1762-1797: the first engine, in rank order, with the fewest requests in flight
             engine = min(members, key=lambda e: running[e])
         best = max(cache.peek(prompt) for cache in engines)
+        from_host = getattr(engines[engine], "host_hit_tokens", 0)
         hit = engines[engine].serve(prompt, output)
+        from_host = getattr(engines[engine], "host_hit_tokens", 0) - from_host
         begin = max(t, busy_until[engine])
         first_token = begin + (len(prompt) - hit) / deployment.prefill_tokens_per_s
         busy_until[engine] = first_token
@@ -538,20 +544,22 @@ def replay(deployment: Deployment, shape: Shape, engines: Sequence[EngineCache],
         push(finished if deployment.engine.computes_output else first_token, "free", (engine,))
         push(finished, "done", (session, turn))
         result.records.append(TurnRecord(session, turn, engine, hit, best, min(ideal, len(prompt) - 1),
-                                         len(prompt), decision.sticky, decision.gate_broken, first_token - t))
+                                         len(prompt), decision.sticky, decision.gate_broken, first_token - t,
+                                         from_host))
     return result
 
 
 @dataclass(frozen=True)
 class Report:
     track: str
-    rows: tuple[tuple[str, float, float, float, float], ...]
-    """(shape, on-best share, hit share, gate-broken share, TTFT p95 s)."""
+    rows: tuple[tuple[str, float, float, float, float, float], ...]
+    """(shape, on-best share, hit share, gate-broken share, TTFT p95 s, share of the hits from host DRAM)."""
 
     def table(self) -> str:
-        lines = [f"{'shape':<16} {'on best engine':>15} {'hit / ideal':>12} {'gate broken':>12} {'TTFT p95 s':>11}"]
-        for name, on_best, hits, broken, ttft in self.rows:
-            lines.append(f"{name:<16} {on_best:>14.1%} {hits:>12.1%} {broken:>12.1%} {ttft:>11.1f}")
+        lines = [f"{'shape':<16} {'on best engine':>15} {'hit / ideal':>12} {'from host':>10} {'gate broken':>12} "
+                 f"{'TTFT p95 s':>11}"]
+        for name, on_best, hits, broken, ttft, host in self.rows:
+            lines.append(f"{name:<16} {on_best:>14.1%} {hits:>12.1%} {host:>10.1%} {broken:>12.1%} {ttft:>11.1f}")
         return "\n".join(lines)
 
 
@@ -562,7 +570,7 @@ def run(deployment: Deployment, shape_list: Sequence[Shape], make_engine=None, s
         factory = make_engine or (lambda _i: RuleEngine(deployment.engine))
         engines = [factory(i) for i in range(deployment.engines)]
         r = replay(deployment, shape, engines, seed)
-        rows.append((shape.name, r.on_best_share, r.hit_share, r.gate_broken_share, r.ttft_p95_s))
+        rows.append((shape.name, r.on_best_share, r.hit_share, r.gate_broken_share, r.ttft_p95_s, r.host_share))
     return Report(deployment.track, tuple(rows))
 
 
@@ -611,43 +619,43 @@ def former_choice(cfg) -> RoutingChoice:
 
 
 def deployment_for(cfg, choice: RoutingChoice | None = None, lru_capacity: int | None = None,
-                   threshold: float | None = None) -> Deployment:
+                   threshold: float | None = None, host: bool = True) -> Deployment:
     """The replay's inputs from a stack's typed config (components.config StackConfig) under `choice` (the
     rendered one by default): the prefill engines the router picks from (GPU: every prefill group's data-parallel
     engines; TPU: one engine per slice), grouped into router endpoints, and the router and engine settings."""
     from . import capacity as cap
+    from . import prefixcache
+    from .engines import prefix_match_unit
 
     choice = choice or rendered_choice(cfg)
     c = cap.serving_capacity(cfg)
+    # The rendered lruCapacityPerServer (per engine, in the rendered router block), in this choice's block and
+    # endpoints.
+    rendered_lru, rendered_unit = prefixcache.lru_capacity_per_server(cfg), prefix_match_unit(cfg)
+    rendered_per_endpoint = max(c.kv_groups // c.endpoints_per_replica, 1)
     block = c.block_tokens
     if cfg.track == "gpu":
         pods = cfg.gpu.slices * cfg.gpu.prefillGroups * cfg.gpu.prefillNodesPerGroup
         per_pod = c.kv_groups // cfg.gpu.prefillNodesPerGroup
-    else:
-        pods, per_pod = cfg.tpu.slices, 1
+    else:  # one engine per slice, or (tpu.launch=dp-across-hosts) a slice's engines behind its leader's API server
+        pods, per_pod = cfg.tpu.slices, c.kv_groups
     engines = pods * per_pod
-    if choice.layout == "pod":
+    if choice.layout == "pod" or c.endpoints_per_replica < c.kv_groups:
         endpoints = tuple(tuple(range(p * per_pod, (p + 1) * per_pod)) for p in range(pods))
     else:
         endpoints = tuple((e,) for e in range(engines))
-    # The engines here model HBM only, so the router's index is sized to what one endpoint's engines can hold in
-    # HBM (every pool block an MLA block); the rendered lruCapacityPerServer also counts the host tier.
-    tokens_per_endpoint = c.blocks_per_engine * block * engines // len(endpoints)
     router = RouterSettings(block_tokens=choice.router_block,
-                            lru_capacity_per_server=lru_capacity or tokens_per_endpoint // choice.router_block,
+                            lru_capacity_per_server=lru_capacity or rendered_lru * rendered_unit
+                            * (engines // len(endpoints)) // rendered_per_endpoint // choice.router_block,
                             max_prefix_tokens=cfg.context_length,
-                            peak_prefill_throughput=float(cfg.router.peakPrefillThroughput),
+                            peak_prefill_throughput=float(cap.peak_prefill_throughput(cfg)),
                             affinity_threshold=AFFINITY_THRESHOLD if threshold is None else threshold,
                             max_ttft_penalty_ms=choice.penalty_ms)
     g = c.groups
     engine = EngineSettings(block_tokens=block, hash_unit=choice.hash_unit, pool_blocks=c.blocks_per_engine,
+                            host_chunks=prefixcache.host_chunks_per_engine(cfg) if host else 0,
                             attention_groups=g.attention_groups, state_groups=g.state_groups,
-                            retention_interval=choice.retention, computes_output=cfg.track != "gpu")
+                            retention_interval=choice.retention, computes_output=cfg.track != "gpu",
+                            chunk_end_states=prefixcache.chunk_end_states(cfg))
     return Deployment(cfg.track, endpoints, router, engine,
-                      prefill_tokens_per_s=float(cfg.router.peakPrefillThroughput))
-
-
-def stack_shapes(cfg) -> list[Shape]:
-    b = cfg.benchmark
-    return shapes(b.conversations, b.concurrency, b.turnsPerConversation, b.systemPromptTokens,
-                  b.inputTokensPerTurn, b.outputTokensPerTurn, cfg.context_length)
+                      prefill_tokens_per_s=float(cap.peak_prefill_throughput(cfg)))

@@ -26,7 +26,8 @@ from ..facts.versions import (
     ROUTER_STANDALONE_CHART,
     ChartRef,
 )
-from ..plan import autoscaling, engines, images, replay
+from ..plan import autoscaling, engines, images, prefixcache, replay
+from ..plan import capacity as plan_capacity
 from ..plan.capacity import ServingCapacity
 from ..platform import hardening
 
@@ -115,10 +116,11 @@ def router_block_tokens(cfg: StackConfig) -> int:
     return engines.prefix_match_unit(cfg)
 
 
-def lru_capacity(cfg: StackConfig, capacity: ServingCapacity) -> int:
-    """`lruCapacityPerServer` in router blocks: the plan's prefix tokens per endpoint (HBM and host DRAM) over the
-    router's block."""
-    return capacity.lru_capacity_per_server * capacity.block_tokens // router_block_tokens(cfg)
+def lru_capacity(cfg: StackConfig) -> int:
+    """`lruCapacityPerServer` in router blocks: the prefix tokens one endpoint's engine keeps for the benchmark's
+    sessions across HBM and host DRAM, as the engines count them (components/plan/prefixcache.py
+    lru_capacity_per_server), over the router's block."""
+    return prefixcache.lru_capacity_per_server(cfg)
 
 
 def prefix_producer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, Any]:
@@ -131,7 +133,7 @@ def prefix_producer(cfg: StackConfig, capacity: ServingCapacity) -> dict[str, An
     return {"type": PREFIX_PRODUCER, "parameters": {
         "autoTune": False,
         "blockSizeTokens": block,
-        "lruCapacityPerServer": lru_capacity(cfg, capacity),
+        "lruCapacityPerServer": lru_capacity(cfg),
         "maxPrefixTokensToMatch": cfg.context_length,
         "maxPrefixBlocksToMatch": -(-cfg.context_length // block),
     }}
@@ -177,7 +179,7 @@ def endpoint_picker_config(cfg: StackConfig, capacity: ServingCapacity) -> dict[
         *([tokens] if tokens else []),
         prefix_producer(cfg, capacity),
         {"type": "prefix-cache-affinity-filter",
-         "parameters": {"peakPrefillThroughput": cfg.router.peakPrefillThroughput,
+         "parameters": {"peakPrefillThroughput": plan_capacity.peak_prefill_throughput(cfg),
                         "maxTTFTPenaltyMs": TTFT_PENALTY_MS}},
         {"type": "token-load-scorer"},
         # Feeds token-load-scorer and the affinity filter; exact only with one EPP replica
@@ -393,24 +395,38 @@ def gke_pool_policies() -> list[tuple[str, str, dict[str, Any]]]:
 
 
 CALIBRATION_SCRIPT = """\
-import json, os, statistics, time, urllib.request
+import concurrent.futures, json, os, statistics, time, urllib.request
 
 endpoint = os.environ["ENDPOINT"].rstrip("/")
 chunk = int(os.environ["CHUNK_TOKENS"])
 samples = int(os.environ.get("SAMPLES", "8"))
+endpoints = int(os.environ["ROUTER_ENDPOINTS"])
 model = os.environ["MODEL"]
-ttfts = []
-for i in range(samples):
+
+
+def ttft(tag):
     # A fresh prefix each time, so every request is a full-chunk prefill; about one token per common word.
-    prompt = f"calibration run {i} " + "lorem ipsum " * (chunk // 2)
+    prompt = f"calibration run {tag} " + "lorem ipsum " * (chunk // 2)
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 1, "stream": False}).encode()
     request = urllib.request.Request(f"{endpoint}/v1/completions", body, {"Content-Type": "application/json"})
     start = time.monotonic()
     with urllib.request.urlopen(request, timeout=600) as response:
         response.read()
-    ttfts.append(time.monotonic() - start)
-print(json.dumps({"chunk_tokens": chunk, "median_ttft_s": statistics.median(ttfts),
-                  "peakPrefillThroughput": round(chunk / statistics.median(ttfts))}))
+    return time.monotonic() - start
+
+
+# llm-d's method: one unloaded chunk at a time (one engine, the rest of its group idle).
+unloaded = statistics.median(ttft(i) for i in range(samples))
+# Every endpoint busy at once, as the router sees them under load: one fresh chunk per endpoint per wave (the
+# router spreads fresh prompts by in-flight tokens), the median of the waves' request times.
+loaded = []
+with concurrent.futures.ThreadPoolExecutor(max_workers=endpoints) as pool:
+    for wave in range(samples):
+        loaded += list(pool.map(ttft, (f"{wave}-{i}" for i in range(endpoints))))
+print(json.dumps({"chunk_tokens": chunk, "router_endpoints": endpoints, "median_ttft_s_unloaded": unloaded,
+                  "median_ttft_s_loaded": statistics.median(loaded),
+                  "peakPrefillThroughput": round(chunk / statistics.median(loaded)),
+                  "peakPrefillThroughput_unloaded": round(chunk / unloaded)}))
 """
 
 
@@ -423,11 +439,15 @@ class CalibrationArgs(Args):
     chunk_tokens: int
     """Prompt size of each sample; llm-d's method divides it by the median TTFT
     (https://github.com/llm-d/llm-d/tree/main/guides/recipes/router/calibration)."""
+    router_endpoints: int = 1
+    """Endpoints the router picks prefill engines from: the loaded waves send one chunk per endpoint at once."""
 
 
 class PrefillCalibration(Component):
-    """Optional Job that measures peakPrefillThroughput through the router; read its log and set
-    `kimi-k3-1:router.peakPrefillThroughput`."""
+    """Optional Job that measures peakPrefillThroughput through the router, unloaded (llm-d's method: one chunk at a
+    time, which one engine serves with the rest of its group idle) and loaded (one chunk per router endpoint at once,
+    every endpoint busy, as the router's TTFT estimate assumes under load); read its log and set
+    `kimi-k3-1:router.peakPrefillThroughput` to the loaded figure."""
 
     def __init__(self, name: str, args: CalibrationArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("router", "PrefillCalibration", name, opts)
@@ -438,7 +458,8 @@ class PrefillCalibration(Component):
             opts=self.child(),
         )
         env = {"ENDPOINT": args.endpoint, "MODEL": catalog.KIMI.hf_id,
-               "CHUNK_TOKENS": str(args.chunk_tokens), "PYTHONDONTWRITEBYTECODE": "1"}
+               "CHUNK_TOKENS": str(args.chunk_tokens), "ROUTER_ENDPOINTS": str(args.router_endpoints),
+               "PYTHONDONTWRITEBYTECODE": "1"}
         self.job = k8s.batch.v1.Job(
             f"{name}-job",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{catalog.GUIDE_NAME}-calibration", namespace=args.namespace,

@@ -50,7 +50,7 @@ def test_the_rule_engine_is_the_engines_manager(tmp_path, monkeypatch, which):
     cfg = stack_config("gpu")
     choice = getattr(replay, f"{which}_choice")(cfg)
     make = _engines(cfg, choice, tmp_path, monkeypatch)
-    base = replay.deployment_for(cfg, choice)
+    base = replay.deployment_for(cfg, choice, host=False)
     narrow = replace_endpoints(base, 2)
     bench = next(s for s in replay.stack_shapes(cfg) if s.name == "benchmark")
     cases = [(base, _small(bench, 16, 8, 4)),
@@ -81,7 +81,7 @@ def test_the_rendered_routing_meets_the_bar_on_the_engines(tmp_path, monkeypatch
     for which in ("former", "rendered"):
         choice = getattr(replay, f"{which}_choice")(cfg)
         make = _engines(cfg, choice, tmp_path, monkeypatch)
-        deployment = replay.deployment_for(cfg, choice)
+        deployment = replay.deployment_for(cfg, choice, host=False)
         result = replay.replay(deployment, shape, [make(i) for i in range(deployment.engines)])
         figures[which] = (result.on_best_share, result.hit_share)
         record(f"GPU replay {shape_name} ({which}: {choice.layout} endpoints, unit {choice.hash_unit}): "

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from components.plan import capacity, replay
-from tests.engine_replay import VllmEngine
+from tests.engine_replay import VllmEngine, WithHostTier
 from tests.engine_support import ROOT, record, stack_config
 
 ON_BEST, HITS = 0.95, 0.90
@@ -61,9 +61,11 @@ def _engines(cfg, choice: replay.RoutingChoice, tmp_path):
 
 @pytest.mark.parametrize("shape_name", ["benchmark", "agentic"])
 def test_the_rendered_routing_meets_the_bar_on_the_engines(tmp_path, shape_name):
-    """The committed benchmark and the agentic shape at the benchmark's concurrency, through the router's scoring and
-    one released manager per slice, under the routing the stack renders (a 2 s TTFT penalty); the former (18 s) and
-    the rule's figures are printed beside them."""
+    """The committed benchmark and the agentic shape at the benchmark's concurrency, through the router's scoring (the
+    rendered lruCapacityPerServer and peakPrefillThroughput) and one released manager per slice with the slice's
+    host-DRAM tier beside it (tests/engine_replay.py WithHostTier: two slices keep 18 agentic sessions in HBM, 38 with
+    host DRAM, docs/capacity.md), under the routing the stack renders (a 2 s TTFT penalty); the former (18 s) and the
+    rule's figures are printed beside them."""
     cfg = stack_config("tpu")
     shape = next(s for s in replay.stack_shapes(cfg) if s.name == shape_name)
     figures = {}
@@ -71,16 +73,40 @@ def test_the_rendered_routing_meets_the_bar_on_the_engines(tmp_path, shape_name)
         choice = getattr(replay, f"{which}_choice")(cfg)
         make = _engines(cfg, choice, tmp_path)
         deployment = replay.deployment_for(cfg, choice)
-        result = replay.replay(deployment, shape, [make(i) for i in range(deployment.engines)])
+        result = replay.replay(deployment, shape, [WithHostTier(make(i), deployment.engine)
+                                                   for i in range(deployment.engines)])
         rule = replay.replay(deployment, shape, [replay.RuleEngine(deployment.engine)
                                                  for _ in range(deployment.engines)])
         figures[which] = (result.on_best_share, result.hit_share)
         record(f"TPU replay {shape_name} ({which}: TTFT penalty {choice.penalty_ms:.0f} ms): "
-               f"{result.on_best_share:.1%} of turns 2..N on the best slice, {result.hit_share:.1%} of ideal hits "
-               f"(vLLM-TorchTPU 0.29.0's manager; the vLLM 0.33.0 rule: {rule.on_best_share:.1%}, "
-               f"{rule.hit_share:.1%})")
+               f"{result.on_best_share:.1%} of turns 2..N on the best slice, {result.hit_share:.1%} of ideal hits, "
+               f"{result.host_share:.1%} of them from host DRAM (vLLM-TorchTPU 0.29.0's manager, the host tier by "
+               f"rule; the rule alone: {rule.on_best_share:.1%}, {rule.hit_share:.1%})")
     on_best, hits = figures["rendered"]
     assert on_best >= ON_BEST and hits >= HITS, figures
     cell = " | ".join(f"{a:.1%} / {b:.1%}".replace("%", " %") for a, b in (figures["former"], figures["rendered"]))
-    row = f"| TPU (vLLM-TorchTPU 0.29.0 KVCacheManager x 2) | {shape_name} | {cell} |"
+    row = f"| TPU (vLLM-TorchTPU 0.29.0 KVCacheManager x 2, host tier by rule) | {shape_name} | {cell} |"
     assert row in (ROOT / "docs" / "capacity.md").read_text(), f"docs/capacity.md lacks {row}"
+
+
+def test_the_rule_engine_is_the_engines_manager(tmp_path):
+    """Turn by turn, the replay's RuleEngine (with vLLM 0.29.0's chunk-end states, replay.EngineSettings
+    .chunk_end_states) gives the same hit, the same best slice and so the same routing as the released manager: the
+    benchmark's sessions sharing the 32K system prompt, and sessions that overflow a slice's pool with and without a
+    shared prefix."""
+    from dataclasses import replace
+
+    cfg = stack_config("tpu")
+    choice = replay.rendered_choice(cfg)
+    make = _engines(cfg, choice, tmp_path)
+    deployment = replay.deployment_for(cfg, choice, host=False)
+    bench = next(s for s in replay.stack_shapes(cfg) if s.name == "benchmark")
+    cases = [replace(bench, sessions=16, concurrency=8, turns=4),
+             replay.Shape("overflow", 12, 4, 4, 0, False, 300_000, 2048, 512),
+             replay.Shape("overflow-shared", 16, 8, 4, 32768, True, 150_000, 2048, 512)]
+    for shape in cases:
+        engine = replay.replay(deployment, shape, [make(i) for i in range(deployment.engines)])
+        rule = replay.replay(deployment, shape, [replay.RuleEngine(deployment.engine)
+                                                 for _ in range(deployment.engines)])
+        assert [(r.engine, r.hit, r.best) for r in engine.records] == \
+               [(r.engine, r.hit, r.best) for r in rule.records], shape.name

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from components.config import ConfigError
-from components.plan import capacity
+from components.plan import capacity, prefixcache
 from tests.config.test_config import parse
 from tests.conftest import run_plan, stack_document, write_stack
 
@@ -29,17 +29,14 @@ def test_gpu_hand_worked():
     = 203.89e9; usable = 279e9 x 0.90 = 251.1e9; non-weight 12e9 assumed; KV pool = 35.209e9 B/GPU.
     blocks = 35.209e9 // (24 x 11,392 x 576 B) - 1 = 222; a 1,048,576-token request holds 93 MLA + 3 KDA groups x
     (2 align-mode states + 1 FlashKDA prefill checkpoint) = 102 -> 2 per engine, 32 per group.
-    Cached: 16 x (222 // 4) x 11,392 = 10,024,960 HBM tokens;
-    host (vLLM's CPU tier per engine): 120e9 // 157,483,008 B per chunk = 761 chunks; a 1M request takes 93 MLA +
-    3 KDA chunks = 96, so 761 x 1,048,576 // 96 = 8,312,149 tokens x 16 engines = 132,994,384;
-    per router endpoint, one per engine: 143,019,344 // 16 // 11,392 = 784 engine blocks (the router counts them in
-    its 128-token blocks: tests/router/test_router.py)."""
+    Host (vLLM's CPU tier per engine, what it logs at the served context): 120e9 // 157,483,008 B per chunk = 761
+    chunks; a 1M request takes 93 MLA + 3 KDA chunks = 96, so 761 x 1,048,576 // 96 = 8,312,149 tokens x 16 engines
+    = 132,994,384. What either tier keeps of a session shape: tests/plan/test_prefixcache.py."""
     c = capacity.serving_capacity(parse("gpu"))
     assert c.weight_bytes_per_device == pytest.approx(203.89e9, rel=1e-4)
     assert c.kv_pool_bytes_per_device == pytest.approx(35.209e9, rel=1e-4)
     assert (c.blocks_per_engine, c.blocks_per_sequence, c.sequences_per_engine, c.sequences) == (222, 102, 2, 32)
-    assert (c.hbm_tokens, c.host_tokens) == (10_024_960, 132_994_384)
-    assert c.lru_capacity_per_server == 784 and c.endpoints_per_replica == 16
+    assert c.host_tokens == 132_994_384 and c.endpoints_per_replica == 16
     assert capacity.slice_capacity(parse("gpu")).sessions_host == 16 * (761 // 96)  # 112 per decode group
     # 251.1e9 - 203.89e9 - (2 x 102 + 1) x 157,483,008 = 14.93e9: above that, one 1M request per engine fewer.
     assert c.non_weight_ceiling_bytes == pytest.approx(14.925e9, rel=1e-4)
@@ -54,8 +51,7 @@ def test_tpu_hand_worked():
     assert c.weight_bytes_per_device == pytest.approx(48.75e9, rel=1e-3)
     assert c.non_weight_bytes_per_device == pytest.approx(20.186e9, rel=1e-3)
     assert (c.blocks_per_engine, c.blocks_per_sequence, c.sequences) == (1_186, 486, 2)
-    assert (c.hbm_tokens, c.host_tokens) == (303_104, 606_208)
-    assert c.lru_capacity_per_server == 888
+    assert c.host_tokens == 606_208
     assert capacity.tpu_offload_bytes_per_engine(parse("tpu")) == int(2 * c.kv_pool_bytes_per_device * 32)
 
 
@@ -74,9 +70,8 @@ def test_weights_pool_sessions_and_router_move_together(changes):
         c.usable_bytes_per_device - c.weight_bytes_per_device - c.non_weight_bytes_per_device)
     assert c.blocks_per_engine == int(c.kv_pool_bytes_per_device) // c.groups.bytes_per_block - 1
     assert c.sequences_per_engine == c.blocks_per_engine // c.blocks_per_sequence
-    assert c.lru_capacity_per_server == (c.hbm_tokens + c.host_tokens) // c.endpoints_per_replica // c.block_tokens
-    assert (c.weight_bytes_per_device, c.sequences, c.lru_capacity_per_server) != (
-        base.weight_bytes_per_device, base.sequences, base.lru_capacity_per_server)
+    lru, base_lru = (prefixcache.lru_capacity_per_server(parse("gpu", **kw)) for kw in (changes, {}))
+    assert (c.weight_bytes_per_device, c.sequences, lru) != (base.weight_bytes_per_device, base.sequences, base_lru)
     if "gpu__tensorParallel" in changes:
         # 76.2e9 split / 2 + 11.5e9 replicated + 25.8e9 MLP and shared experts whole = 75.4e9 (TP=1: 113.5e9).
         assert c.weights.dense == pytest.approx(75.36e9, rel=1e-3) and c.kv_groups == base.kv_groups // 2
@@ -133,8 +128,10 @@ def test_summary_prints_the_capacity_figures(plans, stack):
     assert f"weights {c.weight_bytes_per_device / 1e9:.1f} GB held" in summary
     assert f"{c.sequences_per_engine} per engine, {c.sequences} per {c.role} replica" in summary
     assert f"HBM left for KV {c.kv_pool_bytes_per_device / 1e9:.1f} GB" in summary
-    assert f"{c.hbm_tokens:,} tokens in HBM + {c.host_tokens:,} in host DRAM" in summary
-    assert f"({c.lru_capacity_per_server:,} engine blocks of {c.block_tokens};" in summary
+    s = prefixcache.shape_capacity(parse(stack), prefixcache.router_shape(parse(stack)))
+    assert f"{s.hbm_tokens_per_replica:,} prefix tokens in HBM ({s.hbm_sessions_per_engine} sessions per engine)" \
+        in summary
+    assert f"lruCapacityPerServer {prefixcache.lru_capacity_per_server(parse(stack)):,} blocks" in summary
     assert f"the pool runs at most {c.max_running}" in summary if stack == "tpu" else \
         f"prefill --max-num-seqs {c.max_running} ({c.blocks_per_engine:,} blocks // {c.groups.groups};" in summary
     if stack == "gpu":

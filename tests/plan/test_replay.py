@@ -100,7 +100,7 @@ def test_the_pool_evicts_least_recently_used():
     assert engine.peek(replay.Tokens(a.ids + [1])) == 512
     engine.serve(b, [0])  # 4 blocks + 3 state blocks: a's oldest entries go
     assert engine.peek(replay.Tokens(a.ids + [1])) == 0
-    assert engine.used <= 8
+    assert engine.hbm.used <= 8
 
 
 def test_replay_reports_per_shape_and_the_engine_layout_beats_the_pod_layout_under_load():

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from components.facts.versions import ROUTER_VERSION
-from components.plan import engines, kvblocks
+from components.plan import capacity, engines, kvblocks
 from components.router import router
 from tests import engine_facts as facts
 from tests.config.test_config import parse
@@ -125,10 +125,11 @@ def test_block_size_matches_the_engine(plans, stack):
     assert all(size % unit == 0 for size in sizes for unit in units)
 
 
-@pytest.mark.parametrize("stack,blocks", [("gpu", 784 * 11_392 // 128), ("tpu", 888)])
+@pytest.mark.parametrize("stack,blocks", [("gpu", 7 * 1_026_176 // 128), ("tpu", (10 * 208_896 + 2048) // 1024)])
 def test_prefix_cache_sized_by_the_capacity_model(plans, stack, blocks):
-    """The hand-worked figures of tests/plan/test_capacity.py (docs/capacity.md) reach the router, in its blocks:
-    on GPU 784 engine blocks of 11,392 tokens per engine endpoint, as 128-token router blocks."""
+    """The hand-worked figures of tests/plan/test_prefixcache.py (docs/capacity.md) reach the router, in its blocks:
+    the most any session shape keeps per engine, long sessions in host DRAM (GPU: 7 sessions of 1,026,176 reused
+    tokens, in 128-token blocks; TPU: 10 of the 200K sessions, 208,896 tokens each beside the 2,048 they share)."""
     [producer] = [p for p in epp_config(plans[stack])["plugins"] if p["type"] == "approx-prefix-cache-producer"]
     params = producer["parameters"]
     assert params["autoTune"] is False, "autoTune would count HBM blocks only (llm-d.md §2.3)"
@@ -162,7 +163,7 @@ def test_scheduling_config(plans, llm_d_md, stack):
     profiles = {p["name"]: [ref["pluginRef"] for ref in p["plugins"]] for p in config["schedulingProfiles"]}
     assert all(ref in names for refs in profiles.values() for ref in refs)
     [affinity] = [p for p in config["plugins"] if p["type"] == "prefix-cache-affinity-filter"]
-    assert affinity["parameters"]["peakPrefillThroughput"] == parse(stack).router.peakPrefillThroughput
+    assert affinity["parameters"]["peakPrefillThroughput"] == capacity.peak_prefill_throughput(parse(stack))
     if stack == "gpu":
         assert profiles == {"prefill": ["prefill-filter", "same-slice-prefill", "prefix-cache-affinity-filter",
                                         "token-load-scorer"],
@@ -207,6 +208,10 @@ def test_calibration_job(variants, name, endpoint):
                                                                   for _, argv in engine_scripts(plan))
               if flags.get("--port") != str(contract.DECODE_ENGINE_PORT)}
     assert chunks - {None} == {env["CHUNK_TOKENS"]}
+    # The loaded waves send one chunk per router endpoint: every prefill engine's port of every prefill pod.
+    ports = {flags.get("--port") for flags in (dict(facts.split_flags(argv)) for _, argv in engine_scripts(plan))
+             if flags.get("--port") != str(contract.DECODE_ENGINE_PORT)} - {None}
+    assert int(env["ROUTER_ENDPOINTS"]) >= len(ports) >= 1
     values = router_chart(plan)["values"]["router"]
     if name == "bench":
         port = values["extraServicePorts"][0]["port"]

@@ -35,7 +35,7 @@ def test_the_ramp_reports_a_scale_up_and_a_scale_down_within_the_plans_times(tmp
     rise = [s["current"] for s in phases["up"]["samples"]["prefill"]]
     assert rise[0] == 1 and rise[-1] == 3
     assert f"ramp up: prefill 1 -> 3 replicas in {up / 60:.1f} min (plan 28.1 min)" in lines
-    assert "ramp: prefill asks for 3 replicas at 611,636 uncached prompt tokens/s at the router" in lines
+    assert "ramp: prefill asks for 3 replicas at 243,725 uncached prompt tokens/s at the router" in lines
     assert f"ramp down: prefill 3 -> 1 replicas in {down / 60:.1f} min (plan 89.0 min)" in lines
     # The load was the benchmark Job at benchmark.concurrency, deleted before the down phase; the keys came back.
     loads = [entry for entry in world.log if entry[0] == "set_config" and entry[1] == CONVERSATIONS_KEY]

@@ -179,7 +179,7 @@ def test_the_capacity_tables_hand_figures_are_the_models():
     """docs/capacity.md writes the per-replica figures out with their arithmetic; the results are the capacity
     model's on the committed shape (the fixture stacks' config): blocks per engine, blocks of one full-context
     request, lruCapacityPerServer, and --max-num-seqs."""
-    from components.plan import capacity
+    from components.plan import capacity, prefixcache
     from tests.config.test_config import parse
 
     gpu, tpu = capacity.serving_capacity(parse("gpu")), capacity.serving_capacity(parse("tpu"))
@@ -190,8 +190,9 @@ def test_the_capacity_tables_hand_figures_are_the_models():
     assert _number(re.search(r"= ([\d,]+) blocks", gpu_cell).group(1)) == gpu.blocks_per_sequence, gpu_cell
     assert _number(re.search(r"= ([\d,]+) blocks", tpu_cell).group(1)) == tpu.blocks_per_sequence, tpu_cell
     gpu_cell, tpu_cell = _capacity_row("`lruCapacityPerServer`")
-    assert _number(re.search(r"\*\*([\d,]+)\*\*", gpu_cell).group(1)) == gpu.lru_capacity_per_server, gpu_cell
-    assert _number(re.search(r"\*\*([\d,]+)\*\*", tpu_cell).group(1)) == tpu.lru_capacity_per_server, tpu_cell
+    for cell, stack in ((gpu_cell, "gpu"), (tpu_cell, "tpu")):
+        stated = _number(re.search(r"\*\*([\d,]+)\*\*", cell).group(1))
+        assert stated == prefixcache.lru_capacity_per_server(parse(stack)), cell
     doc = (ROOT / "docs" / "capacity.md").read_text()
     stated = re.search(r"\*\*`--max-num-seqs` \(GPU, both roles\): (\d+)\*\* = ([\d,]+) blocks // (\d+) groups", doc)
     assert stated, "docs/capacity.md no longer states GPU --max-num-seqs in the form the test reads"
