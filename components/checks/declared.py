@@ -404,7 +404,8 @@ GRANTS: tuple[Grant, ...] = (
           "the benchmark Job writes its results folder (limited by an IAM condition)", per_stack=True),
     Grant("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/storage.objectViewer",
           WI_PRINCIPAL + re.escape(f"{catalog.GUIDE_NAME}-engine"),
-          "the engines list and read their compile caches (the stack's cache bucket, components/serving/compilecache.py)",
+          "the engines list and read their compile caches (the stack's cache bucket, "
+          "components/serving/compilecache.py)",
           per_stack=True),
     Grant("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/storage.objectUser",
           WI_PRINCIPAL + re.escape(f"{catalog.GUIDE_NAME}-engine"),

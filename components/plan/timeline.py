@@ -239,6 +239,7 @@ def restart_line(cfg: StackConfig) -> str:
     g = loading.group_start(cfg)
     return (f"  a serving group's start: first {g.first_s / 60:.1f} min = image pull {g.pull_s / 60:.1f} + weight load "
             f"{g.load_s / 60:.1f} + engine start {g.engine_cold_s / 60:.1f} (compile caches empty); warm restart "
-            f"{g.warm_s / 60:.1f} min = weight load {g.load_s / 60:.1f} + engine start {g.engine_warm_s / 60:.1f} (a pod "
+            f"{g.warm_s / 60:.1f} min = weight load {g.load_s / 60:.1f} + engine start "
+            f"{g.engine_warm_s / 60:.1f} (a pod "
             f"or group restart, or a group a scale-out adds: image on the node, compile caches on the stack's cache "
             f"bucket; {loading.COLD_COMPILE_S[cfg.track] // 60} min of cold compile assumed, loading.COLD_COMPILE_S)")

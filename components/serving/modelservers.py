@@ -297,7 +297,8 @@ def vllm_role(cfg: StackConfig, role: engines.Role, claim: StrInput) -> dict[str
             "leaderWorkerTemplate": {
                 "size": engines.vllm_group_nodes(cfg, role),
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "workerTemplate": pod_template(labels, vllm_pod(cfg, role, claim), dict(compilecache.SIDECAR_ANNOTATION)),
+                "workerTemplate": pod_template(labels, vllm_pod(cfg, role, claim),
+                                               dict(compilecache.SIDECAR_ANNOTATION)),
             },
             "rolloutStrategy": rollout(),
         },

@@ -243,8 +243,9 @@ def test_raiden_reads_the_leaders_address_port_and_pool_from_the_pods_config(tpu
 
 
 def test_torchtpu_reads_its_compilation_cache_from_the_pods_variable(monkeypatch):
-    """components/plan/engines.py `cache_env` sets TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT on the TPU engine: vLLM-TorchTPU
-    0.29.0 reads it (vllm_torchtpu/envs.py) and hands it to TorchTPU's on-disk cache (vllm_torchtpu/env_override.py)."""
+    """components/plan/engines.py `cache_env` sets TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT on the TPU engine:
+    vLLM-TorchTPU 0.29.0 reads it (vllm_torchtpu/envs.py) and hands it to TorchTPU's on-disk cache
+    (vllm_torchtpu/env_override.py)."""
     import vllm_torchtpu.envs as envs
 
     from components.plan import engines
@@ -254,4 +255,5 @@ def test_torchtpu_reads_its_compilation_cache_from_the_pods_variable(monkeypatch
     monkeypatch.setenv("TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT", root)
     assert envs.TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT == root
     override = (Path(envs.__file__).parent / "env_override.py").read_text()
-    assert '"TORCH_TPU_INTERNAL_TIER3_COMPILATION_CACHE_ROOT",\n        envs.TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT' in override
+    handed = '"TORCH_TPU_INTERNAL_TIER3_COMPILATION_CACHE_ROOT",\n        envs.TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT'
+    assert handed in override

@@ -127,7 +127,8 @@ def test_max_lifetime_label_on_billable_resources(plans, variants):
         for pool in plan.of_type("gcp:container/nodePool:NodePool"):
             assert pool["inputs"]["nodeConfig"]["resourceLabels"]["max-lifetime-hours"] == hours
         assert plan.one("gcp:container/cluster:Cluster")["inputs"]["resourceLabels"]["max-lifetime-hours"] == hours
-        assert plan.one("gcp:storage/bucket:Bucket", "weights-bucket")["inputs"]["labels"]["max-lifetime-hours"] == hours
+        bucket = plan.one("gcp:storage/bucket:Bucket", "weights-bucket")
+        assert bucket["inputs"]["labels"]["max-lifetime-hours"] == hours
         # The Hyperdisk ML disk is created by the CSI driver, not Pulumi: its labels come from the StorageClass.
         storage_class = next(m for m in plan.manifests if m["kind"] == "StorageClass")
         disk_labels = dict(item.split("=") for item in storage_class["parameters"]["labels"].split(","))

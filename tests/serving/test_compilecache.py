@@ -63,8 +63,9 @@ def test_the_cache_bucket_is_the_stacks_and_destroy_deletes_it(plans, track):
     writer = grants["compile-cache-writer"]
     assert writer["condition"]["expression"].endswith(f'/objects/{compilecache.CACHE_PREFIX}/")')
     assert all(g["member"].endswith(f"/sa/{compilecache.SERVICE_ACCOUNT}") for g in grants.values())
-    servers = next(r for r in plan.resources if r["type"] in (
-        "kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"))
+    serving = ("kubernetes:disaggregatedset.x-k8s.io/v1:DisaggregatedSet",
+               "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
+    servers = next(r for r in plan.resources if r["type"] in serving)
     assert {"compile-cache-writer", "compile-cache-reader", "compile-cache-sa"} <= plan.closure(servers["name"])
 
 
