@@ -318,8 +318,11 @@ def plan_overview(cfg: Any, resources: list[dict[str, Any]], manifests: list[dic
     from stacks import overview as stack_overview
 
     found = stack_overview(cfg)
-    skipped = (f"chart {helm_render.chart_dir_name(c.chart)} not rendered: its objects are not in the plan "
-               f"({c.skipped})" for c in charts.values() if c.skipped)
+    # One line for every chart this checkout has no copy of; the reason per chart (where the copy was looked for)
+    # is in --detail, which names the setting that points at one.
+    unrendered = sorted(helm_render.chart_dir_name(c.chart) for c in charts.values() if c.skipped)
+    skipped = [f"charts not rendered, so their objects are not in the plan (run `make charts`; --detail says why): "
+               f"{', '.join(unrendered)}"] if unrendered else []
     found.add(overview.WARNINGS, *(w.removeprefix("warning: ") for w in warnings), *skipped)
     cloud = sum(1 for r in resources if r["type"].startswith("gcp:") and not r["type"].startswith("pulumi:"))
     found.add(overview.CREATED, f"in all: {cloud} Google Cloud resources, {len(manifests)} Kubernetes objects, "
