@@ -32,6 +32,25 @@ def record(line: str) -> None:
     FIGURES.append(line)
 
 
+USAGE_STATS_SWITCHES = ("VLLM_NO_USAGE_STATS", "VLLM_DO_NOT_TRACK", "DO_NOT_TRACK")
+"""The variables vLLM's envs.py reads for its usage-stats gate (both pinned wheels)."""
+
+
+def usage_stats_enabled(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str]) -> bool:
+    """The installed vLLM's own `is_usage_stats_enabled` (the gate `report_usage_stats` asks before it posts) under
+    `env` alone: every switch it reads cleared first, its do-not-track file pointed where nothing is, its cached
+    answer reset. Both engine tiers ask it (GPU-PRIVACY-1, TPU-PRIVACY-1)."""
+    from vllm.usage import usage_lib
+
+    for name in USAGE_STATS_SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(usage_lib, "_USAGE_STATS_DO_NOT_TRACK_PATH", str(tmp_path / "do_not_track"))
+    monkeypatch.setattr(usage_lib, "_USAGE_STATS_ENABLED", None)
+    return usage_lib.is_usage_stats_enabled()
+
+
 def skip_or_fail(message: str) -> None:
     """A missing engine skips with its reason on a developer's machine and fails in CI (CI=true)."""
     if os.environ.get("CI"):

@@ -18,7 +18,7 @@ import pytest
 
 from components.facts import catalog
 from components.plan import engines, loading
-from tests.engine_support import record
+from tests.engine_support import USAGE_STATS_SWITCHES, record, usage_stats_enabled
 from tests.engine_tpu.test_torchtpu_code import _k3_config_dir
 
 
@@ -274,28 +274,16 @@ def json_connector(argv: tuple[str, ...]) -> str:
 
 
 # --------------------------------------------------------------------------- usage stats
-@pytest.mark.parametrize("off", [True, False])
-def test_usage_stats_are_off_on_the_pods_environment(monkeypatch, tmp_path, off):
+def test_usage_stats_are_off_on_the_pods_environment(monkeypatch, tmp_path):
     """TPU-PRIVACY-1: vLLM 0.29.0's `is_usage_stats_enabled` (the gate of `report_usage_stats`, which the TPU worker
-    calls at start) is false under the pods' environment and true without it."""
-    from vllm.usage import usage_lib
-
-    for name in ("VLLM_NO_USAGE_STATS", "VLLM_DO_NOT_TRACK", "DO_NOT_TRACK"):
-        monkeypatch.delenv(name, raising=False)
-    if off:
-        for name, value in engines.ENGINE_PRIVACY_ENV:
-            monkeypatch.setenv(name, value)
-    monkeypatch.setattr(usage_lib, "_USAGE_STATS_DO_NOT_TRACK_PATH", str(tmp_path / "do_not_track"))
-    monkeypatch.setattr(usage_lib, "_USAGE_STATS_ENABLED", None)
-    assert usage_lib.is_usage_stats_enabled() is (not off)
-    if off:
-        # each of the two switches alone is enough
-        for name, value in engines.ENGINE_PRIVACY_ENV[:2]:
-            monkeypatch.delenv("VLLM_NO_USAGE_STATS")
-            monkeypatch.delenv("DO_NOT_TRACK")
-            monkeypatch.setenv(name, value)
-            monkeypatch.setattr(usage_lib, "_USAGE_STATS_ENABLED", None)
-            assert usage_lib.is_usage_stats_enabled() is False, name
-            monkeypatch.setenv("VLLM_NO_USAGE_STATS", "1")
-            monkeypatch.setenv("DO_NOT_TRACK", "1")
-        record("TPU usage stats (vLLM 0.29.0 is_usage_stats_enabled on the pods' env): off; on without it")
+    calls at start) is false under the pods' environment and true without it; each of the two switches alone is
+    enough."""
+    pods = dict(engines.ENGINE_PRIVACY_ENV)
+    assert {"VLLM_NO_USAGE_STATS", "DO_NOT_TRACK"} <= pods.keys()
+    assert usage_stats_enabled(monkeypatch, tmp_path, pods) is False
+    assert usage_stats_enabled(monkeypatch, tmp_path, {}) is True, "the gate is open without the pods' switches"
+    for name, value in pods.items():
+        if name not in USAGE_STATS_SWITCHES:
+            continue
+        assert usage_stats_enabled(monkeypatch, tmp_path, {name: value}) is False, name
+    record("TPU usage stats (vLLM 0.29.0 is_usage_stats_enabled on the pods' env): off; on without it")
