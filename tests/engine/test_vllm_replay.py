@@ -12,8 +12,8 @@ import pytest
 
 from components.plan import replay
 from tests.engine.conftest import stack_config
-from tests.engine.test_vllm_kv_cache import ENGINES, _engine_pool
 from tests.engine.host_tier import HostTierEngine, offload_connector
+from tests.engine.test_vllm_kv_cache import ENGINES, _engine_pool
 from tests.engine_replay import VllmEngine
 from tests.engine_support import ROOT, record
 
@@ -88,7 +88,7 @@ def test_the_replays_host_tier_is_the_connectors(tmp_path, monkeypatch):
         rule = replay.replay(narrow, shape, [replay.RuleEngine(narrow.engine) for _ in range(narrow.engines)])
         assert engine.host_share > 0.1, (shape.name, engine.host_share)  # the case reaches the host tier
         same_hit = sum((a.engine, a.hit, a.best) == (b.engine, b.hit, b.best)
-                       for a, b in zip(engine.records, rule.records))
+                       for a, b in zip(engine.records, rule.records, strict=True))
         figures = [(r.on_best_share, r.hit_share, r.host_share) for r in (engine, rule)]
         record(f"GPU replay with host DRAM, {shape.name}: released connector / rule: "
                + " / ".join(f"{a:.1%} on best, {b:.1%} of ideal hits, {c:.1%} from host" for a, b, c in figures)
