@@ -225,12 +225,13 @@ class RuleEngine:
     def serve(self, prompt: Tokens, output: list[int]) -> int:
         s = self.s
         hit, mla_reach = self._hit(prompt, self.hbm)
+        loaded = 0
         if self.host:
             host_hit, host_reach = self._hit(prompt, self.host)
             if host_hit > hit:
                 self.host_hit_tokens += host_hit - hit
                 self.host.touch(prompt.chain(s.hash_unit), host_hit // s.hash_unit, self.state_kinds)
-                hit, mla_reach = host_hit, max(mla_reach, host_reach)
+                hit, mla_reach, loaded = host_hit, max(mla_reach, host_reach), host_hit
         seq = Tokens(prompt.ids + output[:-1]) if s.computes_output and output else prompt
         chain = seq.chain(s.hash_unit)
         per_block = s.block_tokens // s.hash_unit
@@ -258,9 +259,21 @@ class RuleEngine:
             if units % per_block:
                 entries.append(("m", chain[units - 1], s.attention_groups))  # the partial tail block
             entries += self._states(chain[units - 1])
-        for tier in (self.hbm, self.host) if self.host else (self.hbm,):
-            for entry in entries:
-                tier.add(entry)
+        for entry in entries:
+            self.hbm.add(entry)
+        if self.host:
+            skipped = set()
+            if s.block_end_states and loaded % s.block_tokens:
+                # vLLM 0.33.0 resumes storing after a load at the block past the loaded tail (scheduler.py
+                # `update_state_after_alloc`: next_stored_chunk_idx = cdiv(cached tokens, chunk)): the block that
+                # held the tail, and its end state unless a boundary keeps it, stay out of host DRAM.
+                edge = -(-loaded // s.block_tokens) * per_block
+                skipped = {("m", chain[edge - 1])} if edge <= len(chain) else set()
+                if edge not in boundaries and edge <= len(chain):
+                    skipped |= {(kind, chain[edge - 1]) for kind in self.state_kinds}
+            for kind, key, cost in entries:
+                if (kind, key) not in skipped:
+                    self.host.add((kind, key, cost))
         if s.block_end_states:
             # What the request held goes back to the LRU in vLLM 0.33.0's free order: each KDA group's states, then
             # the MLA blocks, each tail first; a hit's partial tail block was copied, not held.

@@ -73,7 +73,7 @@ def test_the_rule_engine_is_the_engines_manager(tmp_path, monkeypatch, which):
 def test_the_replays_host_tier_is_the_connectors(tmp_path, monkeypatch):
     """With the host-DRAM tier, on sessions that overflow HBM into host DRAM and host DRAM itself, with and without
     a shared prefix: the replay's routing figures (turns on the best engine, hit tokens against ideal) with the
-    RuleEngine are within 3 points of the released scheduler's with the pods' OffloadingConnector and CPU manager
+    RuleEngine are within a point of the released scheduler's with the pods' OffloadingConnector and CPU manager
     (tests/engine/host_tier.py). Not turn by turn, and not the share served from host DRAM: under the connector HBM
     keeps a few blocks fewer cached than the rule gives it (218 of 222 when full), so it drops sessions sooner and
     the connector loads more of the same hits from host DRAM (printed beside the rule's)."""
@@ -98,9 +98,9 @@ def test_the_replays_host_tier_is_the_connectors(tmp_path, monkeypatch):
             (shape.name, figures)
 
 
-HOST_RULE_POINTS = 0.03
+HOST_RULE_POINTS = 0.01
 """How far the rule's routing figures with a host tier may be from the released connector's on these stress shapes
-(measured: 0 and 1.7 points on the best engine, 0.9 and 2.6 points of ideal hits)."""
+(measured: 0 and 0.2 points on the best engine, 0.5 and 0.8 points of ideal hits)."""
 
 
 def _with_host(cfg, engine: VllmEngine) -> HostTierEngine:
