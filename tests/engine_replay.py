@@ -88,20 +88,23 @@ class VllmEngine:
         raise RuntimeError("request did not finish")
 
 
-def sessions_kept(engine, shape: replay.Shape, limit: int = 400) -> tuple[int, int, int]:
+def sessions_kept(engine, shape: replay.Shape, limit: int = 400, peek=None) -> tuple[int, int, int]:
     """Serve sessions of `shape` one after another, every turn through `engine` (the released manager), until the
     first session's next turn no longer gets the hit it got right after it was served, and two more sessions have
     been served; then count the sessions whose next turn still gets it (beyond the shared prefix). Returns (sessions
     kept, the tokens their next turns hit with the shared prefix counted once, sessions served). Nothing of the plan
-    goes in but the shape: the pool and the cache are the engine's."""
+    goes in but the shape: the pool and the cache are the engine's. `peek` (default the engine's) is the tier asked;
+    the shared prefix is what it hits for a new session once two have shared it (a tier that keeps the junction only
+    while it is fresh, as a host tier does, still keeps the prefix's blocks once for every session)."""
     ids = replay._Ids()
+    peek = peek or engine.peek
     system = ids.take(shape.system_tokens)
     sessions: list[tuple[list[int], int]] = []
 
     def next_hit(history: list[int]) -> int:
-        return engine.peek(replay.Tokens(history + ids.take(shape.input_tokens)))
+        return peek(replay.Tokens(history + ids.take(shape.input_tokens)))
 
-    evicted_at = None
+    evicted_at, shared = None, 0
     for s in range(limit):
         history = (list(system) if shape.system_shared else ids.take(shape.system_tokens)) + ids.take(
             shape.first_input(s))
@@ -113,13 +116,14 @@ def sessions_kept(engine, shape: replay.Shape, limit: int = 400) -> tuple[int, i
             engine.serve(prompt, output)
             history = prompt.ids + output
         sessions.append((history, next_hit(history)))
+        if s == 1 and shape.system_shared:
+            shared = next_hit(list(system) + ids.take(shape.first_input(0)))
         if evicted_at is None and next_hit(sessions[0][0]) < sessions[0][1]:
             evicted_at = s
         if evicted_at is not None and s >= evicted_at + 2:
             break
     else:
         raise AssertionError(f"{shape.name}: the pool never evicted the first session in {limit} sessions")
-    shared = next_hit(list(system) + ids.take(shape.first_input(0))) if shape.system_shared else 0
     hits = [hit for history, hit in sessions if hit > shared and next_hit(history) >= hit]
     return len(hits), sum(hits) - max(len(hits) - 1, 0) * shared, len(sessions)
 

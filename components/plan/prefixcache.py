@@ -66,10 +66,12 @@ class PrefixFootprint:
 
 
 def prefix_footprint(cfg: StackConfig, shape, hash_unit: int | None = None,
-                     computes_output: bool | None = None) -> PrefixFootprint:
+                     computes_output: bool | None = None, host: bool = False) -> PrefixFootprint:
     """One engine's cache entries for a session of `shape` (components/plan/sessions.py Shape; its first turn's input
     `first_input_tokens`), served turn after turn. GPU prefill engines compute prompts only (max_tokens 1 in P/D);
-    a TPU slice also computes the answer, whose MLA blocks it keeps."""
+    a TPU slice also computes the answer, whose MLA blocks it keeps.
+
+    `host`: what vLLM 0.33.0's CPU tier keeps instead (GPU; host_footprint)."""
     g, block = capacity.kv_cache_groups(cfg), kvblocks.block_rule(cfg).block_tokens
     chunk = chunk_end_states(cfg)
     unit = hash_unit or engines.prefix_match_unit(cfg)
@@ -79,7 +81,7 @@ def prefix_footprint(cfg: StackConfig, shape, hash_unit: int | None = None,
     shared = shape.system_shared and shape.system_tokens >= block
     shared_units = (shape.system_tokens // block) * per if shared else 0
     prompt, computed, reach, boundaries = shape.system_tokens + shape.first_input_tokens, 0, 0, []
-    junctions, unreachable = [], 0
+    junctions, unreachable, block_ends = [], 0, set()
     for turn in range(shape.turns):
         if turn:
             prompt += shape.output_tokens + shape.input_tokens
@@ -98,17 +100,28 @@ def prefix_footprint(cfg: StackConfig, shape, hash_unit: int | None = None,
             unreachable += 1  # its state block is held, at no position a hit finds
         computed = prompt + (shape.output_tokens - 1 if output else 0)
         reach = (computed // block) * per
+        block_ends.add((prompt // block) * per)
     kept = sorted(set(boundaries + junctions) - {0})
+    last = max(kept) if kept else 0
+    own_blocks = (computed // block - shared_units // per) * a
+    shared_blocks = (shared_units // per) * a + (k if shared else 0)
+    if host:
+        # The CPU tier also stores each prompt's state at its last whole block (a KDA group's offload window is one
+        # chunk), which the next turn's lookup needs under the boundary's tail; earlier tails and states no hit
+        # reaches again go first.
+        ends = block_ends - set(kept) - {0, shared_units}
+        tails = sum(a for b in kept if b % per)
+        live = own_blocks + (a if last % per else 0) + k * (1 + (1 if (last // per) * per in ends else 0))
+        total = own_blocks + tails + k * (len(kept) + len(ends) + unreachable)
+        return PrefixFootprint(shape.name, shared_blocks, live, total - live, last * unit, shared_units * unit)
     # An MLA partial block at each boundary inside a block: below the next hit, so every hit touches it again
     # (the MLA group's hit walks them) and it lives as long as the session.
     tails = sum(a for b in kept if b % per)
-    last = max(kept) if kept else 0
     # The last turn's hit also touches the state it hit (the previous boundary's), after the blocks that turn added:
     # that state outlives them, so it counts with the session.
     touched = min(len(kept), 2)
-    live = (computed // block - shared_units // per) * a + tails + k * touched
+    live = own_blocks + tails + k * touched
     stale = k * (len(kept) - touched + unreachable)
-    shared_blocks = (shared_units // per) * a + (k if shared else 0)
     return PrefixFootprint(shape.name, shared_blocks, live, stale, last * unit, shared_units * unit)
 
 
@@ -157,9 +170,19 @@ def host_chunks_per_engine(cfg: StackConfig) -> int:
 
 def shape_capacity(cfg: StackConfig, shape) -> ShapeCapacity:
     c = capacity.serving_capacity(cfg)
-    f = prefix_footprint(cfg, shape)
-    hbm, host = f.sessions(c.blocks_per_engine), f.sessions(host_chunks_per_engine(cfg))
-    return ShapeCapacity(f, c.kv_groups, engines.prefix_match_unit(cfg), hbm, host, f.tokens(hbm), f.tokens(host))
+    f, h = prefix_footprint(cfg, shape), host_footprint(cfg, shape)
+    hbm, host = f.sessions(c.blocks_per_engine), h.sessions(host_chunks_per_engine(cfg))
+    return ShapeCapacity(f, c.kv_groups, engines.prefix_match_unit(cfg), hbm, host, f.tokens(hbm), h.tokens(host))
+
+
+def host_footprint(cfg: StackConfig, shape) -> PrefixFootprint:
+    """What one engine's host tier keeps for a session of `shape`. GPU: vLLM 0.33.0's OffloadingConnector stores
+    every whole MLA block, each boundary's partial tail and KDA states (`_build_partial_tail_store_jobs`), and the
+    KDA state at each prompt's last whole block (`_build_store_jobs`, an offload window of one chunk:
+    offloading/config.py `get_sliding_window_size_in_chunks`); tests/engine/test_vllm_capacity.py holds the sessions
+    it keeps equal to the released connector and CPU manager. TPU: the HBM rule (Raiden's tier stores what the prefix
+    cache keeps)."""
+    return prefix_footprint(cfg, shape, host=cfg.track == "gpu")
 
 
 def router_shape(cfg: StackConfig):

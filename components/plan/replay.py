@@ -126,6 +126,12 @@ class EngineSettings:
     host_chunks: int = 0
     """Chunks of the engine's host-DRAM tier, one block id each (components/plan/capacity.py
     host_chunks_per_engine); 0: HBM only."""
+    block_end_states: bool = False
+    """vLLM 0.33.0 (GPU): a request also leaves the KDA state at the end of its last whole block cached, in HBM (the
+    released KVCacheManager hashes it; tests/engine/test_vllm_replay.py) and in the CPU tier (a KDA group's offload
+    window is one chunk: offloading/config.py `get_sliding_window_size_in_chunks`, scheduler.py `_build_store_jobs`),
+    whose lookup needs it under a boundary's partial tail (`_lookup`); and it frees each KDA group's state block on
+    its own, KDA groups before the MLA group, each tail first (single_type_kv_cache_manager.py `free`)."""
 
     def keeps_replay_state(self, prompt_tokens: int, hit: int) -> bool:
         """Whether serving a prompt from `hit` leaves a KDA state at its replay boundary."""
@@ -155,10 +161,17 @@ class RuleEngine:
     vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py `_build_store_jobs` filters by the same
     `reachable_block_mask`, `_build_partial_tail_store_jobs`), in an LRU of its own (vllm/v1/kv_offload/cpu/
     policies); a request takes the longer of the two tiers' hits, and what it loads from host DRAM is in HBM
-    afterwards. Not held against the released connector: its stores complete only when a worker reports them."""
+    afterwards. On GPU both tiers also keep each request's state at its last whole block, and HBM's LRU follows
+    vLLM 0.33.0's free order (`block_end_states`). tests/engine/test_vllm_replay.py compares the replay's figures
+    with the released OffloadingConnector and CPU manager (tests/engine/host_tier.py)."""
 
     def __init__(self, settings: EngineSettings):
         self.s = settings
+        # vLLM 0.33.0 (block_end_states) frees and evicts each KDA group's state block on its own: one entry per
+        # group; otherwise one entry for the groups' states together.
+        self.state_kinds = tuple(f"s{g}" for g in range(settings.state_groups)) if settings.block_end_states \
+            else ("s",)
+        self.state_cost = 1 if settings.block_end_states else settings.state_groups
         # One LRU over everything cached, as vLLM's free-block queue is: ("m", h) an MLA block (a full block's end
         # or a partial tail), ("s", h) a kept KDA state, ("x", h) a state no hit finds, by the prefix hash at its
         # position.
@@ -177,9 +190,15 @@ class RuleEngine:
         chain = prompt.chain(s.hash_unit)
         reach = self._mla_reach(chain, tier)
         for units in range(min(reach, (n - 1) // s.hash_unit), 0, -1):
-            if ("s", chain[units - 1]) in tier.lru and self._mla_covers(chain, units, tier):
+            if self._has_state(tier, chain[units - 1]) and self._mla_covers(chain, units, tier):
                 return units * s.hash_unit, reach * s.hash_unit
         return 0, reach * s.hash_unit
+
+    def _has_state(self, tier: _Tier, key: int) -> bool:
+        return all((kind, key) in tier.lru for kind in self.state_kinds)
+
+    def _states(self, key: int) -> list[tuple[str, int, int]]:
+        return [(kind, key, self.state_cost) for kind in self.state_kinds]
 
     def _mla_reach(self, chain: list[int], tier: _Tier) -> int:
         """Units from the start the MLA group holds: whole blocks, then a partial tail inside the next block."""
@@ -206,18 +225,22 @@ class RuleEngine:
     def serve(self, prompt: Tokens, output: list[int]) -> int:
         s = self.s
         hit, mla_reach = self._hit(prompt, self.hbm)
+        loaded = 0
         if self.host:
             host_hit, host_reach = self._hit(prompt, self.host)
             if host_hit > hit:
                 self.host_hit_tokens += host_hit - hit
-                self.host.touch(prompt.chain(s.hash_unit), host_hit // s.hash_unit)
-                hit, mla_reach = host_hit, max(mla_reach, host_reach)
+                self.host.touch(prompt.chain(s.hash_unit), host_hit // s.hash_unit, self.state_kinds)
+                hit, mla_reach, loaded = host_hit, max(mla_reach, host_reach), host_hit
         seq = Tokens(prompt.ids + output[:-1]) if s.computes_output and output else prompt
         chain = seq.chain(s.hash_unit)
         per_block = s.block_tokens // s.hash_unit
         computed_units = len(seq) // s.hash_unit
         entries = [("m", chain[b * per_block + per_block - 1], s.attention_groups)
                    for b in range(computed_units // per_block)]
+        end = (computed_units // per_block) * per_block
+        if s.block_end_states and end:
+            entries += self._states(chain[end - 1])
         boundaries = {(len(prompt) - 1) // s.hash_unit}
         if not s.keeps_replay_state(len(prompt), hit):
             # The state block is still held and cached, at no position a later hit finds.
@@ -235,11 +258,32 @@ class RuleEngine:
                 continue
             if units % per_block:
                 entries.append(("m", chain[units - 1], s.attention_groups))  # the partial tail block
-            entries.append(("s", chain[units - 1], s.state_groups))
-        for tier in (self.hbm, self.host) if self.host else (self.hbm,):
-            for entry in entries:
-                tier.add(entry)
-        if hit:
+            entries += self._states(chain[units - 1])
+        for entry in entries:
+            self.hbm.add(entry)
+        if self.host:
+            skipped = set()
+            if s.block_end_states and loaded % s.block_tokens:
+                # vLLM 0.33.0 resumes storing after a load at the block past the loaded tail (scheduler.py
+                # `update_state_after_alloc`: next_stored_chunk_idx = cdiv(cached tokens, chunk)): the block that
+                # held the tail, and its end state unless a boundary keeps it, stay out of host DRAM.
+                edge = -(-loaded // s.block_tokens) * per_block
+                skipped = {("m", chain[edge - 1])} if edge <= len(chain) else set()
+                if edge not in boundaries and edge <= len(chain):
+                    skipped |= {(kind, chain[edge - 1]) for kind in self.state_kinds}
+            for kind, key, cost in entries:
+                if (kind, key) not in skipped:
+                    self.host.add((kind, key, cost))
+        if s.block_end_states:
+            # What the request held goes back to the LRU in vLLM 0.33.0's free order: each KDA group's states, then
+            # the MLA blocks, each tail first; a hit's partial tail block was copied, not held.
+            states = {hit // s.hash_unit, end} | {u for u in boundaries if 0 < u <= computed_units}
+            mla = {(b + 1) * per_block for b in range(computed_units // per_block)}
+            mla |= {u for u in boundaries if 0 < u <= computed_units and u % per_block}
+            self.hbm.refresh([(kind, chain[u - 1]) for kind in self.state_kinds
+                              for u in sorted(states - {0}, reverse=True)]
+                             + [("m", chain[u - 1]) for u in sorted(mla, reverse=True)])
+        elif hit:
             self.hbm.touch(prompt.chain(s.hash_unit), hit // s.hash_unit)
         return hit
 
@@ -263,13 +307,18 @@ class _Tier:
             _, freed = self.lru.popitem(last=False)
             self.used -= freed
 
-    def touch(self, chain: list[int], units: int) -> None:
+    def refresh(self, keys: list[tuple[str, int]]) -> None:
+        """These entries, where cached, become the most recent, the last one most."""
+        for key in keys:
+            if key in self.lru:
+                self.lru.move_to_end(key)
+
+    def touch(self, chain: list[int], units: int, state_kinds: tuple[str, ...] = ("s",)) -> None:
         """A hit at `units`: its MLA entries, then the state it hit, become the most recent."""
         for key in chain[:units]:
             if ("m", key) in self.lru:
                 self.lru.move_to_end(("m", key))
-        if ("s", chain[units - 1]) in self.lru:
-            self.lru.move_to_end(("s", chain[units - 1]))
+        self.refresh([(kind, chain[units - 1]) for kind in state_kinds])
 
 
 # --------------------------------------------------------------------------- router
@@ -654,6 +703,7 @@ def deployment_for(cfg, choice: RoutingChoice | None = None, lru_capacity: int |
     g = c.groups
     engine = EngineSettings(block_tokens=block, hash_unit=choice.hash_unit, pool_blocks=c.blocks_per_engine,
                             host_chunks=prefixcache.host_chunks_per_engine(cfg) if host else 0,
+                            block_end_states=cfg.track == "gpu",
                             attention_groups=g.attention_groups, state_groups=g.state_groups,
                             retention_interval=choice.retention, computes_output=cfg.track != "gpu",
                             chunk_end_states=prefixcache.chunk_end_states(cfg))

@@ -19,16 +19,20 @@ def test_gpu_benchmark_hand_worked():
     (units 271, 291, ..., 411, none on a block edge: 8 MLA tails). Shared: the system prompt's 2 whole blocks + the
     junction state (3 KDA groups) = 5. A session: 52,736 // 11,392 = 4 blocks, 2 of them its own, + 8 tails + the
     last two states (the last hit touched the one before) = 16 live, 6 earlier states x 3 = 18 stale.
-    HBM: (222 - 5 - 16) // 34 + 1 = 6 sessions, 6 x (52,608 - 22,784) + 22,784 = 201,728 tokens; host:
-    (761 - 5 - 16) // 34 + 1 = 22 sessions, 678,912 tokens = 5,304 router blocks."""
+    HBM: (222 - 5 - 16) // 34 + 1 = 6 sessions, 6 x (52,608 - 22,784) + 22,784 = 201,728 tokens. The host tier
+    also stores each prompt's state at its last whole block (34,176 at turn 1, 45,568 at turn 6: 2 x 3 chunks) and
+    needs only the last tail and the last two states for the next hit: 2 + 1 + 3 + 3 = 9 live, 2 + 8 + 3 x 10 = 40
+    a session; (761 - 5 - 9) // 40 + 1 = 19 sessions, 589,440 tokens = 4,605 router blocks."""
     cfg = parse("gpu")
     c = prefixcache.shape_capacity(cfg, _shape(cfg, "benchmark"))
     f = c.footprint
     assert (f.shared_blocks, f.live_blocks, f.stale_blocks, f.hit_tokens, f.shared_tokens) == (5, 16, 18, 52_608,
                                                                                                22_784)
     assert (c.hbm_sessions_per_engine, c.hbm_tokens_per_engine) == (6, 201_728)
-    assert (c.host_sessions_per_engine, c.host_tokens_per_engine, c.lru_capacity_per_server) == (22, 678_912, 5_304)
-    assert c.sessions_per_replica == 16 * 22
+    h = prefixcache.host_footprint(cfg, _shape(cfg, "benchmark"))
+    assert (h.shared_blocks, h.live_blocks, h.stale_blocks) == (5, 9, 31)
+    assert (c.host_sessions_per_engine, c.host_tokens_per_engine, c.lru_capacity_per_server) == (19, 589_440, 4_605)
+    assert c.sessions_per_replica == 16 * 19
 
 
 def test_the_rendered_lru_is_the_largest_shape_the_engine_keeps():
