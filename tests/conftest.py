@@ -6,6 +6,7 @@ not change what the tests see."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import marshal
 import os
@@ -63,17 +64,35 @@ def _read_plan(folder: Path) -> tuple[Any, ...]:
 
 def _plan_data(folder: Path) -> tuple[Any, ...]:
     """The folder's parsed files, every call a fresh copy (a test may change what it got): the first read parses,
-    later ones unmarshal what it parsed while the files are the same ones (inode, size, modification time)."""
+    later ones unmarshal what it parsed while the files are the same ones (inode, size, modification time). The
+    parse is shared with the session's other processes too (pytest-xdist workers read the same session plans): kept
+    in the session's shared folder (tests/background.py) under a name made of that key."""
     stats = [(folder / name).stat() for name in PLAN_FILES]
     key = (str(folder.resolve()), *((s.st_ino, s.st_size, s.st_mtime_ns) for s in stats))
     if key in _parsed:
+        return marshal.loads(_parsed[key])
+    kept = _kept_parse(key)
+    if kept is not None and kept.is_file():
+        _parsed[key] = kept.read_bytes()
         return marshal.loads(_parsed[key])
     data = _read_plan(folder)
     try:
         _parsed[key] = marshal.dumps(data)
     except ValueError:  # a value marshal cannot hold (a YAML timestamp): read such a plan every time
-        pass
+        return data
+    if kept is not None:  # written whole, then renamed into place: a reader finds all of it or nothing
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+        partial.write_bytes(_parsed[key])
+        partial.rename(kept)
     return data
+
+
+def _kept_parse(key: tuple[Any, ...]) -> Path | None:
+    shared = os.environ.get(background.SHARED_ENV)
+    if not shared:
+        return None
+    return Path(shared) / "parsed" / (hashlib.sha256(repr(key).encode()).hexdigest() + ".marshal")
 
 
 class Plan:

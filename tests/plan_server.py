@@ -8,17 +8,25 @@ stdout and stderr captured. The child then forks per stack exactly as `make plan
 through the same code as the CLI's several-stack path. A request may run `tools.preview.plan_diff.main(args)`
 instead, which renders each git ref in a child forked after its `preload_providers` (here: finding them loaded).
 The session's main plan (conftest `plan_root`) and tests/tools/preview/test_plan_diff.py's end-to-end `python -m
-tools diff` still
-run as fresh processes, the way users start them.
+tools diff` still run as fresh processes, the way users start them.
+
+The server listens on a Unix socket in the session's shared folder (tests/background.py), started by the first
+process that asks (under a lock), so the pytest-xdist workers share one preload (it was one per worker: a second
+of CPU each) and are served at once, a handler forked per request. It ends when the session removes that folder.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
-import selectors
+import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,11 +38,11 @@ REQUEST_TIMEOUT_S = 900
 """Longest one request may take (a plan of many stacks on a loaded machine)."""
 
 SERVER = r"""
-import importlib, json, os, sys, tempfile, time
+import importlib, json, os, select, socket, sys, tempfile, time
 sys.path.insert(0, os.getcwd())
 from tools.preview import plan, render
 render.preload()
-print(json.dumps({"ready": True}), flush=True)
+path, folder, lifetime = sys.argv[1], sys.argv[2], float(sys.argv[3])
 
 def run(module, args, env):
     os.environ.clear()
@@ -47,67 +55,115 @@ def run(module, args, env):
             return 1
         return stop.code or 0
 
-for line in sys.stdin:
-    request = json.loads(line)
-    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-    pid = plan.fork_call(lambda: run(request["module"], request["args"], request["env"]), out.fileno(), err.fileno())
-    deadline = time.monotonic() + request["timeout"]
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            code = os.waitstatus_to_exitcode(status)
+def serve(conn):
+    with conn, conn.makefile("r") as reader, conn.makefile("w") as writer:
+        request = json.loads(reader.readline())
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        pid = plan.fork_call(lambda: run(request["module"], request["args"], request["env"]), out.fileno(),
+                             err.fileno())
+        deadline = time.monotonic() + request["timeout"]
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                code = -9
+                break
+            time.sleep(0.02)
+        out.seek(0)
+        err.seek(0)
+        writer.write(json.dumps({"code": code, "out": out.read(), "err": err.read()}) + "\n")
+
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(path + ".binding")
+listener.listen(64)
+os.rename(path + ".binding", path)  # clients connect only once it listens
+end = time.monotonic() + lifetime
+while os.path.isdir(folder) and time.monotonic() < end:
+    while True:  # reap the request handlers that are done
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
             break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            code = -9
-            break
-        time.sleep(0.02)
-    out.seek(0)
-    err.seek(0)
-    print(json.dumps({"code": code, "out": out.read(), "err": err.read()}), flush=True)
+    if not select.select([listener], [], [], 0.5)[0]:
+        continue
+    conn, _ = listener.accept()
+    if os.fork() == 0:  # one handler per request: the session's workers are served at once
+        listener.close()
+        code = 1
+        try:
+            serve(conn)
+            code = 0
+        finally:
+            os._exit(code)
+    conn.close()
 """
+SERVER_LIFETIME_S = 3600
+"""Longest the server lives; it ends sooner, within a second of the session removing its shared folder."""
+START_TIMEOUT_S = 300
+"""Longest a client waits for the server to start listening (it imports the providers first)."""
 
 
-class PlanServer:
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVER], cwd=ROOT, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        atexit.register(self.close)
-        assert self._reply(REQUEST_TIMEOUT_S) == {"ready": True}
+def _folder() -> Path:
+    """The session's shared folder (tests/background.py), or, outside a test session, one of this process's own."""
+    from tests import background
 
-    def _reply(self, timeout: float) -> dict:
-        assert self.proc.stdout is not None
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.proc.stdout, selectors.EVENT_READ)
-            if not selector.select(timeout):
-                self.close()
-                raise TimeoutError(f"plan server gave no answer in {timeout} s")
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"plan server exited ({self.proc.wait(timeout=10)})")
-        return json.loads(line)
-
-    def run(self, args: list[str], env: dict[str, str], module: str = PLAN) -> subprocess.CompletedProcess:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"module": module, "args": args, "env": env, "timeout": REQUEST_TIMEOUT_S})
-                              + "\n")
-        self.proc.stdin.flush()
-        reply = self._reply(REQUEST_TIMEOUT_S + 60)
-        return subprocess.CompletedProcess(["python", "-m", module, *args], reply["code"], reply["out"], reply["err"])
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+    if not os.environ.get(background.SHARED_ENV):
+        os.environ[background.SHARED_ENV] = tempfile.mkdtemp(prefix="kimi-plan-server-")
+        atexit.register(shutil.rmtree, os.environ[background.SHARED_ENV], True)
+    return Path(os.environ[background.SHARED_ENV])
 
 
-_server: PlanServer | None = None
+def _server_socket() -> Path:
+    """The session's one plan server (started by the first process that asks for it, under a lock), once it
+    listens: one preload for the whole session instead of one per pytest-xdist worker."""
+    folder = _folder()
+    path = folder / "plan-server.sock"
+    log = folder / "plan-server.err"
+    with open(folder / "plan-server.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "plan-server.pid").exists():
+            with open(log, "w") as err:
+                proc = subprocess.Popen([sys.executable, "-c", SERVER, str(path), str(folder),
+                                         str(SERVER_LIFETIME_S)], cwd=ROOT, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+            (folder / "plan-server.pid").write_text(str(proc.pid))
+    pid = int((folder / "plan-server.pid").read_text())
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not path.exists():
+        if not _alive(pid):
+            raise RuntimeError(f"plan server exited before it listened: {log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"plan server did not listen within {START_TIMEOUT_S} s")
+        time.sleep(0.02)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a server this process started and that exited is a zombie until reaped
+        return os.waitpid(pid, os.WNOHANG)[0] == 0
+    except ChildProcessError:
+        return True
 
 
 def run(args: list[str], env: dict[str, str], module: str = PLAN) -> subprocess.CompletedProcess:
     """`python -m MODULE ARGS` (by default the plan) with `env`, as a child forked from the preloaded process."""
-    global _server
-    if _server is None or _server.proc.poll() is not None:
-        _server = PlanServer()
-    return _server.run(args, env, module)
+    request = json.dumps({"module": module, "args": args, "env": env, "timeout": REQUEST_TIMEOUT_S}) + "\n"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(REQUEST_TIMEOUT_S + 60)
+        conn.connect(str(_server_socket()))
+        conn.sendall(request.encode())
+        with conn.makefile("r") as reader:
+            line = reader.readline()
+    if not line:
+        raise RuntimeError("plan server closed the request without an answer")
+    reply = json.loads(line)
+    return subprocess.CompletedProcess(["python", "-m", module, *args], reply["code"], reply["out"], reply["err"])

@@ -1036,7 +1036,7 @@ UNSAFE_CHANGES = [
 def test_unsafe_change_to_a_real_plan_is_caught(plans, plan_resources, stack, change, policy):
     if getattr(change, "needs_charts", False):
         rendered(plans[stack])
-    resources = copy.deepcopy(plan_resources[stack])
+    resources = mutations.plain_copy(plan_resources[stack])
     change(resources)
     assert policy in all_violations(resources)
 
@@ -1107,7 +1107,7 @@ def test_stack_policies_run_through_the_analyzer_wrapper(plan_resources):
 
     policy.validate(StackValidationArgs(policy_resources(plan_resources["tpu"])), report)
     assert reported == []
-    broken = copy.deepcopy(plan_resources["tpu"])
+    broken = mutations.plain_copy(plan_resources["tpu"])
     _drop_default_deny(broken)
     policy.validate(StackValidationArgs(policy_resources(broken)), report)
     assert sorted(reported) == [
@@ -1130,13 +1130,13 @@ def test_configured_variants_pass_every_policy(variants):
 
 
 def test_gateway_mode_with_an_external_class_is_caught(variants):
-    resources = copy.deepcopy(variants["gateway"].resources)
+    resources = mutations.plain_copy(variants["gateway"].resources)
     _one(resources, GATEWAY)["spec"]["gatewayClassName"] = "gke-l7-global-external-managed"
     assert "k8s-gateway-internal" in all_violations(resources)
 
 
 def test_benchmark_results_writer_keeps_its_folder_condition(variants):
-    resources = copy.deepcopy(variants["bench"].resources)
+    resources = mutations.plain_copy(variants["bench"].resources)
     del _one(resources, "gcp:storage/bucketIAMMember:BucketIAMMember", "results-writer")["condition"]
     assert "bucket-writes-prefixed" in all_violations(resources)
 
@@ -1326,7 +1326,7 @@ TPU_ENGINE_DECLARATION = " (components/checks/declared.py WORKLOADS LeaderWorker
 def test_a_privileged_tpu_engine_is_refused_though_its_init_container_may_be(plan_resources):
     """The regression of an image-keyed exemption: the host-setup init container's privilege is its own (workload,
     container), so the engine container of the same pod, whatever image it runs, may not be privileged."""
-    resources = copy.deepcopy(plan_resources["tpu"])
+    resources = mutations.plain_copy(plan_resources["tpu"])
     lws = _one(resources, LWS)
     spec = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
     assert _container(spec, "tpu-node-setup")["securityContext"]["privileged"] is True
@@ -1349,7 +1349,7 @@ def test_a_tpu_engine_that_installs_at_start_or_runs_an_undigested_image_is_refu
     the pre-pull DaemonSet alike."""
     from components.facts import versions
 
-    resources = copy.deepcopy(plan_resources["tpu"])
+    resources = mutations.plain_copy(plan_resources["tpu"])
     lws = _one(resources, LWS)
     prefix = "spec.leaderWorkerTemplate.workerTemplate.spec: container 'vllm-tpu'"
     spec = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]

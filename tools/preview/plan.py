@@ -126,10 +126,29 @@ def _json(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def write_stack(folder: Path, document: dict[str, Any]) -> None:
+def _json_list(items: list[Any], memo: dict[str, str]) -> str:
+    """`_json(items)` of a list, byte for byte, each distinct item indented once per run: the stacks of one run
+    share most of their resources, and the indenting encoder is pure Python (json's C encoder only writes compact
+    text, which here serves as the item's key)."""
+    if not items:
+        return _json(items)
+    parts = []
+    for item in items:
+        key = json.dumps(item, sort_keys=True, ensure_ascii=False)
+        text = memo.get(key)
+        if text is None:
+            text = memo[key] = "  " + json.dumps(item, indent=2, sort_keys=True, ensure_ascii=False).replace(
+                "\n", "\n  ")
+        parts.append(text)
+    return "[\n" + ",\n".join(parts) + "\n]\n"
+
+
+def write_stack(folder: Path, document: dict[str, Any], memo: dict[str, str] | None = None) -> None:
+    """A stack's plan files; `memo` carries encoded objects from one stack to the next (write_plans)."""
+    memo = {} if memo is None else memo
     folder.mkdir(parents=True)
-    (folder / "resources.json").write_text(_json(document["resources"]))
-    (folder / "manifests.yaml").write_text(manifests_text(document))
+    (folder / "resources.json").write_text(_json_list(document["resources"], memo))
+    (folder / "manifests.yaml").write_text(manifests_text(document, memo))
     (folder / "crds.yaml").write_text("---\n".join(
         f"# chart {resource}: {file}\n{text.removeprefix('---').lstrip(chr(10))}"
         for resource, file, text in document["crds"]))
@@ -144,8 +163,9 @@ def write_plans(out: Path, results: list[Result]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=out))
     try:
+        memo: dict[str, str] = {}
         for stack, document, _ in results:
-            write_stack(staging / stack, document)
+            write_stack(staging / stack, document, memo)
         for stack, _, _ in results:
             target = out / stack
             if target.exists():
@@ -155,12 +175,19 @@ def write_plans(out: Path, results: list[Result]) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def manifests_text(document: dict[str, Any]) -> str:
-    """Multi-document YAML; an object from a chart is preceded by a `# chart <resource>: <chart> <version>` line."""
+def manifests_text(document: dict[str, Any], memo: dict[str, str] | None = None) -> str:
+    """Multi-document YAML; an object from a chart is preceded by a `# chart <resource>: <chart> <version>` line.
+    `memo`: each distinct object is dumped once per run (PyYAML represents in pure Python; the stacks of one run
+    share most objects), keyed by its compact JSON."""
+    memo = {} if memo is None else memo
     charts = {c["resource"]: f"{c['chart']} {c['version']}" for c in document["charts"]}
     docs = []
     for chart, manifest in zip(document["manifestCharts"], document["manifests"], strict=True):
-        text = yaml.dump(manifest, Dumper=DUMPER, sort_keys=True, default_flow_style=False, width=120)
+        key = "yaml:" + json.dumps(manifest, sort_keys=True, ensure_ascii=False)
+        text = memo.get(key)
+        if text is None:
+            text = memo[key] = yaml.dump(manifest, Dumper=DUMPER, sort_keys=True, default_flow_style=False,
+                                         width=120)
         docs.append(f"# chart {chart}: {charts[chart]}\n{text}" if chart else text)
     return "---\n".join(docs)
 
