@@ -11,9 +11,9 @@ import pytest
 
 from components.plan import prefixcache, replay
 from tests.engine.conftest import stack_config
-from tests.engine.host_tier import HostOnly, HostTierEngine, offload_connector
+from tests.engine.host_tier import offload_connector
 from tests.engine.test_vllm_replay import _engines
-from tests.engine_replay import sessions_kept
+from tests.engine_replay import HostOnly, HostTierEngine, sessions_kept
 from tests.engine_support import record
 
 TOLERANCE = 0.05

@@ -12,9 +12,9 @@ import pytest
 
 from components.plan import replay
 from tests.engine.conftest import stack_config
-from tests.engine.host_tier import HostTierEngine, offload_connector
+from tests.engine.host_tier import offload_connector
 from tests.engine.test_vllm_kv_cache import ENGINES, _engine_pool
-from tests.engine_replay import VllmEngine
+from tests.engine_replay import HostTierEngine, VllmEngine
 from tests.engine_support import ROOT, record
 
 ON_BEST, HITS = 0.95, 0.90

@@ -1,14 +1,19 @@
 """HBM prefix capacity per session shape as the vLLM 0.29.0 core vLLM-TorchTPU 0.29.0 ships counts it (its own
 Scheduler and KVCacheManager on the slice's pool, tests/engine_tpu/test_torchtpu_replay.py `_engines`): the sessions
 whose next turn still gets its whole hit after serving sessions one after another, and the prefix tokens they hit.
-The plan's rule (components/plan/prefixcache.py `prefix_footprint`, `shape_capacity`) must be within 5 %."""
+The plan's rule (components/plan/prefixcache.py `prefix_footprint`, `shape_capacity`) must be within 5 %.
+
+The host tier: the pods' TPURaidenOffloadingConnector decides what to store with vLLM 0.29.0's own
+OffloadingConnectorScheduler (vllm_torchtpu/offload/raiden_connector.py subclasses it) but keeps it in Raiden's
+native KVCacheStore (`tpu_sync`, published nowhere this tier can install from), so the tier runs vLLM 0.29.0's
+OffloadingConnector with vLLM's CPU LRU manager in the store's place, at Raiden's chunk count."""
 
 from __future__ import annotations
 
 import pytest
 
 from components.plan import prefixcache, replay
-from tests.engine_replay import sessions_kept
+from tests.engine_replay import HostOnly, HostTierEngine, sessions_kept
 from tests.engine_support import record, stack_config
 from tests.engine_tpu.test_torchtpu_replay import _engines
 
@@ -27,3 +32,48 @@ def test_prefix_capacity_is_the_engines(tmp_path, shape_name):
            f"tokens) per slice after {served}; plan {plan.hbm_sessions_per_engine} ({plan.hbm_tokens_per_engine:,})")
     assert abs(plan.hbm_sessions_per_engine - kept) <= TOLERANCE * kept, (kept, plan)
     assert abs(plan.hbm_tokens_per_engine - tokens) <= TOLERANCE * tokens, (tokens, plan)
+
+
+@pytest.mark.parametrize("shape_name", ["benchmark", "agentic", "long 200K", "long 458K", "chat"])
+def test_host_prefix_capacity_is_no_more_than_the_connectors(tmp_path, shape_name):
+    """The sessions vLLM 0.29.0's connector keeps in a CPU tier of the slice's host chunks, asked through the
+    connector's own lookup alone: the plan's host figure (the HBM rule over Raiden's chunks) must not promise more
+    than it keeps (5 %). Measured: equal on the long and chat shapes, 20 % under on the benchmark and 10 % under on
+    the agentic shape, where the connector leaves out the KDA states vLLM 0.29.0's prefix cache holds at no position
+    a hit finds (`prefixcache.chunk_end_states`)."""
+    cfg = stack_config("tpu")
+    shape = next(s for s in prefixcache.capacity_shapes(cfg) if s.name == shape_name)
+    engine = _host_engine(cfg, tmp_path)
+    assert engine.host_chunks == prefixcache.host_chunks_per_engine(cfg)
+    kept, tokens, served = sessions_kept(HostOnly(engine), shape)
+    plan = prefixcache.shape_capacity(cfg, shape)
+    record(f"TPU host prefix capacity, {shape_name}: vLLM 0.29.0's connector (vLLM's CPU LRU in Raiden's store's "
+           f"place) keeps {kept} sessions ({tokens:,} prefix tokens) per slice after {served}; plan "
+           f"{plan.host_sessions_per_engine} ({plan.host_tokens_per_engine:,})")
+    assert plan.host_sessions_per_engine <= kept * (1 + TOLERANCE), (kept, plan)
+    assert plan.host_tokens_per_engine <= tokens * (1 + TOLERANCE), (tokens, plan)
+
+
+def _host_engine(cfg, tmp_path) -> HostTierEngine:
+    """One slice's engine with vLLM 0.29.0's OffloadingConnector over a CPU tier of Raiden's chunk count
+    (`cpu_bytes_to_use` buys exactly that many chunks of one block id; tests/engine_tpu/test_torchtpu_code.py holds
+    Raiden's count to the plan's). The scheduler reads a block id's bytes from the pool's one allocation."""
+    import copy
+
+    from vllm.v1.kv_cache_interface import KVCacheTensor
+    from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
+
+    from components.plan import capacity
+
+    base = _engines(cfg, replay.rendered_choice(cfg), tmp_path)(0)
+    groups = capacity.serving_capacity(cfg).groups
+    config = copy.deepcopy(base.scheduler.kv_cache_config)
+    layers = [name for group in config.kv_cache_groups for name in group.layer_names]
+    config.kv_cache_tensors = [KVCacheTensor(size=config.num_blocks * groups.bytes_per_block, layers=layers,
+                                             layer_stride=config.num_blocks * groups.page_bytes,
+                                             block_stride=groups.page_bytes)]
+    align = SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT
+    chunk = -(-groups.bytes_per_block // align) * align
+    connector = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                 "kv_connector_extra_config": {"cpu_bytes_to_use": prefixcache.host_chunks_per_engine(cfg) * chunk}}
+    return HostTierEngine(base.scheduler.vllm_config, config, True, connector)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from components.facts.versions import VLLM_TORCHTPU
-from components.plan import engines, kvblocks, loading
+from components.plan import engines, kvblocks, loading, prefixcache
 from tests.engine_support import ROOT, record
 
 LOCK = ROOT / "components" / "locks" / "vllm-torchtpu.txt"
@@ -184,7 +184,7 @@ def test_raiden_reads_the_leaders_address_port_and_pool_from_the_pods_config(tpu
     import torch
     from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, ParallelConfig, VllmConfig
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import build_offloading_config
-    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, MambaSpec, MLAAttentionSpec
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheTensor
     from vllm_torchtpu.offload import raiden_store
 
     command = engines.vllm_torchtpu_command(tpu_cfg, rank)
@@ -204,22 +204,27 @@ def test_raiden_reads_the_leaders_address_port_and_pool_from_the_pods_config(tpu
         kv_transfer_config=KVTransferConfig(**json.loads(kv_json)), device_config=DeviceConfig(device="cpu"))
     assert vllm_config.model_config.is_hybrid
 
-    # The unified pool: every paged layer's page is one attention-sized slot of the plan's block.
-    page = block * rule.attention_bytes_per_token
-    mla = MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=rule.attention_bytes_per_token,
-                           dtype=torch.uint8)
-    kda = MambaSpec(block_size=block, shapes=((rule.state_bytes,),), dtypes=(torch.uint8,), page_size_padded=page)
-    total = tpu_cfg.model.kdaLayers + tpu_cfg.model.mlaLayers
-    layers = {"attn": [f"model.layers.{i - 1}.self_attn" for i in full],
-              "kda": [f"model.layers.{i - 1}.self_attn" for i in range(1, total + 1) if i not in full]}
-    # One layer-outermost allocation of every paged layer (KVCacheTensor's own layout rule): a worker's share of a
-    # block is one page per paged layer.
+    # The slice's pool as the scheduler groups it (one MLA and three KDA groups of 24 layers, a block id one page of
+    # each of 24 layers: tests/engine_tpu/test_torchtpu_replay.py `_engines`, the grouping vLLM's own planner makes
+    # of K3 in tests/engine/test_vllm_kv_cache.py), in one allocation whose size vLLM 0.29.0's planner sets to the
+    # largest group's bytes per block x the blocks (vllm/v1/core/kv_cache_utils.py `get_kv_cache_config_from_groups`,
+    # `_get_kv_cache_bytes_per_block`).
+    from vllm.v1.core.kv_cache_utils import _get_kv_cache_bytes_per_block
+
+    from components.plan import replay
+    from tests.engine_tpu.test_torchtpu_replay import _engines
+
+    (tmp_path / "pool").mkdir()
+    groups = _engines(tpu_cfg, replay.rendered_choice(tpu_cfg), tmp_path / "pool")(0).scheduler.kv_cache_config \
+        .kv_cache_groups
+    page = groups[0].kv_cache_spec.page_size_bytes
     num_blocks = 1000
     kv_cache_config = KVCacheConfig(
         num_blocks=num_blocks,
-        kv_cache_tensors=[KVCacheTensor(size=num_blocks * page * total, layers=layers["attn"] + layers["kda"],
+        kv_cache_tensors=[KVCacheTensor(size=num_blocks * _get_kv_cache_bytes_per_block(groups),
+                                        layers=[name for group in groups for name in group.layer_names],
                                         layer_stride=num_blocks * page, block_stride=page)],
-        kv_cache_groups=[KVCacheGroupSpec(layers["attn"], mla), KVCacheGroupSpec(layers["kda"], kda)])
+        kv_cache_groups=groups)
     offloading = build_offloading_config(vllm_config, kv_cache_config)
     monkeypatch.setattr(raiden_store, "resolve_kernel_geometry", lambda *_: (block, (1,), torch.uint8, block))
     spec = raiden_store.TPURaidenStoreOffloadingSpec(offloading, vllm_config, kv_cache_config)
@@ -231,8 +236,9 @@ def test_raiden_reads_the_leaders_address_port_and_pool_from_the_pods_config(tpu
     assert set(extra) == {"cpu_bytes_to_use", "store_server_ip", "raiden_controller_port"}
     assert spec.world_size == tpu_cfg.tpu.tensorParallel
     per_block_all_ranks = offloading.worker_kv_bytes_per_block * spec.world_size
-    assert offloading.worker_kv_bytes_per_block == page * total
+    assert offloading.worker_kv_bytes_per_block == page * len(groups[0].layer_names)
     assert spec.offload_logical_blocks_capacity == extra["cpu_bytes_to_use"] // per_block_all_ranks >= 1
+    assert spec.offload_logical_blocks_capacity == prefixcache.host_chunks_per_engine(tpu_cfg)
     if rank == "worker":
         record(f"TPU Raiden (TPURaidenStoreOffloadingSpec on the pods' kv_connector_extra_config "
                f"{sorted(extra)}): every rank dials {spec.store_server_ip}:{spec.raiden_controller_port} (the "
