@@ -304,11 +304,12 @@ def _write_variant_stacks(folder: Path) -> None:
 
 
 def start_variants() -> None:
-    """Every variant in one `python -m tools plan` (one preload, a forked child per stack), once per session."""
+    """Every variant in one `python -m tools plan` (a forked child per stack), once per session, run by the
+    session's plan server (tests/plan_server.py: its preload serves this too, instead of a second one)."""
     job = background.Job(VARIANTS_JOB)
     files = [arg for name in (*VARIANTS, *SCAN_BENCHMARKS)
              for arg in ("--stack-file", str(job.folder / f"Pulumi.{name}.yaml"))]
-    job.start_once([sys.executable, "-m", "tools", "plan", "--quiet", "--out", str(job.folder / "out"), *files],
+    job.start_once([sys.executable, "-m", "tests.plan_server", "--quiet", "--out", str(job.folder / "out"), *files],
                    prepare=_write_variant_stacks, cwd=ROOT)
 
 

@@ -167,3 +167,12 @@ def run(args: list[str], env: dict[str, str], module: str = PLAN) -> subprocess.
         raise RuntimeError("plan server closed the request without an answer")
     reply = json.loads(line)
     return subprocess.CompletedProcess(["python", "-m", module, *args], reply["code"], reply["out"], reply["err"])
+
+
+if __name__ == "__main__":
+    # `python -m tests.plan_server ARGS...`: `python -m tools plan ARGS...` run by the session's server, for a
+    # background job (tests/background.py) that needs a plan without an interpreter importing the providers again.
+    done = run(sys.argv[1:], dict(os.environ))
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    sys.exit(done.returncode)

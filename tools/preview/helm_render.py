@@ -24,6 +24,7 @@ import argparse
 import hashlib
 import io
 import json
+import marshal
 import os
 import re
 import shutil
@@ -159,14 +160,29 @@ def _render_cached(folder: Path, values_json: str, release: str, namespace: str)
     return tuple(sorted(rendered.items()))
 
 
+RUN_CACHE: Path | None = None
+"""A folder the renders of one plan run share (tools.preview.plan.render_all sets it before forking a child per
+stack): a chart's objects for the same values, and the parse of each rendered template text, are made once per
+run by the first child that needs them and read by the others. The stacks of a run mostly pass the same values,
+and where they differ (KEDA's names the stack's service account) the templates' text mostly does not: KEDA's
+templated CRDs alone are 0.8 MB of YAML, parsed in every child before. Per run only, so a changed chart copy or
+changed code is never read from it."""
+
+
 def render_templates(folder: Path, values: dict[str, Any], release: str, namespace: str) -> list[dict[str, Any]]:
     """Objects of the chart's templates in template order, hooks dropped (Helm's DisableHooks), namespaced
     objects without a namespace given the release's."""
+    values_json = json.dumps(values, sort_keys=True)
+    key = json.dumps([str(folder), values_json, release, namespace])
+    return _kept("objects", key, lambda: _render_objects(folder, values_json, release, namespace))
+
+
+def _render_objects(folder: Path, values_json: str, release: str, namespace: str) -> list[dict[str, Any]]:
     objects = []
-    for path, text in _render_cached(folder, json.dumps(values, sort_keys=True), release, namespace):
+    for path, text in _render_cached(folder, values_json, release, namespace):
         if path.endswith("NOTES.txt") or Path(path).name.startswith("_"):
             continue
-        for obj in yaml.load_all(text, Loader=_LOADER):
+        for obj in _kept("text", text, lambda text=text: list(yaml.load_all(text, Loader=_LOADER))):
             if not obj:
                 continue
             if HOOK_ANNOTATION in ((obj.get("metadata") or {}).get("annotations") or {}):
@@ -175,6 +191,31 @@ def render_templates(folder: Path, values: dict[str, Any], release: str, namespa
                 obj["metadata"]["namespace"] = namespace
             objects.append(obj)
     return objects
+
+
+def _kept(kind: str, key: str, make: Any) -> Any:
+    """`make()`, or what a child of the same run kept for the same `kind` and `key` (RUN_CACHE); every call returns
+    its own copy (the caller may change it)."""
+    if RUN_CACHE is None:
+        return make()
+    name = f"{kind}-{hashlib.sha256(key.encode()).hexdigest()}"
+    kept = RUN_CACHE / f"{name}.marshal"
+    try:
+        return marshal.loads(kept.read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        pass
+    made = make()
+    try:
+        data = marshal.dumps(made)
+    except ValueError:  # a value marshal cannot hold (a YAML timestamp): not kept
+        return made
+    partial = kept.with_name(f"{name}.{os.getpid()}.tmp")
+    try:
+        partial.write_bytes(data)
+        partial.rename(kept)  # whole or not at all for a reader
+    except OSError:
+        pass
+    return made  # kept as it was made, whatever the caller does with it now
 
 
 CRD_NAME = re.compile(r"^  name: (\S+)$", re.MULTILINE)
@@ -217,11 +258,13 @@ def render_chart(entry: dict[str, Any]) -> ChartRender:
         result.skipped = source.reason
         return result
     result.digest = source.digest
-    from helm_python import HelmError
-
     try:
         result.objects = render_templates(source.folder, inputs.get("values") or {}, result.release, result.namespace)
-    except HelmError as err:
+    except Exception as err:
+        from helm_python import HelmError  # here, not before: a render the run cache answers loads no Helm
+
+        if not isinstance(err, HelmError):
+            raise
         raise ChartError(f"{entry['name']}: {chart} {version} does not render with the program's values: "
                          f"{err}") from None
     if not inputs.get("skipCrds"):

@@ -62,24 +62,31 @@ def render_all(stack_files: list[Path]) -> list[Result]:
     if not hasattr(os, "fork"):
         with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
             return list(pool.map(_subprocess_render, stack_files))
-    from tools.preview import render
+    from tools.preview import helm_render, render
 
     if len(stack_files) > 1:
         render.preload()
     results: dict[Path, Result] = {}
     running: dict[int, tuple[Path, Any, Any]] = {}
     pending = list(stack_files)
-    while pending or running:
-        while pending and len(running) < PARALLEL:
-            stack_file = pending.pop(0)
-            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-            running[_fork_render(render, stack_file, out, err)] = (stack_file, out, err)
-        pid, status = os.wait()
-        stack_file, out, err = running.pop(pid)
-        with out, err:
-            out.seek(0)
-            err.seek(0)
-            results[stack_file] = _result(stack_file, os.waitstatus_to_exitcode(status), out.read(), err.read())
+    with tempfile.TemporaryDirectory(prefix="kimi-plan-charts-") as charts:
+        # The children share their chart renders for this run (helm_render.RUN_CACHE).
+        outer, helm_render.RUN_CACHE = helm_render.RUN_CACHE, Path(charts)
+        try:
+            while pending or running:
+                while pending and len(running) < PARALLEL:
+                    stack_file = pending.pop(0)
+                    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+                    running[_fork_render(render, stack_file, out, err)] = (stack_file, out, err)
+                pid, status = os.wait()
+                stack_file, out, err = running.pop(pid)
+                with out, err:
+                    out.seek(0)
+                    err.seek(0)
+                    results[stack_file] = _result(stack_file, os.waitstatus_to_exitcode(status), out.read(),
+                                                  err.read())
+        finally:
+            helm_render.RUN_CACHE = outer
     return [results[f] for f in stack_files]
 
 
