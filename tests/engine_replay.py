@@ -128,27 +128,6 @@ def sessions_kept(engine, shape: replay.Shape, limit: int = 400, peek=None) -> t
     return len(hits), sum(hits) - max(len(hits) - 1, 0) * shared, len(sessions)
 
 
-class WithHostTier:
-    """A released manager for HBM with the replay's host-DRAM tier (components/plan/replay.py RuleEngine) beside it:
-    a request takes the longer of the two hits, as the offload connector's lookup does after the prefix cache's.
-    Loading from host DRAM or recomputing leaves the same blocks in HBM, so the manager serving every request whole
-    keeps its cache as the engine would; only the hit (and so the replay's clock) comes from the host tier. The rule
-    keeps its own copy of HBM, which the tiers hold equal to the manager turn by turn."""
-
-    def __init__(self, engine, settings: replay.EngineSettings):
-        self.engine, self.rule = engine, replay.RuleEngine(settings)
-        self.host_hit_tokens = 0
-
-    def peek(self, prompt: replay.Tokens) -> int:
-        return max(self.engine.peek(prompt), self.rule.peek(prompt))
-
-    def serve(self, prompt: replay.Tokens, output: list[int]) -> int:
-        hbm = self.engine.serve(prompt, output)
-        hit = max(hbm, self.rule.serve(prompt, output))
-        self.host_hit_tokens += hit - hbm
-        return hit
-
-
 class HostTierEngine(VllmEngine):
     """`serve` through the scheduler and its connector; `peek` the HBM prefix cache, `host_peek` the CPU tier alone
     (the connector's own lookup, `_lookup`, on a request of the prompt, which stores nothing)."""
@@ -198,7 +177,7 @@ class HostTierEngine(VllmEngine):
             scheduled = self.scheduler.schedule()
             jobs = scheduled.kv_connector_metadata
             done = {job: workers for job in [*jobs.load_jobs, *jobs.store_jobs]}
-            loaded = {job.req_id for job in jobs.load_jobs.values() if not job.sync}
+            loaded = {job.req_id for job in jobs.load_jobs.values() if not getattr(job, "sync", False)}  # 0.29.0: none
             ids = list(scheduled.num_scheduled_tokens)
             if hit is None and request.request_id in ids:
                 hit = request.num_computed_tokens - scheduled.num_scheduled_tokens[request.request_id]

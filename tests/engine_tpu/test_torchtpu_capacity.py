@@ -15,7 +15,7 @@ import pytest
 from components.plan import prefixcache, replay
 from tests.engine_replay import HostOnly, HostTierEngine, sessions_kept
 from tests.engine_support import record, stack_config
-from tests.engine_tpu.test_torchtpu_replay import _engines
+from tests.engine_tpu.test_torchtpu_replay import _engines, with_host
 
 TOLERANCE = 0.05
 
@@ -53,25 +53,4 @@ def test_host_prefix_capacity_is_the_connectors(tmp_path, shape_name):
 
 
 def _host_engine(cfg, tmp_path) -> HostTierEngine:
-    """One slice's engine with vLLM 0.29.0's OffloadingConnector over a CPU tier of Raiden's chunk count
-    (`cpu_bytes_to_use` buys exactly that many chunks of one block id; tests/engine_tpu/test_torchtpu_code.py holds
-    Raiden's count to the plan's). The scheduler reads a block id's bytes from the pool's one allocation."""
-    import copy
-
-    from vllm.v1.kv_cache_interface import KVCacheTensor
-    from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
-
-    from components.plan import capacity
-
-    base = _engines(cfg, replay.rendered_choice(cfg), tmp_path)(0)
-    groups = capacity.serving_capacity(cfg).groups
-    config = copy.deepcopy(base.scheduler.kv_cache_config)
-    layers = [name for group in config.kv_cache_groups for name in group.layer_names]
-    config.kv_cache_tensors = [KVCacheTensor(size=config.num_blocks * groups.bytes_per_block, layers=layers,
-                                             layer_stride=config.num_blocks * groups.page_bytes,
-                                             block_stride=groups.page_bytes)]
-    align = SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT
-    chunk = -(-groups.bytes_per_block // align) * align
-    connector = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-                 "kv_connector_extra_config": {"cpu_bytes_to_use": prefixcache.host_chunks_per_engine(cfg) * chunk}}
-    return HostTierEngine(base.scheduler.vllm_config, config, True, connector)
+    return with_host(cfg, _engines(cfg, replay.rendered_choice(cfg), tmp_path)(0))

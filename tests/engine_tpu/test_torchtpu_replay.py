@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from components.plan import capacity, replay
-from tests.engine_replay import VllmEngine, WithHostTier
+from components.plan import capacity, prefixcache, replay
+from tests.engine_replay import HostTierEngine, VllmEngine
 from tests.engine_support import ROOT, record, stack_config
 
 ON_BEST, HITS = 0.95, 0.90
@@ -59,11 +59,35 @@ def _engines(cfg, choice: replay.RoutingChoice, tmp_path):
     return lambda _i: VllmEngine(vllm_config, config, computes_output=True)
 
 
+def with_host(cfg, engine: VllmEngine) -> HostTierEngine:
+    """`engine` with its slice's host-DRAM tier: vLLM 0.29.0's OffloadingConnector (the scheduler side the pods'
+    Raiden connector inherits) over a CPU tier of Raiden's chunk count (`cpu_bytes_to_use` buys exactly that many
+    chunks of one block id; tests/engine_tpu/test_torchtpu_code.py holds Raiden's count to the plan's), with vLLM's
+    CPU LRU manager in the place of Raiden's native store (`tpu_sync`, which no registry publishes). The connector
+    reads a block id's bytes from the pool's one allocation, sized as vLLM's planner sizes it."""
+    import copy
+
+    from vllm.v1.kv_cache_interface import KVCacheTensor
+    from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
+
+    groups = capacity.serving_capacity(cfg).groups
+    config = copy.deepcopy(engine.scheduler.kv_cache_config)
+    layers = [name for group in config.kv_cache_groups for name in group.layer_names]
+    config.kv_cache_tensors = [KVCacheTensor(size=config.num_blocks * groups.bytes_per_block, layers=layers,
+                                             layer_stride=config.num_blocks * groups.page_bytes,
+                                             block_stride=groups.page_bytes)]
+    align = SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT
+    chunk = -(-groups.bytes_per_block // align) * align
+    connector = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                 "kv_connector_extra_config": {"cpu_bytes_to_use": prefixcache.host_chunks_per_engine(cfg) * chunk}}
+    return HostTierEngine(engine.scheduler.vllm_config, config, True, connector)
+
+
 @pytest.mark.parametrize("shape_name", ["benchmark", "agentic"])
 def test_the_rendered_routing_meets_the_bar_on_the_engines(tmp_path, shape_name):
     """The committed benchmark and the agentic shape at the benchmark's concurrency, through the router's scoring (the
     rendered lruCapacityPerServer and peakPrefillThroughput) and one released manager per slice with the slice's
-    host-DRAM tier beside it (tests/engine_replay.py WithHostTier: two slices keep 18 agentic sessions in HBM, 42 with
+    host-DRAM tier through vLLM 0.29.0's connector (`with_host`: two slices keep 18 agentic sessions in HBM, 42 with
     host DRAM, docs/capacity.md), under the routing the stack renders (a 2 s TTFT penalty); the former (18 s) and the
     rule's figures are printed beside them."""
     cfg = stack_config("tpu")
@@ -73,19 +97,18 @@ def test_the_rendered_routing_meets_the_bar_on_the_engines(tmp_path, shape_name)
         choice = getattr(replay, f"{which}_choice")(cfg)
         make = _engines(cfg, choice, tmp_path)
         deployment = replay.deployment_for(cfg, choice)
-        result = replay.replay(deployment, shape, [WithHostTier(make(i), deployment.engine)
-                                                   for i in range(deployment.engines)])
+        result = replay.replay(deployment, shape, [with_host(cfg, make(i)) for i in range(deployment.engines)])
         rule = replay.replay(deployment, shape, [replay.RuleEngine(deployment.engine)
                                                  for _ in range(deployment.engines)])
         figures[which] = (result.on_best_share, result.hit_share)
         record(f"TPU replay {shape_name} ({which}: TTFT penalty {choice.penalty_ms:.0f} ms): "
                f"{result.on_best_share:.1%} of turns 2..N on the best slice, {result.hit_share:.1%} of ideal hits, "
-               f"{result.host_share:.1%} of them from host DRAM (vLLM-TorchTPU 0.29.0's manager, the host tier by "
-               f"rule; the rule alone: {rule.on_best_share:.1%}, {rule.hit_share:.1%})")
+               f"{result.host_share:.1%} of them from host DRAM (vLLM-TorchTPU 0.29.0's manager and vLLM 0.29.0's "
+               f"connector; the rule alone: {rule.on_best_share:.1%}, {rule.hit_share:.1%})")
     on_best, hits = figures["rendered"]
     assert on_best >= ON_BEST and hits >= HITS, figures
     cell = " | ".join(f"{a:.1%} / {b:.1%}".replace("%", " %") for a, b in (figures["former"], figures["rendered"]))
-    row = f"| TPU (vLLM-TorchTPU 0.29.0 KVCacheManager x 2, host tier by rule) | {shape_name} | {cell} |"
+    row = f"| TPU (vLLM-TorchTPU 0.29.0 KVCacheManager + OffloadingConnector x 2) | {shape_name} | {cell} |"
     assert row in (ROOT / "docs" / "capacity.md").read_text(), f"docs/capacity.md lacks {row}"
 
 
