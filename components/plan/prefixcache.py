@@ -71,7 +71,7 @@ def prefix_footprint(cfg: StackConfig, shape, hash_unit: int | None = None,
     `first_input_tokens`), served turn after turn. GPU prefill engines compute prompts only (max_tokens 1 in P/D);
     a TPU slice also computes the answer, whose MLA blocks it keeps.
 
-    `host`: what vLLM 0.33.0's CPU tier keeps instead (GPU; host_footprint)."""
+    `host`: what the engine's CPU tier keeps instead (host_footprint)."""
     g, block = capacity.kv_cache_groups(cfg), kvblocks.block_rule(cfg).block_tokens
     chunk = chunk_end_states(cfg)
     unit = hash_unit or engines.prefix_match_unit(cfg)
@@ -105,10 +105,10 @@ def prefix_footprint(cfg: StackConfig, shape, hash_unit: int | None = None,
     last = max(kept) if kept else 0
     own_blocks = (computed // block - shared_units // per) * a
     shared_blocks = (shared_units // per) * a + (k if shared else 0)
-    if host:
-        # The CPU tier also stores each prompt's state at its last whole block (a KDA group's offload window is one
-        # chunk), which the next turn's lookup needs under the boundary's tail; earlier tails and states no hit
-        # reaches again go first.
+    if host and chunk is None:
+        # vLLM 0.33.0's CPU tier also stores each prompt's state at its last whole block (a KDA group's offload
+        # window is one chunk), which the next turn's lookup needs under the boundary's tail; earlier tails and
+        # states no hit reaches again go first.
         ends = block_ends - set(kept) - {0, shared_units}
         tails = sum(a for b in kept if b % per)
         live = own_blocks + (a if last % per else 0) + k * (1 + (1 if (last // per) * per in ends else 0))
@@ -121,7 +121,8 @@ def prefix_footprint(cfg: StackConfig, shape, hash_unit: int | None = None,
     # that state outlives them, so it counts with the session.
     touched = min(len(kept), 2)
     live = own_blocks + tails + k * touched
-    stale = k * (len(kept) - touched + unreachable)
+    # vLLM 0.29.0's connector stores no state no hit finds (`host`, TPU); its prefix cache holds them as blocks.
+    stale = k * (len(kept) - touched + (0 if host else unreachable))
     return PrefixFootprint(shape.name, shared_blocks, live, stale, last * unit, shared_units * unit)
 
 
@@ -180,9 +181,11 @@ def host_footprint(cfg: StackConfig, shape) -> PrefixFootprint:
     every whole MLA block, each boundary's partial tail and KDA states (`_build_partial_tail_store_jobs`), and the
     KDA state at each prompt's last whole block (`_build_store_jobs`, an offload window of one chunk:
     offloading/config.py `get_sliding_window_size_in_chunks`); tests/engine/test_vllm_capacity.py holds the sessions
-    it keeps equal to the released connector and CPU manager. TPU: the HBM rule (Raiden's tier stores what the prefix
-    cache keeps)."""
-    return prefix_footprint(cfg, shape, host=cfg.track == "gpu")
+    it keeps equal to the released connector and CPU manager. TPU: what the prefix cache keeps less the KDA states no
+    hit finds (`chunk_end_states`), which vLLM 0.29.0's OffloadingConnectorScheduler, the one Raiden's connector
+    inherits, does not store; tests/engine_tpu/test_torchtpu_capacity.py holds the sessions equal to that connector
+    with vLLM's CPU LRU in the place of Raiden's native store."""
+    return prefix_footprint(cfg, shape, host=True)
 
 
 def router_shape(cfg: StackConfig):

@@ -272,7 +272,9 @@ class RuleEngine:
                 if edge not in boundaries and edge <= len(chain):
                     skipped |= {(kind, chain[edge - 1]) for kind in self.state_kinds}
             for kind, key, cost in entries:
-                if (kind, key) not in skipped:
+                # A state no hit finds is not stored (vLLM 0.29.0's connector, components/plan/prefixcache.py
+                # host_footprint).
+                if (kind, key) not in skipped and kind != "x":
                     self.host.add((kind, key, cost))
         if s.block_end_states:
             # What the request held goes back to the LRU in vLLM 0.33.0's free order: each KDA group's states, then

@@ -63,7 +63,7 @@ def _engines(cfg, choice: replay.RoutingChoice, tmp_path):
 def test_the_rendered_routing_meets_the_bar_on_the_engines(tmp_path, shape_name):
     """The committed benchmark and the agentic shape at the benchmark's concurrency, through the router's scoring (the
     rendered lruCapacityPerServer and peakPrefillThroughput) and one released manager per slice with the slice's
-    host-DRAM tier beside it (tests/engine_replay.py WithHostTier: two slices keep 18 agentic sessions in HBM, 38 with
+    host-DRAM tier beside it (tests/engine_replay.py WithHostTier: two slices keep 18 agentic sessions in HBM, 42 with
     host DRAM, docs/capacity.md), under the routing the stack renders (a 2 s TTFT penalty); the former (18 s) and the
     rule's figures are printed beside them."""
     cfg = stack_config("tpu")
