@@ -609,19 +609,6 @@ def test_the_readme_runs_preflight_right_before_up():
 
 
 # --------------------------------------------------------------------------- the gate in `pulumi up`
-GATE = """
-import sys
-from pathlib import Path
-from tools.preview import render
-try:
-    document = render.render(Path(sys.argv[1]), as_up=True)
-except SystemExit as stop:
-    sys.exit(stop.code)
-pools = [r["name"] for r in document["resources"] if r["type"] == "gcp:container/nodePool:NodePool"]
-print(" ".join(pools))
-"""
-
-
 def _degraded_rack(google) -> None:
     google.state["sub_blocks"]["rack-a"]["healthInfo"]["healthStatus"] = "DEGRADED"
 
@@ -639,9 +626,10 @@ def test_a_failing_preflight_creates_no_accelerator_pool(google, breaks, line):
     resource is registered; the offline plan (as_up False) never asks the cloud."""
     google.reset()
     breaks(google)
+    from tests import plan_server
+
     env = {"PATH": "/usr/bin:/bin", preflight.API_ROOT_ENV: google.url, preflight.TOKEN_ENV: "ya29.test-token"}
-    proc = subprocess.run([sys.executable, "-c", GATE, str(STACK)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = plan_server.run([str(STACK)], env, module="tests.up_gate")  # the program, forked from the providers
     assert proc.returncode != 0
     assert "preflight: 1 check(s) failed, nothing was created" in proc.stderr
     assert line in proc.stderr
