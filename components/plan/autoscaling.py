@@ -87,13 +87,15 @@ def time_to_add_s(cfg: StackConfig) -> tuple[float, str]:
     """(seconds, terms) from a rise in load to a new replica serving, on a node the pool already holds: detection,
     scheduling, the pod's start (the TPU leader waits in the host rendezvous for its hosts' pulls,
     loading.pod_start_s; GPU images are pre-pulled on every held node), the weight load (the plan's figure with every
-    replica reading at once: a bound for a group that loads alone) and the engine's start."""
+    replica reading at once: a bound for a group that loads alone) and the engine's warm start: every role keeps at
+    least one replica (config.autoscaling, min >= 1), which filled the stack's compile cache when it first started
+    (loading.group_start, components/serving/compilecache.py)."""
     load = loading.load_model(cfg).load_s
-    start = loading.ENGINE_START_S[cfg.track]
     pod = loading.pod_start_s(cfg)
+    start = loading.group_start(cfg).engine_warm_s - pod
     total = DETECT_S + SCHEDULE_S + pod + load + start
     terms = (f"detect {DETECT_S} s + schedule {SCHEDULE_S} s" + (f" + pod start {pod:.0f} s" if pod else "")
-             + f" + weight load {load / 60:.1f} min + engine start {start // 60} min")
+             + f" + weight load {load / 60:.1f} min + engine start {start / 60:g} min (compile caches warm)")
     return total, terms
 
 

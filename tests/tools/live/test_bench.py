@@ -88,9 +88,9 @@ class World:
         return self.now_s
 
 
-ROLES = {"prefill": {"hpa": "keda-hpa-kimi-k3-1-prefill", "min": 1, "max": 3, "upSeconds": 1685,
-                     "downSeconds": 5340, "loadAtMax": {"uncachedPromptTokensPerSecond": 243725}},
-         "decode": {"hpa": "keda-hpa-kimi-k3-1-decode", "min": 1, "max": 1, "upSeconds": 1685, "downSeconds": 3600,
+ROLES = {"prefill": {"hpa": "keda-hpa-kimi-k3-1-prefill", "min": 1, "max": 3, "upSeconds": 1085,
+                     "downSeconds": 4140, "loadAtMax": {"uncachedPromptTokensPerSecond": 243725}},
+         "decode": {"hpa": "keda-hpa-kimi-k3-1-decode", "min": 1, "max": 1, "upSeconds": 1085, "downSeconds": 3000,
                     "loadAtMax": {"sessions": 26}}}
 """The GPU fixture stack's `autoscaledRoles` output (tests/tools/live/test_bench_ramp.py holds it to the plan)."""
 

@@ -34,9 +34,9 @@ def test_the_ramp_reports_a_scale_up_and_a_scale_down_within_the_plans_times(tmp
     assert down <= bench_ramp.DOWN_MARGIN * ROLES["prefill"]["downSeconds"]
     rise = [s["current"] for s in phases["up"]["samples"]["prefill"]]
     assert rise[0] == 1 and rise[-1] == 3
-    assert f"ramp up: prefill 1 -> 3 replicas in {up / 60:.1f} min (plan 28.1 min)" in lines
+    assert f"ramp up: prefill 1 -> 3 replicas in {up / 60:.1f} min (plan 18.1 min)" in lines
     assert "ramp: prefill asks for 3 replicas at 243,725 uncached prompt tokens/s at the router" in lines
-    assert f"ramp down: prefill 3 -> 1 replicas in {down / 60:.1f} min (plan 89.0 min)" in lines
+    assert f"ramp down: prefill 3 -> 1 replicas in {down / 60:.1f} min (plan 69.0 min)" in lines
     # The load was the benchmark Job at benchmark.concurrency, deleted before the down phase; the keys came back.
     loads = [entry for entry in world.log if entry[0] == "set_config" and entry[1] == CONVERSATIONS_KEY]
     assert loads[0][2] == str(32 * bench_ramp.ROUNDS)
@@ -54,7 +54,7 @@ def test_a_role_that_never_scales_up_fails_the_step_and_the_load_is_stopped(tmp_
     record = run_record(tmp_path)
     assert record["steps"]["ramp"] == "failed"
     assert "the ramp did not see up prefill reach its target" in "\n".join(lines)
-    assert "ramp up: prefill 1 -> 1 replicas, not at its max (3) after 42.1 min" in lines
+    assert "ramp up: prefill 1 -> 1 replicas, not at its max (3) after 27.1 min" in lines
     assert world.load[0] is False  # the Job was deleted before the teardown
     sets = [entry[2] for entry in world.log if entry[0] == "set_config" and entry[1] == CONCURRENCY_KEY]
     assert sets[0] == "8"
@@ -66,7 +66,7 @@ def test_a_role_that_never_comes_down_ends_the_ramp_before_any_load(tmp_path):
     world.keda = FakeKeda(world, ROLES, no_down=frozenset({"keda-hpa-kimi-k3-1-prefill"}))
     code, lines = drive(world, tmp_path, "--ramp")
     assert code == 1
-    assert "ramp settle: prefill 3 -> 3 replicas, not at its min (1) after 111.2 min" in lines
+    assert "ramp settle: prefill 3 -> 3 replicas, not at its min (1) after 86.2 min" in lines
     assert [p["name"] for p in ramp_record(tmp_path)["phases"]] == ["settle"]
     assert not any(entry[1] == CONVERSATIONS_KEY for entry in world.log if entry[0] == "set_config")
 
@@ -76,7 +76,7 @@ def test_a_scale_up_slower_than_the_plans_bound_fails(tmp_path):
     world.keda = FakeKeda(world, ROLES, up_share=bench_ramp.UP_MARGIN + 0.1)
     code, lines = drive(world, tmp_path, "--ramp")
     assert code == 1
-    assert "ramp up: prefill 1 -> 1 replicas, not at its max (3) after 42.1 min" in lines
+    assert "ramp up: prefill 1 -> 1 replicas, not at its max (3) after 27.1 min" in lines
 
 
 def test_a_stack_that_scales_nothing_is_refused_with_the_reason(tmp_path):
@@ -123,4 +123,4 @@ def test_ramp_options_reach_the_driver():
     opts = bench.options_from_args(bench.build_parser().parse_args(["--stack", "gpu", "--ramp",
                                                                     "--ramp-concurrency", "5"]))
     assert opts.ramp and opts.ramp_concurrency == 5
-    assert math.isclose(bench_ramp.bounds(ROLES)[0], bench_ramp.UP_MARGIN * 1685)
+    assert math.isclose(bench_ramp.bounds(ROLES)[0], bench_ramp.UP_MARGIN * 1085)
