@@ -82,27 +82,34 @@ class VllmEngine:
                 done_prompt = r.num_computed_tokens >= r.num_tokens
                 sampled.append([answer[len(r.output_token_ids)]] if done_prompt else [])
             self.scheduler.update_from_output(scheduled, ModelRunnerOutput(
-                req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)}, sampled_token_ids=sampled))
-            if request.is_finished():
+                req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)}, sampled_token_ids=sampled,
+                kv_connector_output=self._workers_report(scheduled)))
+            if request.is_finished() and not self._connector_busy():
                 return hit or 0
         raise RuntimeError("request did not finish")
 
+    def _workers_report(self, scheduled):
+        """What the workers' KV connectors report for a step: nothing, without a connector."""
+        return None
 
-def sessions_kept(engine, shape: replay.Shape, limit: int = 400, peek=None) -> tuple[int, int, int]:
+    def _connector_busy(self) -> bool:
+        return False
+
+
+def sessions_kept(engine, shape: replay.Shape, limit: int = 400) -> tuple[int, int, int]:
     """Serve sessions of `shape` one after another, every turn through `engine` (the released manager), until the
     first session's next turn no longer gets the hit it got right after it was served, and two more sessions have
     been served; then count the sessions whose next turn still gets it (beyond the shared prefix). Returns (sessions
     kept, the tokens their next turns hit with the shared prefix counted once, sessions served). Nothing of the plan
-    goes in but the shape: the pool and the cache are the engine's. `peek` (default the engine's) is the tier asked;
-    the shared prefix is what it hits for a new session once two have shared it (a tier that keeps the junction only
-    while it is fresh, as a host tier does, still keeps the prefix's blocks once for every session)."""
+    goes in but the shape: the pool and the cache are the engine's. The shared prefix is what it hits for a new
+    session once two have shared it (a tier that keeps the junction only while it is fresh, as a host tier does,
+    still keeps the prefix's blocks once for every session)."""
     ids = replay._Ids()
-    peek = peek or engine.peek
     system = ids.take(shape.system_tokens)
     sessions: list[tuple[list[int], int]] = []
 
     def next_hit(history: list[int]) -> int:
-        return peek(replay.Tokens(history + ids.take(shape.input_tokens)))
+        return engine.peek(replay.Tokens(history + ids.take(shape.input_tokens)))
 
     evicted_at, shared = None, 0
     for s in range(limit):
@@ -164,35 +171,26 @@ class HostTierEngine(VllmEngine):
         return max(super().peek(prompt), self.host_peek(prompt))
 
     def serve(self, prompt: replay.Tokens, output: list[int]) -> int:
-        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingWorkerMetadata
-        from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
-
         hbm = super().peek(prompt)
-        answer = output if self.computes_output and output else output[:1] or [0]
-        request = self._request(prompt.ids, len(answer))
-        self.scheduler.add_request(request)
-        hit = None
-        workers = self.offload.config.num_workers
-        for _ in range(1_000_000):  # bounded: one step per chunk, load and generated token
-            scheduled = self.scheduler.schedule()
-            jobs = scheduled.kv_connector_metadata
-            done = {job: workers for job in [*jobs.load_jobs, *jobs.store_jobs]}
-            loaded = {job.req_id for job in jobs.load_jobs.values() if not getattr(job, "sync", False)}  # 0.29.0: none
-            ids = list(scheduled.num_scheduled_tokens)
-            if hit is None and request.request_id in ids:
-                hit = request.num_computed_tokens - scheduled.num_scheduled_tokens[request.request_id]
-            sampled = []
-            for rid in ids:
-                r = self.scheduler.requests[rid]
-                sampled.append([answer[len(r.output_token_ids)]] if r.num_computed_tokens >= r.num_tokens else [])
-            self.scheduler.update_from_output(scheduled, ModelRunnerOutput(
-                req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)}, sampled_token_ids=sampled,
-                kv_connector_output=KVConnectorOutput(
-                    finished_recving=loaded, kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=done))))
-            if request.is_finished() and not self.scheduler.has_requests():
-                self.host_hit_tokens += max((hit or 0) - hbm, 0)
-                return hit or 0
-        raise RuntimeError("request did not finish")
+        hit = super().serve(prompt, output)
+        self.host_hit_tokens += max(hit - hbm, 0)
+        return hit
+
+    def _workers_report(self, scheduled):
+        """Every load and store job the step issued, done on every worker; a load that ran between steps frees its
+        request (vLLM 0.29.0's load jobs are all of that kind)."""
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingWorkerMetadata
+        from vllm.v1.outputs import KVConnectorOutput
+
+        jobs = scheduled.kv_connector_metadata
+        done = {job: self.offload.config.num_workers for job in [*jobs.load_jobs, *jobs.store_jobs]}
+        loaded = {job.req_id for job in jobs.load_jobs.values() if not getattr(job, "sync", False)}
+        return KVConnectorOutput(finished_recving=loaded,
+                                 kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=done))
+
+    def _connector_busy(self) -> bool:
+        """Stores still in flight keep the engine stepping (Scheduler.has_requests)."""
+        return self.scheduler.has_requests()
 
 
 class HostOnly:

@@ -42,6 +42,8 @@ def test_host_prefix_capacity_is_the_connectors(tmp_path, shape_name):
     cfg = stack_config("tpu")
     shape = next(s for s in prefixcache.capacity_shapes(cfg) if s.name == shape_name)
     engine = _host_engine(cfg, tmp_path)
+    # vLLM's CPU spec turned the bytes given into exactly Raiden's chunk count (its alignment rounding included);
+    # test_torchtpu_code holds Raiden's count to the plan's.
     assert engine.host_chunks == prefixcache.host_chunks_per_engine(cfg)
     kept, tokens, served = sessions_kept(HostOnly(engine), shape)
     plan = prefixcache.shape_capacity(cfg, shape)
